@@ -31,6 +31,18 @@ def exists(path: str) -> bool:
     return _native.fs_exists(path)
 
 
+def status(path: str) -> FileInfo:
+    """What ``path`` is; :class:`sparktrain.errors.PathNotFoundError` if nothing is there."""
+    return FileInfo._from_native(_native.fs_status(path))
+
+
+def expand_inputs(path: str) -> list[FileInfo]:
+    """The files a path or glob stands for, as Hadoop input formats read them: a folder's files
+    at any depth without hidden names (``_SUCCESS``, ``_temporary``, ``.x``), a file itself, a
+    glob's matches (folders expanded)."""
+    return [FileInfo._from_native(d) for d in _native.fs_expand_inputs(path)]
+
+
 def size(path: str) -> int:
     """The size of the file ``path`` in bytes."""
     return _native.fs_size(path)
@@ -76,11 +88,13 @@ __all__ = [
     "FileInfo",
     "delete",
     "exists",
+    "expand_inputs",
     "glob",
     "ls",
     "mkdirs",
     "read_bytes",
     "rename",
     "size",
+    "status",
     "write_bytes",
 ]

@@ -2,7 +2,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use sparktrain_storage::FileStatus;
+use sparktrain_storage::{FileStatus, OutputJob as Job};
 
 use crate::{detach, errors};
 
@@ -24,6 +24,13 @@ fn status_to_py<'py>(py: Python<'py>, files: Vec<FileStatus>) -> PyResult<Vec<Bo
 #[pyfunction]
 fn fs_exists(py: Python<'_>, path: String) -> PyResult<bool> {
     detach(py, || sparktrain_storage::exists(&path)).map_err(errors::storage)
+}
+
+/// What `path` is.
+#[pyfunction]
+fn fs_status<'py>(py: Python<'py>, path: String) -> PyResult<Bound<'py, PyDict>> {
+    let status = detach(py, || sparktrain_storage::status(&path)).map_err(errors::storage)?;
+    Ok(status_to_py(py, vec![status])?.remove(0))
 }
 
 /// The size of the file `path` in bytes.
@@ -80,10 +87,61 @@ fn fs_write_bytes(py: Python<'_>, path: String, data: &[u8], overwrite: bool) ->
     detach(py, || sparktrain_storage::write(&path, data, overwrite)).map_err(errors::storage)
 }
 
+/// The files a path or pattern stands for, as Hadoop input formats read them: a folder's files
+/// at any depth without hidden names (`_SUCCESS`, `_temporary`, `.x`), a file itself, a glob's
+/// matches.
+#[pyfunction]
+fn fs_expand_inputs<'py>(py: Python<'py>, path: String) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    let files = detach(py, || sparktrain_storage::expand_inputs(&path)).map_err(errors::storage)?;
+    status_to_py(py, files)
+}
+
+/// One job writing a Hadoop-style output folder: per-attempt staging, task and job commit.
+#[pyclass(module = "sparktrain._native", frozen)]
+pub struct OutputJob {
+    job: Job,
+}
+
+#[pymethods]
+impl OutputJob {
+    #[new]
+    fn new(root: String, job_id: String) -> PyResult<Self> {
+        Ok(OutputJob { job: Job::new(&root, &job_id).map_err(errors::storage)? })
+    }
+
+    #[getter]
+    fn staging_url(&self) -> String {
+        self.job.staging_url()
+    }
+
+    fn setup_task(&self, py: Python<'_>, task: u32, attempt: u32) -> PyResult<String> {
+        detach(py, || self.job.setup_task(task, attempt)).map_err(errors::storage)
+    }
+
+    fn commit_task(&self, py: Python<'_>, task: u32, attempt: u32) -> PyResult<bool> {
+        detach(py, || self.job.commit_task(task, attempt)).map_err(errors::storage)
+    }
+
+    fn abort_task(&self, py: Python<'_>, task: u32, attempt: u32) -> PyResult<()> {
+        detach(py, || self.job.abort_task(task, attempt)).map_err(errors::storage)
+    }
+
+    /// Returns the published file URLs.
+    fn commit_job(&self, py: Python<'_>, tasks: Vec<u32>, overwrite: bool) -> PyResult<Vec<String>> {
+        let done = detach(py, || self.job.commit_job(&tasks, overwrite)).map_err(errors::storage)?;
+        Ok(done.files)
+    }
+
+    fn abort_job(&self, py: Python<'_>) -> PyResult<()> {
+        detach(py, || self.job.abort_job()).map_err(errors::storage)
+    }
+}
+
 /// Adds this module's functions.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fs_exists, m)?)?;
     m.add_function(wrap_pyfunction!(fs_size, m)?)?;
+    m.add_function(wrap_pyfunction!(fs_status, m)?)?;
     m.add_function(wrap_pyfunction!(fs_list, m)?)?;
     m.add_function(wrap_pyfunction!(fs_glob, m)?)?;
     m.add_function(wrap_pyfunction!(fs_mkdirs, m)?)?;
@@ -91,5 +149,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fs_delete, m)?)?;
     m.add_function(wrap_pyfunction!(fs_read_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(fs_write_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(fs_expand_inputs, m)?)?;
+    m.add_class::<OutputJob>()?;
     Ok(())
 }

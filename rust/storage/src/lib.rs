@@ -46,6 +46,7 @@ mod error;
 mod hdfs;
 mod local;
 mod location;
+mod output;
 mod pattern;
 mod runtime;
 mod writer;
@@ -54,6 +55,7 @@ use std::io::{Read, Write};
 
 pub use error::{Result, StorageError};
 pub use location::join_url;
+pub use output::{JobCommit, OutputJob, STAGING_DIR, SUCCESS_MARKER};
 pub use pattern::has_glob_chars;
 pub use runtime::{block_on, runtime};
 pub use writer::AtomicWriter;

@@ -113,21 +113,54 @@ pub(crate) fn rename(from: &Location, to: &Location, overwrite: bool) -> Result<
         if src_meta.is_file() {
             return publish_no_replace(&src, &dst, to);
         }
-        // Directories cannot be hard-linked: check, then rename. The window between the two is
-        // small, and directories are only renamed by the one task that owns them.
-        if fs::symlink_metadata(&dst).is_ok() {
-            return Err(StorageError::AlreadyExists { url: to.url() });
+        // Directories cannot be hard-linked. Two task attempts may race to commit the same
+        // folder, so the no-replace check must be atomic: renameat2(RENAME_NOREPLACE).
+        match rename_no_replace(&src, &dst) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(StorageError::AlreadyExists { url: to.url() });
+            }
+            // A file system without RENAME_NOREPLACE: check, then rename.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS)) => {
+                if fs::symlink_metadata(&dst).is_ok() {
+                    return Err(StorageError::AlreadyExists { url: to.url() });
+                }
+            }
+            Err(e) => return Err(rename_error(from, to, &src, e)),
         }
     }
-    fs::rename(&src, &dst).map_err(|e| match e.kind() {
+    fs::rename(&src, &dst).map_err(|e| rename_error(from, to, &src, e))
+}
+
+/// Names the right side of a failed rename: a missing source, a missing destination parent,
+/// or a taken destination.
+fn rename_error(from: &Location, to: &Location, src: &Path, e: io::Error) -> StorageError {
+    match e.kind() {
         io::ErrorKind::NotFound if src.exists() => {
             StorageError::NotFound { url: to.parent().map(|p| p.url()).unwrap_or_else(|| to.url()) }
         }
         io::ErrorKind::NotFound => StorageError::NotFound { url: from.url() },
-        // rename(2) over a non-empty directory: ENOTEMPTY (39) / EEXIST.
-        _ if e.raw_os_error() == Some(39) => StorageError::AlreadyExists { url: to.url() },
+        // rename(2) over a non-empty directory.
+        _ if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY) | Some(libc::EEXIST)) => {
+            StorageError::AlreadyExists { url: to.url() }
+        }
         _ => StorageError::local(&to.url(), e),
-    })
+    }
+}
+
+/// `renameat2(src, dst, RENAME_NOREPLACE)`: fails with `EEXIST` if `dst` exists.
+fn rename_no_replace(src: &Path, dst: &Path) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        CString::new(p.as_os_str().as_bytes()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+    };
+    let (src, dst) = (c(src)?, c(dst)?);
+    // SAFETY: both pointers are valid NUL-terminated strings that outlive the call.
+    let rc = unsafe {
+        libc::renameat2(libc::AT_FDCWD, src.as_ptr(), libc::AT_FDCWD, dst.as_ptr(), libc::RENAME_NOREPLACE)
+    };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 /// Moves the file `src` to `dst` only if `dst` does not exist, atomically where the file system

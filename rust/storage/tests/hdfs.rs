@@ -259,3 +259,27 @@ fn throughput() {
         total_mib as f64 / read_s
     );
 }
+
+#[test]
+fn output_job_commit_protocol() {
+    let root = test_dir("output-job");
+    let job = storage::OutputJob::new(&root, "job-1").unwrap();
+    // Two attempts of task 0 race; the first to commit wins and the other's folder goes.
+    for attempt in [0, 1] {
+        let a = job.setup_task(0, attempt).unwrap();
+        storage::write(&format!("{a}/c=1/part-00000"), format!("{attempt}").as_bytes(), false).unwrap();
+    }
+    assert!(job.commit_task(0, 1).unwrap());
+    assert!(!job.commit_task(0, 0).unwrap());
+    assert!(!storage::exists(&job.attempt_url(0, 0)).unwrap());
+    job.setup_task(1, 0).unwrap();
+    storage::write(&format!("{}/part-00001", job.attempt_url(1, 0)), b"x", false).unwrap();
+    job.commit_task(1, 0).unwrap();
+    assert!(storage::expand_inputs(&root).unwrap().is_empty(), "nothing visible before the job commit");
+
+    let done = job.commit_job(&[0, 1], false).unwrap();
+    assert_eq!(done.files, [format!("{root}/c=1/part-00000"), format!("{root}/part-00001")]);
+    assert_eq!(storage::read(&done.files[0]).unwrap(), b"1");
+    assert!(storage::exists(&format!("{root}/_SUCCESS")).unwrap());
+    assert!(!storage::exists(&format!("{root}/_temporary")).unwrap());
+}

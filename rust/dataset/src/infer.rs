@@ -6,7 +6,7 @@
 
 use arrow::datatypes::Schema;
 use sparktrain_storage::FileStatus;
-use sparktrain_tfrecord::{Compression, ReaderOptions, SchemaInference};
+use sparktrain_tfrecord::{Compression, ReaderOptions, RecordSchemaInference, RecordType};
 
 use crate::error::Result;
 use crate::open::{input_files, open_records};
@@ -20,22 +20,32 @@ pub struct InferOptions {
     pub compression: Option<Compression>,
     /// Step over corrupt records instead of failing.
     pub skip_corrupt: bool,
+    /// What the records hold.
+    pub record_type: RecordType,
 }
 
 impl Default for InferOptions {
     fn default() -> Self {
-        InferOptions { max_records: 10_000, compression: None, skip_corrupt: false }
+        InferOptions {
+            max_records: 10_000,
+            compression: None,
+            skip_corrupt: false,
+            record_type: RecordType::Example,
+        }
     }
 }
 
-/// The schema of the `tf.train.Example`s under `path_or_glob`.
+/// The schema of the records under `path_or_glob`.
 pub fn infer_schema(path_or_glob: &str, options: &InferOptions) -> Result<Schema> {
     infer_schema_of(&input_files(path_or_glob)?, options)
 }
 
-/// The schema of the `tf.train.Example`s in `files`.
+/// The schema of the records in `files`.
 pub fn infer_schema_of(files: &[FileStatus], options: &InferOptions) -> Result<Schema> {
-    let mut inference = SchemaInference::new();
+    let mut inference = RecordSchemaInference::new(options.record_type);
+    if !inference.needs_records() {
+        return Ok(inference.schema());
+    }
     let budget = options.max_records.max(1);
     let per_file = (budget / files.len().max(1)).max(1);
     let reader_options = ReaderOptions { skip_corrupt: options.skip_corrupt };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use sparktrain_storage::FileStatus;
-use sparktrain_tfrecord::{Compression, ExampleBatchReader, ReaderOptions, SkippedRegion};
+use sparktrain_tfrecord::{Compression, ExampleBatchReader, ReaderOptions, RecordType, SkippedRegion};
 
 use crate::error::{Error, Result};
 use crate::infer::{InferOptions, infer_schema_of};
@@ -27,6 +27,8 @@ pub struct ReadOptions {
     pub skip_corrupt: bool,
     /// Records sampled for inference when no schema is given.
     pub infer_max_records: usize,
+    /// What the records hold.
+    pub record_type: RecordType,
 }
 
 impl Default for ReadOptions {
@@ -38,6 +40,7 @@ impl Default for ReadOptions {
             compression: None,
             skip_corrupt: false,
             infer_max_records: InferOptions::default().max_records,
+            record_type: RecordType::Example,
         }
     }
 }
@@ -76,6 +79,7 @@ impl DatasetReader {
                     max_records: options.infer_max_records,
                     compression: options.compression,
                     skip_corrupt: options.skip_corrupt,
+                    record_type: options.record_type,
                 };
                 Arc::new(infer_schema_of(&files, &infer)?)
             }
@@ -131,8 +135,12 @@ impl DatasetReader {
             self.next_file += 1;
             let options = ReaderOptions { skip_corrupt: self.options.skip_corrupt };
             let records = open_records(&file.url, self.options.compression, options)?;
-            self.current =
-                Some(ExampleBatchReader::new(records, self.schema.clone(), self.options.batch_size)?);
+            self.current = Some(ExampleBatchReader::with_record_type(
+                records,
+                self.schema.clone(),
+                self.options.batch_size,
+                self.options.record_type,
+            )?);
         }
     }
 }

@@ -8,7 +8,7 @@ use arrow::record_batch::RecordBatch;
 use sparktrain_storage::AtomicWriter;
 use sparktrain_tfrecord::compression::CompressedWriter;
 use sparktrain_tfrecord::proto::Feature;
-use sparktrain_tfrecord::{Compression, ExampleEncoder, RecordWriter};
+use sparktrain_tfrecord::{Compression, RecordEncoder, RecordType, RecordWriter};
 
 use crate::error::{Error, Result};
 
@@ -60,11 +60,12 @@ impl RecordFileWriter {
     }
 }
 
-/// Arrow batches into one file of `tf.train.Example`s.
+/// Arrow batches into one file of `tf.train.Example`s, `SequenceExample`s or raw records.
 pub struct ExampleFileWriter {
     file: RecordFileWriter,
     defaults: HashMap<String, Feature>,
-    encoder: Option<ExampleEncoder>,
+    record_type: RecordType,
+    encoder: Option<RecordEncoder>,
 }
 
 impl ExampleFileWriter {
@@ -79,8 +80,15 @@ impl ExampleFileWriter {
         Ok(ExampleFileWriter {
             file: RecordFileWriter::create(url, compression, overwrite)?,
             defaults,
+            record_type: RecordType::Example,
             encoder: None,
         })
+    }
+
+    /// Writes records of `record_type` instead of `Example`s (before the first batch).
+    pub fn with_record_type(mut self, record_type: RecordType) -> Self {
+        self.record_type = record_type;
+        self
     }
 
     /// Appends one row per row of `batch`. The first batch fixes the schema; later batches must
@@ -88,7 +96,7 @@ impl ExampleFileWriter {
     pub fn write_batch(&mut self, batch: &RecordBatch) -> Result<u64> {
         let encoder = match &mut self.encoder {
             Some(encoder) => encoder,
-            slot @ None => slot.insert(ExampleEncoder::new(batch.schema(), &self.defaults)?),
+            slot @ None => slot.insert(RecordEncoder::new(self.record_type, batch.schema(), &self.defaults)?),
         };
         let file = &mut self.file;
         encoder.encode(batch, |payload| {

@@ -4,14 +4,19 @@ use std::collections::HashMap;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
-use sparktrain_tfrecord::Compression;
 use sparktrain_tfrecord::proto::Feature;
+use sparktrain_tfrecord::{Compression, RecordType};
 
 use crate::errors;
 
 /// `None` or a compression name (`"GZIP"`, `"ZLIB"`, `"NONE"`, `""`).
 pub fn compression(name: Option<&str>) -> PyResult<Option<Compression>> {
     name.map(|n| n.parse::<Compression>().map_err(errors::record)).transpose()
+}
+
+/// A record type name (`"Example"`, `"SequenceExample"`, `"ByteArray"`, any case).
+pub fn record_type(name: &str) -> PyResult<RecordType> {
+    name.parse::<RecordType>().map_err(errors::record)
 }
 
 /// A Python value (a scalar or a list of one kind) as the feature written for a null.

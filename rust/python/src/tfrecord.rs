@@ -142,7 +142,8 @@ impl RecordReader {
     }
 }
 
-/// Writes Arrow record batches as `tf.train.Example`s to one file that appears on `close`.
+/// Writes Arrow record batches as `Example`s, `SequenceExample`s or raw records to one file
+/// that appears on `close`.
 #[pyclass(module = "sparktrain._native")]
 struct ExampleWriter {
     inner: Mutex<Option<ExampleFileWriter>>,
@@ -151,18 +152,23 @@ struct ExampleWriter {
 #[pymethods]
 impl ExampleWriter {
     #[new]
-    #[pyo3(signature = (path, compression=None, overwrite=false, defaults=None))]
+    #[pyo3(signature = (path, compression=None, overwrite=false, defaults=None, record_type="Example"))]
     fn new(
         py: Python<'_>,
         path: String,
         compression: Option<&str>,
         overwrite: bool,
         defaults: Option<&Bound<'_, PyDict>>,
+        record_type: &str,
     ) -> PyResult<Self> {
         let compression = convert::compression(compression)?;
         let defaults = convert::defaults(defaults)?;
-        let writer = detach(py, || ExampleFileWriter::create(&path, compression, overwrite, defaults))
-            .map_err(errors::dataset)?;
+        let record_type = convert::record_type(record_type)?;
+        let writer = detach(py, || {
+            ExampleFileWriter::create(&path, compression, overwrite, defaults)
+                .map(|w| w.with_record_type(record_type))
+        })
+        .map_err(errors::dataset)?;
         Ok(ExampleWriter { inner: Mutex::new(Some(writer)) })
     }
 
@@ -197,7 +203,7 @@ struct ExampleReader {
 #[pymethods]
 impl ExampleReader {
     #[new]
-    #[pyo3(signature = (path, schema=None, columns=None, batch_size=65536, compression=None, skip_corrupt=false, infer_max_records=10000))]
+    #[pyo3(signature = (path, schema=None, columns=None, batch_size=65536, compression=None, skip_corrupt=false, infer_max_records=10000, record_type="Example"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -208,8 +214,10 @@ impl ExampleReader {
         compression: Option<&str>,
         skip_corrupt: bool,
         infer_max_records: usize,
+        record_type: &str,
     ) -> PyResult<Self> {
         let schema = schema.map(Schema::from_pyarrow_bound).transpose()?.map(Arc::new);
+        let record_type = convert::record_type(record_type)?;
         let options = ReadOptions {
             schema,
             columns,
@@ -217,6 +225,7 @@ impl ExampleReader {
             compression: convert::compression(compression)?,
             skip_corrupt,
             infer_max_records,
+            record_type,
         };
         let reader = detach(py, || DatasetReader::open(&path, options)).map_err(errors::dataset)?;
         Ok(ExampleReader { inner: Mutex::new(reader) })
@@ -253,15 +262,21 @@ impl ExampleReader {
 
 /// The `pyarrow.Schema` inferred from a sample of the records under `path`.
 #[pyfunction]
-#[pyo3(signature = (path, compression=None, max_records=10000, skip_corrupt=false))]
+#[pyo3(signature = (path, compression=None, max_records=10000, skip_corrupt=false, record_type="Example"))]
 fn infer_example_schema<'py>(
     py: Python<'py>,
     path: String,
     compression: Option<&str>,
     max_records: usize,
     skip_corrupt: bool,
+    record_type: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let options = InferOptions { max_records, compression: convert::compression(compression)?, skip_corrupt };
+    let options = InferOptions {
+        max_records,
+        compression: convert::compression(compression)?,
+        skip_corrupt,
+        record_type: convert::record_type(record_type)?,
+    };
     let schema = detach(py, || infer_schema(&path, &options)).map_err(errors::dataset)?;
     schema.to_pyarrow(py)
 }

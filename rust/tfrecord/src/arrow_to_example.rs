@@ -7,6 +7,7 @@
 //! | bool, int8–int64, uint8–uint64 | `int64_list` (uint64 above 2^63-1 is an error) |
 //! | float16, float32, float64 | `float_list` (float64 is rounded to float32, as TensorFlow stores it) |
 //! | utf8, large_utf8, utf8_view, binary, large_binary, binary_view, fixed_size_binary | `bytes_list` |
+//! | date32/64, timestamp, decimal128/256 | see [`crate::logical_types`]: int64 days, int64 microseconds, decimal text |
 //! | dictionary of any of those | as its value type |
 //! | list, large_list, fixed_size_list of any of those | the same list kind, one value per element |
 //!
@@ -41,7 +42,12 @@ pub fn feature_kind_of(data_type: &DataType) -> Result<(Kind, bool), String> {
                 Ok(Kind::Bytes)
             }
             Dictionary(_, value) => scalar(value),
-            other => Err(format!("type {other} has no tf.train.Feature representation")),
+            other => crate::logical_types::stored_kind(other).ok_or_else(|| {
+                format!(
+                    "type {other} has no tf.train.Feature representation (map, struct and union \
+                     columns must be flattened or serialized first)"
+                )
+            }),
         }
     }
     match data_type {
@@ -434,6 +440,7 @@ fn prepare<'p>(array: &ArrayRef, plan: &'p ColumnPlan) -> Result<Prepared<'p>> {
     };
     let options = CastOptions { safe: false, ..Default::default() };
     let item_type = storage_type(plan.kind);
+    let array = &crate::logical_types::to_stored(array, &plan.name)?;
     if !plan.list {
         let values = cast_with_options(array, &item_type, &options).map_err(cast_error)?;
         let nulls = array.logical_nulls();

@@ -1,4 +1,5 @@
-//! Arrow record batches from one TFRecord stream of `tf.train.Example`s.
+//! Arrow record batches from one TFRecord stream of `Example`s, `SequenceExample`s or raw
+//! records.
 
 use std::io::Read;
 
@@ -6,22 +7,32 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
 use crate::error::{Error, Result};
-use crate::example_to_arrow::ExampleDecoder;
 use crate::framing::RecordReader;
+use crate::record_type::{RecordDecoder, RecordType};
 
 /// Yields batches of at most `batch_size` rows decoded from a [`RecordReader`].
 pub struct ExampleBatchReader<R: Read> {
     records: RecordReader<R>,
     /// The stream's name for errors, kept apart from `records` because a payload borrows it.
     path: String,
-    decoder: ExampleDecoder,
+    decoder: RecordDecoder,
     batch_size: usize,
     done: bool,
 }
 
 impl<R: Read> ExampleBatchReader<R> {
-    /// A reader producing batches of `schema` from `records`.
+    /// A reader producing batches of `schema` from `records` of `tf.train.Example`s.
     pub fn new(records: RecordReader<R>, schema: SchemaRef, batch_size: usize) -> Result<Self> {
+        Self::with_record_type(records, schema, batch_size, RecordType::Example)
+    }
+
+    /// A reader producing batches of `schema` from `records` of `record_type`.
+    pub fn with_record_type(
+        records: RecordReader<R>,
+        schema: SchemaRef,
+        batch_size: usize,
+        record_type: RecordType,
+    ) -> Result<Self> {
         if batch_size == 0 {
             return Err(Error::InvalidArgument("batch_size must be at least 1".into()));
         }
@@ -29,7 +40,7 @@ impl<R: Read> ExampleBatchReader<R> {
         Ok(ExampleBatchReader {
             records,
             path,
-            decoder: ExampleDecoder::new(schema)?,
+            decoder: RecordDecoder::new(record_type, schema)?,
             batch_size,
             done: false,
         })

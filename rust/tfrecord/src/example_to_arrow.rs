@@ -42,7 +42,8 @@ fn target_of(field: &Field) -> Result<Target> {
             Float16 | Float32 | Float64 => (Kind::Float, false),
             Utf8 | LargeUtf8 | Utf8View => (Kind::Bytes, true),
             Binary | LargeBinary | BinaryView => (Kind::Bytes, false),
-            _ => return None,
+            // Decimals are stored as their text.
+            other => (crate::logical_types::stored_kind(other)?, true),
         })
     }
     let dt = field.data_type();
@@ -226,7 +227,7 @@ impl ColumnBuilder {
     }
 
     fn finish(&mut self) -> Result<ArrayRef> {
-        let values: ArrayRef = match self.target.kind {
+        let stored: ArrayRef = match self.target.kind {
             Kind::Int64 => Arc::new(Int64Array::new(std::mem::take(&mut self.ints).into(), None)),
             Kind::Float => Arc::new(Float32Array::new(std::mem::take(&mut self.floats).into(), None)),
             Kind::Bytes => {
@@ -242,18 +243,37 @@ impl ColumnBuilder {
                 }
             }
         };
+        let item_type = match self.field.data_type() {
+            DataType::List(item) | DataType::LargeList(item) | DataType::FixedSizeList(item, _) => {
+                item.data_type()
+            }
+            other => other,
+        };
         let nulls = self.nulls.finish();
+        let arrow_error =
+            |source| Error::Arrow { context: format!("column '{}'", self.field.name()), source };
+        // Dates, timestamps and decimals are converted from their stored values here, before the
+        // list structure goes on: a cast of the whole column cannot read them. Scalar columns get
+        // their nulls first, so that the placeholders of null rows are not parsed.
+        let logical = crate::logical_types::stored_kind(item_type).is_some();
         let built: ArrayRef = if self.target.list {
+            let values = if logical {
+                crate::logical_types::from_stored(stored, item_type, self.field.name())?
+            } else {
+                stored
+            };
             let item = Arc::new(Field::new_list_field(values.data_type().clone(), true));
             let offsets = OffsetBuffer::new(ScalarBuffer::from(std::mem::take(&mut self.list_offsets)));
-            Arc::new(ListArray::try_new(item, offsets, values, nulls).map_err(|source| Error::Arrow {
-                context: format!("column '{}'", self.field.name()),
-                source,
-            })?)
+            Arc::new(ListArray::try_new(item, offsets, values, nulls).map_err(arrow_error)?)
         } else {
-            arrow::array::make_array(values.to_data().into_builder().nulls(nulls).build().map_err(
-                |source| Error::Arrow { context: format!("column '{}'", self.field.name()), source },
-            )?)
+            let with_nulls = arrow::array::make_array(
+                stored.to_data().into_builder().nulls(nulls).build().map_err(arrow_error)?,
+            );
+            if logical {
+                crate::logical_types::from_stored(with_nulls, item_type, self.field.name())?
+            } else {
+                with_nulls
+            }
         };
         self.reset();
         if built.data_type() == self.field.data_type() {

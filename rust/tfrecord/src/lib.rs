@@ -6,6 +6,8 @@
 //! - [`proto`]: `Example`, `SequenceExample`, `Event` and `Summary` as prost messages.
 //! - [`arrow_to_example`] and [`example_to_arrow`]: the columnar fast paths, with schema
 //!   inference.
+//! - [`sequence_example`]: the same for `tf.train.SequenceExample`s; [`record_type`] chooses
+//!   between them and raw byte records.
 //! - [`batches`]: a reader that yields Arrow batches from one TFRecord stream.
 //!
 //! The crate does no file-system or network I/O of its own: it reads any [`std::io::Read`] and
@@ -18,7 +20,10 @@ pub mod crc;
 pub mod error;
 pub mod example_to_arrow;
 pub mod framing;
+mod logical_types;
 pub mod proto;
+pub mod record_type;
+pub mod sequence_example;
 #[doc(hidden)]
 pub mod untrusted;
 pub mod wire;
@@ -29,3 +34,5 @@ pub use compression::Compression;
 pub use error::{CorruptionKind, Error, Result};
 pub use example_to_arrow::{ExampleDecoder, SchemaInference};
 pub use framing::{ReaderOptions, RecordReader, RecordWriter, SkippedRegion};
+pub use record_type::{RecordDecoder, RecordEncoder, RecordSchemaInference, RecordType};
+pub use sequence_example::{SequenceExampleDecoder, SequenceExampleEncoder, SequenceSchemaInference};

@@ -1,4 +1,9 @@
-"""TFRecord files to and from Arrow, on local paths and HDFS.
+"""TFRecord files to and from Arrow and Spark DataFrames, on local paths and HDFS.
+
+Spark: :func:`write` writes a DataFrame or RDD from Spark tasks; :func:`read_dataframe` and
+``spark.read.format("tfrecord")`` read one (:func:`register` adds the format to a session, which
+importing this module does for the active one). The Spark type table is in
+:mod:`sparktrain.spark_types`.
 
 All work (framing, CRC-32C, compression, ``tf.train.Example`` encoding and decoding, file I/O)
 happens in Rust with the GIL released; Python only hands over Arrow batches.
@@ -18,11 +23,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from sparktrain import _native
+from sparktrain.dataframes import WriteResult, read_dataframe, write
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _log = logging.getLogger(__name__)
 
@@ -222,11 +231,35 @@ class RecordReader(Iterator[bytes]):
         return None
 
 
+def register(spark: SparkSession) -> None:
+    """Adds the ``tfrecord`` format to ``spark.read`` and ``df.write`` of this session."""
+    from sparktrain.datasource import register as register_source
+
+    register_source(spark)
+
+
+def _register_with_active_session() -> None:
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        return
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        register(session)
+
+
+_register_with_active_session()
+
+
 __all__ = [
     "ExampleBatches",
     "RecordReader",
     "RecordWriter",
+    "WriteResult",
     "infer_schema",
     "read",
+    "read_dataframe",
+    "register",
+    "write",
     "write_batches",
 ]

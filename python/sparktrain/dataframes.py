@@ -1,0 +1,191 @@
+"""Spark DataFrames and RDDs to TFRecord datasets, and back.
+
+Writing runs as Spark tasks: ``mapInArrow`` hands each task its Arrow batches, and the Rust
+writer streams them straight to the output URL (``hdfs://``, ``file://``, a bare path). No row
+reaches the driver and no row is touched by Python. Reading goes through the ``tfrecord`` data
+source (:mod:`sparktrain.datasource`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from sparktrain import fs
+from sparktrain.errors import InvalidArgumentError, PathExistsError
+from sparktrain.output import RESULT_SCHEMA, WriteJob, binary_batches, result_batch, write_task
+from sparktrain.spark_types import check_writable, record_type_of
+
+if TYPE_CHECKING:
+    from pyspark import RDD
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+_log = logging.getLogger(__name__)
+
+MODES = ("errorifexists", "overwrite", "append", "ignore")
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What :func:`write` did: the output folder, the files it published (none when
+    ``mode="ignore"`` found the folder), and the rows written."""
+
+    path: str
+    files: list[str]
+    rows: int
+
+
+def _mode_of(mode: str) -> str:
+    normalized = mode.lower().replace("_", "")
+    if normalized in ("error", "errorifexists", "default"):
+        return "errorifexists"
+    if normalized in MODES:
+        return normalized
+    raise InvalidArgumentError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+
+
+def _task_identity() -> tuple[int, int]:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("sparktrain's writer must run inside a Spark task")
+    return context.partitionId(), context.attemptNumber()
+
+
+def _arrow_task(job: WriteJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        task, attempt = _task_identity()
+        yield result_batch(write_task(job, batches, task, attempt))
+
+    return run
+
+
+def _bytes_task(job: WriteJob) -> Callable[[Iterator[bytes]], Iterator[tuple[int, int, int, int, bool]]]:
+    def run(records: Iterator[bytes]) -> Iterator[tuple[int, int, int, int, bool]]:
+        task, attempt = _task_identity()
+        r = write_task(job, binary_batches(records), task, attempt)
+        yield (r.task, r.attempt, r.rows, r.files, r.committed)
+
+    return run
+
+
+def _is_rdd(data: object) -> bool:
+    from pyspark import RDD
+
+    return isinstance(data, RDD)
+
+
+def write(
+    data: DataFrame | RDD[Any],
+    path: str,
+    mode: str = "errorifexists",
+    compression: str | None = None,
+    record_type: str = "Example",
+    partition_by: str | Sequence[str] | None = None,
+    num_files: int | None = None,
+) -> WriteResult:
+    """Writes a DataFrame (or an RDD) as a folder of TFRecord files, from Spark tasks.
+
+    ``path`` is a folder URL: ``hdfs://nn:port/...``, ``file:///...`` or a local path seen by
+    every executor. ``mode`` is ``errorifexists`` (the default: an existing ``path`` raises
+    :class:`PathExistsError`), ``overwrite`` (the old content is replaced when the job commits,
+    so a failed job keeps it), ``append`` or ``ignore`` (do nothing if ``path`` exists).
+    ``compression`` is ``None``, ``"GZIP"`` or ``"ZLIB"``. ``record_type`` is ``"Example"``,
+    ``"SequenceExample"`` (array-of-array columns become feature lists, the others context
+    features) or ``"ByteArray"`` (one binary column, each value one raw record); the type table
+    is in :mod:`sparktrain.spark_types`. ``partition_by`` writes ``col=value/`` sub-folders, the
+    columns leaving the records. ``num_files`` repartitions to that many tasks (one file each,
+    per partition folder) first; otherwise each input partition writes one file.
+
+    ``data`` may also be an RDD: of ``Row``s or dicts (converted through a DataFrame), or of
+    serialized records (``bytes``, e.g. ``tf.train.Example.SerializeToString()``), which are
+    written as they are.
+
+    The files are ``part-<task>-<job id>.tfrecord[.gz]``; ``_SUCCESS`` is written after every
+    task succeeded. Returns the files written and the row count.
+    """
+    mode = _mode_of(mode)
+    record_type = record_type_of(record_type)
+    columns = (partition_by,) if isinstance(partition_by, str) else tuple(partition_by or ())
+    if num_files is not None and num_files < 1:
+        raise InvalidArgumentError(f"num_files must be at least 1, not {num_files}")
+    job = WriteJob(path.rstrip("/") or path, record_type, compression, columns)
+
+    if fs.exists(path):
+        if mode == "errorifexists":
+            raise PathExistsError(f"{path} already exists (use mode='overwrite' or 'append')", path=path)
+        if mode == "ignore":
+            _log.info("%s exists; mode='ignore' writes nothing", path)
+            return WriteResult(path, [], 0)
+        if not fs.status(path).is_dir:
+            raise PathExistsError(f"{path} is a file, not a folder", path=path)
+
+    if _is_rdd(data):
+        sample = data.take(1)  # type: ignore[union-attr]
+        if sample and isinstance(sample[0], bytes | bytearray):
+            if columns:
+                raise InvalidArgumentError("partition_by needs columns; an RDD of bytes has none")
+            rdd = data.repartition(num_files) if num_files else data  # type: ignore[union-attr]
+            raw = WriteJob(job.root, "ByteArray", job.compression, (), job.job_id)
+            return _run(raw, mode, lambda: rdd.mapPartitions(_bytes_task(raw)).collect(), path)
+        from pyspark.sql import SparkSession
+
+        data = SparkSession.builder.getOrCreate().createDataFrame(data)  # type: ignore[arg-type]
+
+    df: DataFrame = data  # type: ignore[assignment]
+    check_writable(df.schema, record_type, columns)
+    if num_files:
+        df = df.repartition(num_files)
+    if columns:
+        df = df.sortWithinPartitions(*columns)
+    return _run(job, mode, lambda: df.mapInArrow(_arrow_task(job), RESULT_SCHEMA).collect(), path)
+
+
+def _run(job: WriteJob, mode: str, tasks: Any, path: str) -> WriteResult:
+    """Runs the tasks, then commits the job; aborts it on any failure."""
+    try:
+        results = tasks()
+        expected = max((r[0] for r in results), default=-1) + 1
+        seen = {r[0] for r in results}
+        if seen != set(range(expected)):
+            missing = sorted(set(range(expected)) - seen)
+            raise RuntimeError(f"tasks {missing} of the write to {path} reported no result")
+        files = job.commit(seen, overwrite=mode == "overwrite")
+    except BaseException:
+        job.abort()
+        raise
+    rows = sum(r[2] for r in results)
+    _log.info("wrote %d rows in %d files to %s", rows, len(files), path)
+    return WriteResult(path, files, rows)
+
+
+def read_dataframe(
+    spark: SparkSession,
+    path: str,
+    schema: StructType | str | None = None,
+    *,
+    record_type: str = "Example",
+    compression: str | None = None,
+    skip_corrupt: bool = False,
+) -> DataFrame:
+    """Reads a TFRecord folder, file or glob as a DataFrame, through the ``tfrecord`` data
+    source (``spark.read.format("tfrecord")``). Without ``schema`` one is inferred from a sample
+    spread over all files, plus the ``col=value/`` partition columns of the folders. Only the
+    schema's columns are decoded: give a schema with fewer columns to read less."""
+    from sparktrain.datasource import register
+
+    register(spark)
+    reader = spark.read.format("tfrecord").option("recordType", record_type_of(record_type))
+    if compression:
+        reader = reader.option("compression", compression)
+    if skip_corrupt:
+        reader = reader.option("skipCorrupt", "true")
+    if schema is not None:
+        reader = reader.schema(schema)
+    return reader.load(path)

@@ -1,0 +1,235 @@
+"""DataFrame ⇄ TFRecord benchmark on Spark: sparktrain against TensorFlowOnSpark's path and a
+hand-written mapPartitions job, on the same 1M-row Criteo-like DataFrame, in one run.
+
+On ``local-cluster[2,1,1024]`` (two executors, one core each), the DataFrame is read from the
+same 8 Parquet files by every contender (that read is part of every timing), then:
+
+  write (a) sparktrain: ``sparktrain.tfrecord.write(df, path)`` (mapInArrow → Rust writer);
+        (b) mapPartitions: one ``tf.train.Example`` per row, ``tf.io.TFRecordWriter`` per partition;
+        (c) TFoS: ``dfutil.saveAsTFRecords``'s path: TFoS's per-row ``toTFExample`` and
+            ``saveAsNewAPIHadoopFile`` with the jar's ``TFRecordFileOutputFormat`` (TFoS names a
+            class from TensorFlow's ecosystem jar, which is not on Maven Central);
+  read  (d) sparktrain: ``read_dataframe`` with the schema inferred;
+        (e) TFoS: ``dfutil.loadTFRecords``'s path: ``newAPIHadoopFile`` with the jar's
+            ``TFRecordFileInputFormat``, TFoS's per-row ``fromTFExample``, ``createDataFrame``.
+
+Every read materializes all columns of all rows through Spark's ``noop`` sink. It prints rows/s
+and the ratios. The peers need TensorFlowOnSpark in the virtualenv::
+
+    .venv/bin/pip install -r tests/bench/requirements-peers.txt
+    .venv/bin/python tests/bench/bench_dataframe.py [--rows 1000000] [--repeat 3] [--peer-repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_tfrecord import DENSE, ROOT, SPARSE, criteo_like
+
+OUTPUT_FORMAT = "io.sparktrain.hadoop.TFRecordFileOutputFormat"
+INPUT_FORMAT = "io.sparktrain.hadoop.TFRecordFileInputFormat"
+KEY = "org.apache.hadoop.io.BytesWritable"
+VALUE = "org.apache.hadoop.io.NullWritable"
+PARTITIONS = 8
+
+
+def median_time(fn: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def session() -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    jars = sorted((ROOT / "jars" / "target").glob("sparktrain-hadoop-*.jar"))
+    if not jars:
+        sys.exit(
+            "jars/target/sparktrain-hadoop-*.jar is missing: "
+            "run bash tests/run.sh or mvn -f jars/pom.xml package"
+        )
+    spark = (
+        SparkSession.builder.master("local-cluster[2,1,1024]")
+        .appName("sparktrain-bench-dataframe")
+        .config("spark.jars", str(jars[-1]))
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def map_partitions_writer(out: str) -> Callable[[int, Iterator[Any]], Iterator[int]]:
+    """What a user writes by hand: one ``tf.train.Example`` per row, one file per partition."""
+
+    def write(index: int, rows: Iterator[Any]) -> Iterator[int]:
+        import tensorflow as tf
+
+        n = 0
+        with tf.io.TFRecordWriter(f"{out}/part-{index:05d}.tfrecord") as writer:
+            for row in rows:
+                feature = {}
+                for name, value in row.asDict().items():
+                    if isinstance(value, float):
+                        feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=[value]))
+                    else:
+                        feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+                example = tf.train.Example(features=tf.train.Features(feature=feature))
+                writer.write(example.SerializeToString())
+                n += 1
+        yield n
+
+    return write
+
+
+def count_records(path: str) -> int:
+    from sparktrain import fs, tfrecord
+
+    return sum(sum(1 for _ in tfrecord.RecordReader(f.path)) for f in fs.expand_inputs(path))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each sparktrain measurement (median)")
+    parser.add_argument("--peer-repeat", type=int, default=1, help="runs of each peer measurement (median)")
+    args = parser.parse_args()
+    try:
+        from tensorflowonspark import dfutil
+    except ImportError:
+        sys.exit("TensorFlowOnSpark is missing: .venv/bin/pip install -r tests/bench/requirements-peers.txt")
+
+    from sparktrain import tfrecord
+
+    spark = session()
+    rows = args.rows
+    results: dict[str, tuple[float, int]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        source = f"{tmp}/source"
+        os.makedirs(source)
+        table = criteo_like(rows)
+        step = -(-rows // PARTITIONS)
+        for i in range(PARTITIONS):
+            pq.write_table(table.slice(i * step, step), f"{source}/part-{i}.parquet")
+
+        def df() -> Any:
+            return spark.read.parquet(source)
+
+        assert df().rdd.getNumPartitions() == PARTITIONS, df().rdd.getNumPartitions()
+
+        ours = f"{tmp}/sparktrain"
+        seconds = median_time(lambda: tfrecord.write(df(), ours, mode="overwrite"), args.repeat)
+        results["(a) write: sparktrain.tfrecord.write"] = (seconds, count_records(ours))
+
+        by_hand = f"{tmp}/mappartitions"
+
+        def hand_write() -> None:
+            os.makedirs(by_hand, exist_ok=True)
+            df().rdd.mapPartitionsWithIndex(map_partitions_writer(by_hand)).sum()
+
+        seconds = median_time(hand_write, args.peer_repeat)
+        results["(b) write: mapPartitions + tf.io.TFRecordWriter"] = (seconds, count_records(by_hand))
+
+        tfos = f"{tmp}/tfos"
+
+        def tfos_write() -> None:
+            frame = df()
+            examples = frame.rdd.mapPartitions(dfutil.toTFExample(frame.dtypes))
+            examples.saveAsNewAPIHadoopFile(tfos, OUTPUT_FORMAT, keyClass=KEY, valueClass=VALUE)
+
+        def tfos_write_fresh() -> None:
+            import shutil
+
+            shutil.rmtree(tfos, ignore_errors=True)
+            tfos_write()
+
+        seconds = median_time(tfos_write_fresh, args.peer_repeat)
+        results["(c) write: TFoS dfutil.saveAsTFRecords path"] = (seconds, count_records(tfos))
+
+        def our_read() -> None:
+            tfrecord.read_dataframe(spark, ours).write.format("noop").mode("overwrite").save()
+
+        seconds = median_time(our_read, args.repeat)
+        results["(d) read: sparktrain.tfrecord.read_dataframe"] = (seconds, rows)
+
+        def tfos_read() -> None:
+            sc = spark.sparkContext
+            raw = sc.newAPIHadoopFile(ours, INPUT_FORMAT, keyClass=KEY, valueClass=VALUE)
+            import tensorflow as tf
+
+            first = tf.train.Example()
+            first.ParseFromString(bytes(raw.take(1)[0][0]))
+            schema = dfutil.infer_schema(first, [])
+            parsed = raw.mapPartitions(lambda it: dfutil.fromTFExample(it, []))
+            spark.createDataFrame(parsed, schema).write.format("noop").mode("overwrite").save()
+
+        seconds = median_time(tfos_read, args.peer_repeat)
+        results["(e) read: TFoS dfutil.loadTFRecords path"] = (seconds, rows)
+
+        # All writers stored the same values (floats as float32 everywhere).
+        import tensorflow as tf
+
+        def first_records(path: str) -> dict[int, dict[str, Any]]:
+            from sparktrain import fs
+
+            out = {}
+            for f in fs.expand_inputs(path)[:2]:
+                for i, record in enumerate(tfrecord.RecordReader(f.path)):
+                    example = tf.train.Example.FromString(record)
+                    values = {
+                        k: list(v.int64_list.value or v.float_list.value)
+                        for k, v in example.features.feature.items()
+                    }
+                    out[values["C1"][0]] = values
+                    if i == 50:
+                        break
+            return out
+
+        samples = [first_records(p) for p in (ours, by_hand, tfos)]
+        shared = set(samples[0]) & set(samples[1]) & set(samples[2])
+        assert shared, "no common sample rows"
+        for key in shared:
+            assert samples[0][key] == samples[1][key] == samples[2][key], key
+
+    spark.stop()
+    print(
+        f"rows: {rows:,}; local-cluster[2,1,1024]; {PARTITIONS} partitions; columns: label, "
+        f"{len(DENSE)} float, {len(SPARSE)} int64; "
+        f"sparktrain median of {args.repeat}, peers of {args.peer_repeat}"
+    )
+    print(f"{'work':52} {'seconds':>8} {'rows/s':>10}")
+    rate = {}
+    for name, (seconds, n) in results.items():
+        assert n == rows, (name, n)
+        rate[name] = rows / seconds
+        print(f"{name:52} {seconds:>8.2f} {rows / seconds:>10,.0f}")
+    k = list(results)
+    print(f"write ratio sparktrain / TFoS path: {rate[k[0]] / rate[k[2]]:.1f}x")
+    print(f"write ratio sparktrain / mapPartitions: {rate[k[0]] / rate[k[1]]:.1f}x")
+    print(f"read ratio sparktrain / TFoS path: {rate[k[3]] / rate[k[4]]:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

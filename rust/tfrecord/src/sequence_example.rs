@@ -108,8 +108,9 @@ impl SequenceExampleEncoder {
             .iter()
             .map(|(i, plan)| stored_lists(batch.column(*i), plan))
             .collect::<Result<Vec<_>>>()?;
+        let mut lists = Vec::new();
         for (row, record) in records.iter_mut().enumerate() {
-            let mut lists = FeatureLists::default();
+            lists.clear();
             for ((_, plan), column) in self.list_columns.iter().zip(&columns) {
                 if column.is_null(row) {
                     continue;
@@ -135,12 +136,24 @@ impl SequenceExampleEncoder {
                     }
                     list.feature.push(feature_of(&values, plan.kind));
                 }
-                lists.feature_list.insert(plan.name.clone(), list);
+                // A map entry always carries its value, even an empty one: TensorFlow's parser
+                // rejects an entry without it (prost would leave an empty message out).
+                let body = list.encode_to_vec();
+                let mut entry = Vec::with_capacity(plan.name.len() + body.len() + 8);
+                put_key(&mut entry, 1, WIRE_LEN);
+                put_varint(&mut entry, plan.name.len() as u64);
+                entry.extend_from_slice(plan.name.as_bytes());
+                put_key(&mut entry, 2, WIRE_LEN);
+                put_varint(&mut entry, body.len() as u64);
+                entry.extend_from_slice(&body);
+                put_key(&mut lists, 1, WIRE_LEN);
+                put_varint(&mut lists, entry.len() as u64);
+                lists.extend_from_slice(&entry);
             }
-            if !lists.feature_list.is_empty() {
+            if !lists.is_empty() {
                 put_key(record, 2, WIRE_LEN);
-                put_varint(record, lists.encoded_len() as u64);
-                lists.encode_raw(record);
+                put_varint(record, lists.len() as u64);
+                record.extend_from_slice(&lists);
             }
             sink(record)?;
         }

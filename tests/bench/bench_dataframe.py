@@ -13,8 +13,10 @@ same 8 Parquet files by every contender (that read is part of every timing), the
         (e) TFoS: ``dfutil.loadTFRecords``'s path: ``newAPIHadoopFile`` with the jar's
             ``TFRecordFileInputFormat``, TFoS's per-row ``fromTFExample``, ``createDataFrame``.
 
-Every read materializes all columns of all rows through Spark's ``noop`` sink. It prints rows/s
-and the ratios. The peers need TensorFlowOnSpark in the virtualenv::
+Every read materializes all columns of all rows through Spark's ``noop`` sink. Two floors are
+measured too: Spark scanning the Parquet files alone, and Spark handing the rows to Python as
+Arrow batches (``mapInArrow`` doing nothing), the least any Python-side writer can take. It
+prints rows/s and the ratios. The peers need TensorFlowOnSpark in the virtualenv::
 
     .venv/bin/pip install -r tests/bench/requirements-peers.txt
     .venv/bin/python tests/bench/bench_dataframe.py [--rows 1000000] [--repeat 3] [--peer-repeat 1]
@@ -37,7 +39,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_tfrecord import DENSE, ROOT, SPARSE, criteo_like
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_tfrecord import DENSE, SPARSE, criteo_like
+
+from harness.spark import local_cluster_session
 
 OUTPUT_FORMAT = "io.sparktrain.hadoop.TFRecordFileOutputFormat"
 INPUT_FORMAT = "io.sparktrain.hadoop.TFRecordFileInputFormat"
@@ -53,30 +58,6 @@ def median_time(fn: Callable[[], object], repeat: int) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
-
-
-def session() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    jars = sorted((ROOT / "jars" / "target").glob("sparktrain-hadoop-*.jar"))
-    if not jars:
-        sys.exit(
-            "jars/target/sparktrain-hadoop-*.jar is missing: "
-            "run bash tests/run.sh or mvn -f jars/pom.xml package"
-        )
-    spark = (
-        SparkSession.builder.master("local-cluster[2,1,1024]")
-        .appName("sparktrain-bench-dataframe")
-        .config("spark.jars", str(jars[-1]))
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def map_partitions_writer(out: str) -> Callable[[int, Iterator[Any]], Iterator[int]]:
@@ -102,6 +83,12 @@ def map_partitions_writer(out: str) -> Callable[[int, Iterator[Any]], Iterator[i
     return write
 
 
+def _count_rows(batches: Iterator[Any]) -> Iterator[Any]:
+    import pyarrow as pa
+
+    yield pa.record_batch({"rows": pa.array([sum(b.num_rows for b in batches)], pa.int64())})
+
+
 def count_records(path: str) -> int:
     from sparktrain import fs, tfrecord
 
@@ -123,7 +110,9 @@ def main() -> None:
 
     from sparktrain import tfrecord
 
-    spark = session()
+    spark = local_cluster_session("sparktrain-bench-dataframe")
+    # One input partition per Parquet file: Spark would otherwise pack the small files together.
+    spark.conf.set("spark.sql.files.openCostInBytes", str(1 << 30))
     rows = args.rows
     results: dict[str, tuple[float, int]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,6 +127,20 @@ def main() -> None:
             return spark.read.parquet(source)
 
         assert df().rdd.getNumPartitions() == PARTITIONS, df().rdd.getNumPartitions()
+
+        # The floors every Python-side writer stands on: Spark scanning the Parquet files, and
+        # Spark handing the rows to Python as Arrow batches (mapInArrow doing nothing).
+        def scan_only() -> None:
+            df().write.format("noop").mode("overwrite").save()
+
+        def arrow_to_python() -> None:
+            df().mapInArrow(_count_rows, "rows long").collect()
+
+        results["(f) floor: Spark scan only (noop sink)"] = (median_time(scan_only, args.repeat), rows)
+        results["(g) floor: scan + mapInArrow handing batches to Python"] = (
+            median_time(arrow_to_python, args.repeat),
+            rows,
+        )
 
         ours = f"{tmp}/sparktrain"
         seconds = median_time(lambda: tfrecord.write(df(), ours, mode="overwrite"), args.repeat)
@@ -225,10 +228,13 @@ def main() -> None:
         assert n == rows, (name, n)
         rate[name] = rows / seconds
         print(f"{name:52} {seconds:>8.2f} {rows / seconds:>10,.0f}")
-    k = list(results)
-    print(f"write ratio sparktrain / TFoS path: {rate[k[0]] / rate[k[2]]:.1f}x")
-    print(f"write ratio sparktrain / mapPartitions: {rate[k[0]] / rate[k[1]]:.1f}x")
-    print(f"read ratio sparktrain / TFoS path: {rate[k[3]] / rate[k[4]]:.1f}x")
+    ours_w, hand_w, tfos_w = (rate[n] for n in results if n.startswith(("(a)", "(b)", "(c)")))
+    ours_r, tfos_r = (rate[n] for n in results if n.startswith(("(d)", "(e)")))
+    print(f"write ratio sparktrain / TFoS path: {ours_w / tfos_w:.1f}x")
+    print(f"write ratio sparktrain / mapPartitions: {ours_w / hand_w:.1f}x")
+    print(f"read ratio sparktrain / TFoS path: {ours_r / tfos_r:.1f}x")
+    ceiling = rate["(g) floor: scan + mapInArrow handing batches to Python"]
+    print(f"ceiling of any mapInArrow writer / TFoS path: {ceiling / tfos_w:.1f}x")
 
 
 if __name__ == "__main__":

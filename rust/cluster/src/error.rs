@@ -22,6 +22,48 @@ pub enum ClusterError {
         /// The attempt number both gave.
         attempt: u32,
     },
+    /// No port of the configured range could be bound.
+    #[error("cannot listen on {host} ports {ports}: {reason}")]
+    Bind {
+        /// The host.
+        host: String,
+        /// The port range tried.
+        ports: String,
+        /// The last error.
+        reason: String,
+    },
+    /// The driver did not answer within the time-out.
+    #[error("the driver at {address} did not answer within {waited:?}: {reason}")]
+    Unreachable {
+        /// The driver's address.
+        address: String,
+        /// How long the task tried.
+        waited: std::time::Duration,
+        /// The last connection error.
+        reason: String,
+    },
+    /// The driver refused the call's secret.
+    #[error("the driver at {address} refused this task: {reason}")]
+    Unauthenticated {
+        /// The driver's address.
+        address: String,
+        /// What the driver said.
+        reason: String,
+    },
+    /// The driver answered a call with an error (a rendezvous time-out naming the missing
+    /// tasks, a refused registration, ...).
+    #[error("the driver at {address} answered {code}: {message}")]
+    Remote {
+        /// The driver's address.
+        address: String,
+        /// The gRPC status code.
+        code: String,
+        /// The driver's message.
+        message: String,
+    },
+    /// A local I/O error.
+    #[error("{0}")]
+    Io(String),
     /// A secret could not be made or read.
     #[error("job secret: {0}")]
     Secret(String),

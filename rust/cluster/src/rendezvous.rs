@@ -1,0 +1,218 @@
+//! The driver's rendezvous service over gRPC (tonic): each task registers and waits until all
+//! have, then every task gets the whole cluster spec and its own `TF_CONFIG`.
+//!
+//! Every call must carry the job secret in the [`SECRET_HEADER`] metadata; a call without it,
+//! or with another, is refused with `UNAUTHENTICATED` and recorded with the caller's address
+//! ([`RendezvousServer::refused`]). Only protobuf messages are read from the network.
+
+use std::net::{IpAddr, SocketAddr};
+use std::ops::RangeInclusive;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+use tonic::{Request, Response, Status};
+
+use crate::error::{ClusterError, Result};
+use crate::secret::JobSecret;
+use crate::spec::{ClusterSpec, Registration};
+
+/// The generated protocol types and service stubs.
+#[allow(missing_docs, clippy::all)]
+pub mod proto {
+    tonic::include_proto!("sparktrain.cluster.v1");
+}
+
+use proto::rendezvous_server::{Rendezvous, RendezvousServer as GrpcServer};
+use proto::{RegisterReply, RegisterRequest, TaskInfo};
+
+/// The metadata key that carries the job secret (hex).
+pub const SECRET_HEADER: &str = "x-sparktrain-secret";
+
+/// How the rendezvous service runs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The address to listen on (the driver's host as the executors reach it).
+    pub host: IpAddr,
+    /// The ports to try, in order; the first free one is kept bound and served.
+    pub ports: RangeInclusive<u16>,
+    /// The job's secret.
+    pub secret: JobSecret,
+    /// Training tasks, the chief included.
+    pub num_workers: u32,
+    /// Evaluator tasks.
+    pub num_evaluators: u32,
+    /// How long, from the start, every task has to register.
+    pub registration_timeout: Duration,
+}
+
+struct State {
+    secret: JobSecret,
+    spec: Mutex<ClusterSpec>,
+    complete: watch::Sender<bool>,
+    deadline: Instant,
+    refused: Mutex<Vec<String>>,
+}
+
+struct Service(Arc<State>);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave the spec half-written: every update is one
+    // assignment. Carry on with the data.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn registration_of(r: RegisterRequest) -> Result<Registration, Status> {
+    let port = |p: u32, what: &str| {
+        u16::try_from(p).map_err(|_| Status::invalid_argument(format!("{what} {p} is not a port")))
+    };
+    Ok(Registration {
+        task_index: r.task_index,
+        attempt: r.attempt,
+        host: r.host,
+        pid: r.pid,
+        executor_id: r.executor_id,
+        data_port: port(r.data_port, "data_port")?,
+        tf_port: port(r.tf_port, "tf_port")?,
+        gpus: r.gpus,
+    })
+}
+
+impl Service {
+    fn authenticate<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let presented = request.metadata().get(SECRET_HEADER).and_then(|v| v.to_str().ok());
+        if presented.is_some_and(|p| self.0.secret.verify(p)) {
+            return Ok(());
+        }
+        let peer = request.remote_addr().map_or_else(|| "an unknown peer".to_string(), |a| a.to_string());
+        let why = if presented.is_some() { "a wrong job secret" } else { "no job secret" };
+        lock(&self.0.refused).push(format!("{peer}: {why}"));
+        Err(Status::unauthenticated(format!("refused: {why}")))
+    }
+
+    fn reply(&self, task_index: u32) -> Result<RegisterReply, Status> {
+        let spec = lock(&self.0.spec);
+        let entries = spec.entries().map_err(|e| Status::deadline_exceeded(e.to_string()))?;
+        let tasks = entries
+            .into_iter()
+            .map(|e| TaskInfo {
+                task_index: e.registration.task_index,
+                role: e.role.role.name().to_string(),
+                index: e.role.index,
+                host: e.registration.host,
+                data_port: e.registration.data_port.into(),
+                tf_port: e.registration.tf_port.into(),
+                gpus: e.registration.gpus,
+            })
+            .collect();
+        let tf_config = spec.tf_config(task_index).map_err(|e| Status::internal(e.to_string()))?;
+        Ok(RegisterReply { tasks, tf_config })
+    }
+}
+
+#[tonic::async_trait]
+impl Rendezvous for Service {
+    async fn register(&self, request: Request<RegisterRequest>) -> Result<Response<RegisterReply>, Status> {
+        self.authenticate(&request)?;
+        let registration = registration_of(request.into_inner())?;
+        let task_index = registration.task_index;
+        {
+            let mut spec = lock(&self.0.spec);
+            spec.register(registration).map_err(|e| match e {
+                ClusterError::DuplicateRegistration { .. } => Status::already_exists(e.to_string()),
+                other => Status::invalid_argument(other.to_string()),
+            })?;
+            if spec.is_complete() {
+                self.0.complete.send_replace(true);
+            }
+        }
+        let mut complete = self.0.complete.subscribe();
+        match tokio::time::timeout_at(self.0.deadline, complete.wait_for(|done| *done)).await {
+            Ok(Ok(_)) => self.reply(task_index).map(Response::new),
+            Ok(Err(_)) => Err(Status::unavailable("the rendezvous is shutting down")),
+            Err(_) => Err(Status::deadline_exceeded(lock(&self.0.spec).timeout_error().to_string())),
+        }
+    }
+}
+
+/// The running rendezvous service. Dropping it stops the server.
+pub struct RendezvousServer {
+    address: SocketAddr,
+    state: Arc<State>,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl RendezvousServer {
+    /// Binds the first free port of `config.ports` and serves on it. Must be called inside a
+    /// tokio runtime.
+    pub async fn start(config: ServerConfig) -> Result<Self> {
+        let spec = ClusterSpec::new(config.num_workers, config.num_evaluators)?;
+        let mut last_error = None;
+        let mut bound = None;
+        for port in config.ports.clone() {
+            match TcpListener::bind((config.host, port)).await {
+                Ok(listener) => {
+                    bound = Some(listener);
+                    break;
+                }
+                Err(e) => last_error = Some(e),
+            }
+        }
+        let listener = bound.ok_or_else(|| ClusterError::Bind {
+            host: config.host.to_string(),
+            ports: format!("{}-{}", config.ports.start(), config.ports.end()),
+            reason: last_error.map_or_else(|| "the range is empty".into(), |e| e.to_string()),
+        })?;
+        let address = listener.local_addr().map_err(|e| ClusterError::Io(e.to_string()))?;
+        let (complete, _) = watch::channel(false);
+        let state = Arc::new(State {
+            secret: config.secret,
+            spec: Mutex::new(spec),
+            complete,
+            deadline: Instant::now() + config.registration_timeout,
+            refused: Mutex::new(Vec::new()),
+        });
+        let (stop, stopped) = oneshot::channel::<()>();
+        let service = GrpcServer::new(Service(state.clone()));
+        let incoming = tonic::transport::server::TcpIncoming::from(listener);
+        tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        Ok(RendezvousServer { address, state, stop: Some(stop) })
+    }
+
+    /// The address the tasks connect to.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The calls refused so far, as `peer: reason`.
+    pub fn refused(&self) -> Vec<String> {
+        lock(&self.state.refused).clone()
+    }
+
+    /// Waits until every task registered, or fails when the registration time-out passes,
+    /// naming the missing tasks.
+    pub async fn wait_ready(&self) -> Result<ClusterSpec> {
+        let mut complete = self.state.complete.subscribe();
+        match tokio::time::timeout_at(self.state.deadline, complete.wait_for(|done| *done)).await {
+            Ok(_) => Ok(lock(&self.state.spec).clone()),
+            Err(_) => Err(lock(&self.state.spec).timeout_error()),
+        }
+    }
+}
+
+impl Drop for RendezvousServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}

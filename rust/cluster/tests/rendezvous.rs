@@ -1,0 +1,115 @@
+//! The rendezvous over real sockets on 127.0.0.1: tasks register from separate tasks in any
+//! order and all get the same spec; a wrong secret is refused and recorded; a missing task makes
+//! both sides fail naming it.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use sparktrain_cluster::{ClusterError, JobSecret, Registration, RendezvousServer, ServerConfig, TaskClient};
+
+fn config(secret: &JobSecret, workers: u32, evaluators: u32, timeout: Duration) -> ServerConfig {
+    ServerConfig {
+        host: "127.0.0.1".parse().unwrap(),
+        ports: 0..=0,
+        secret: secret.clone(),
+        num_workers: workers,
+        num_evaluators: evaluators,
+        registration_timeout: timeout,
+    }
+}
+
+fn registration(task_index: u32) -> Registration {
+    Registration {
+        task_index,
+        attempt: 0,
+        host: "127.0.0.1".into(),
+        pid: 1000 + task_index,
+        executor_id: format!("{task_index}"),
+        data_port: 7000 + task_index as u16,
+        tf_port: 8000 + task_index as u16,
+        gpus: vec![],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_tasks_get_the_same_spec_and_their_own_tf_config() {
+    let secret = JobSecret::generate().unwrap();
+    let server = RendezvousServer::start(config(&secret, 2, 1, Duration::from_secs(10))).await.unwrap();
+    let address = server.address().to_string();
+    let mut handles = Vec::new();
+    for task in [2, 0, 1] {
+        let (address, secret) = (address.clone(), secret.clone());
+        handles.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(30 * u64::from(task))).await;
+            let mut client = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
+            (task, client.register(&registration(task), Duration::from_secs(10)).await.unwrap())
+        }));
+    }
+    let mut replies = Vec::new();
+    for h in handles {
+        replies.push(h.await.unwrap());
+    }
+    let spec = server.wait_ready().await.unwrap();
+    assert!(spec.is_complete());
+    for (task, reply) in &replies {
+        assert_eq!(reply.tasks, replies[0].1.tasks, "task {task} sees another spec");
+        let roles: Vec<(&str, u32, u32)> =
+            reply.tasks.iter().map(|t| (t.role.as_str(), t.index, t.tf_port)).collect();
+        assert_eq!(roles, [("chief", 0, 8000), ("worker", 0, 8001), ("evaluator", 0, 8002)]);
+        let config: Value = serde_json::from_str(&reply.tf_config).unwrap();
+        let expected = ["chief", "worker", "evaluator"][*task as usize];
+        assert_eq!(config["task"]["type"], expected);
+        assert_eq!(config["cluster"]["worker"][0], "127.0.0.1:8001");
+    }
+    assert!(server.refused().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_secret_is_refused_and_recorded() {
+    let secret = JobSecret::generate().unwrap();
+    let server = RendezvousServer::start(config(&secret, 1, 0, Duration::from_secs(5))).await.unwrap();
+    let address = server.address().to_string();
+    let intruder = JobSecret::generate().unwrap();
+    let mut client = TaskClient::connect(&address, &intruder, Duration::from_secs(5)).await.unwrap();
+    let err = client.register(&registration(0), Duration::from_secs(5)).await.unwrap_err();
+    assert!(matches!(err, ClusterError::Unauthenticated { .. }), "{err}");
+    let refused = server.refused();
+    assert_eq!(refused.len(), 1);
+    assert!(refused[0].contains("127.0.0.1") && refused[0].contains("wrong job secret"), "{refused:?}");
+    // The slot stays free for the real task.
+    let mut client = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
+    client.register(&registration(0), Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_task_fails_both_sides_naming_it() {
+    let secret = JobSecret::generate().unwrap();
+    let server = RendezvousServer::start(config(&secret, 3, 0, Duration::from_millis(600))).await.unwrap();
+    let address = server.address().to_string();
+    let mut waiting = Vec::new();
+    for task in [0, 1] {
+        let (address, secret) = (address.clone(), secret.clone());
+        waiting.push(tokio::spawn(async move {
+            let mut client = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
+            client.register(&registration(task), Duration::from_secs(10)).await
+        }));
+    }
+    let start = std::time::Instant::now();
+    let err = server.wait_ready().await.unwrap_err();
+    assert_eq!(err.to_string(), "1 of 3 tasks never registered: [2]");
+    for w in waiting {
+        let err = w.await.unwrap().unwrap_err();
+        assert!(err.to_string().contains("1 of 3 tasks never registered: [2]"), "{err}");
+    }
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_driver_is_named() {
+    let secret = JobSecret::generate().unwrap();
+    // A port that was free a moment ago: nothing listens there now.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let address = format!("127.0.0.1:{port}");
+    let err = TaskClient::connect(&address, &secret, Duration::from_millis(300)).await.err().unwrap();
+    assert!(matches!(&err, ClusterError::Unreachable { address: a, .. } if *a == address), "{err}");
+}

@@ -36,7 +36,8 @@ def hdfs_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """A SparkSession on ``local-cluster[2,1,1024]`` with the sparktrain jar loaded."""
-    session = local_cluster_session("sparktrain-tests")
+    """A SparkSession on ``local-cluster[2,2,1024]`` with the sparktrain jar loaded: four task
+    slots, so a barrier stage of three trainers fits and one of five does not."""
+    session = local_cluster_session("sparktrain-tests", cores=2)
     yield session
     session.stop()

@@ -17,10 +17,11 @@ fi
 export VIRTUAL_ENV="$root/.venv"
 export PATH="$VIRTUAL_ENV/bin:$PATH"
 stamp=.venv/.requirements.sha
-want=$(sha256sum tests/requirements.txt | cut -d' ' -f1)
+want=$(cat tests/requirements.txt tests/requirements-nodeps.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     python -m pip install -q --upgrade pip
     python -m pip install -q -r tests/requirements.txt
+    python -m pip install -q --no-deps -r tests/requirements-nodeps.txt
     echo "$want" > "$stamp"
 fi
 

@@ -75,3 +75,69 @@ class RecordDecodeError(TFRecordError):
 
 class SchemaError(SparktrainError, TypeError):
     """A column cannot be converted to or from a feature. ``column`` names it."""
+
+
+class ClusterError(SparktrainError):
+    """The launcher or its control plane failed."""
+
+
+class ControlPlaneError(ClusterError):
+    """A control-plane call failed. ``address`` names the driver, ``code`` the gRPC status."""
+
+
+class RendezvousTimeout(ClusterError, TimeoutError):
+    """Not every task registered in time. ``missing`` lists their task indexes, ``total`` counts
+    the job's tasks: ``1 of 4 tasks never registered: [3]``."""
+
+    missing: list[int]
+    total: int
+
+
+class BarrierTimeout(ClusterError, TimeoutError):
+    """Not every task reached a barrier in time; ``name``, ``missing`` and ``total`` say which."""
+
+    name: str
+    missing: list[int]
+    total: int
+
+
+class DriverUnreachable(ClusterError, ConnectionError):
+    """A task or trainer could not reach the driver at ``address``."""
+
+    address: str
+
+
+class Unauthenticated(ClusterError, PermissionError):
+    """The driver at ``address`` refused a call for a missing or wrong job secret."""
+
+    address: str
+
+
+class JobAborted(ClusterError):
+    """The job failed elsewhere (another trainer died, the driver gave up); ``reason`` says why."""
+
+    reason: str
+
+
+class SlotsUnavailable(ClusterError):
+    """The cluster has fewer task slots than the job's barrier stage needs. ``needed`` and
+    ``available`` count them."""
+
+    needed: int
+    available: int
+
+
+class WorkerFailed(ClusterError):
+    """A trainer failed: it exited non-zero, was killed, or its task stopped heart-beating.
+
+    ``task_index``, ``role`` (``"chief:0"``, ``"worker:1"``...) and ``host`` name it;
+    ``exit_code`` is its exit code (``None`` when it was lost), ``signal`` the signal that killed
+    it (or ``None``), and ``stderr_tail`` the last lines it wrote to stderr, traceback included.
+    """
+
+    task_index: int
+    role: str
+    host: str
+    exit_code: int | None
+    signal: int | None
+    stderr_tail: str

@@ -1,4 +1,4 @@
-"""A Spark session on ``local-cluster[2,1,1024]``: separate executor JVMs and Python workers, as
+"""A Spark session on ``local-cluster[2,<cores>,1024]``: separate executor JVMs and Python workers, as
 on a real cluster, everything bound to 127.0.0.1, with the sparktrain jar on the classpath."""
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ def sparktrain_jar() -> Path:
     return jars[-1]
 
 
-def local_cluster_session(app_name: str) -> SparkSession:
-    """A new session on two executors with one core and 1 GiB each; executors run this
+def local_cluster_session(app_name: str, cores: int = 1) -> SparkSession:
+    """A new session on two executors with ``cores`` cores and 1 GiB each; executors run this
     interpreter (``PYSPARK_PYTHON``), so they import the same sparktrain."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     session = (
-        SparkSession.builder.master("local-cluster[2,1,1024]")
+        SparkSession.builder.master(f"local-cluster[2,{cores},1024]")
         .appName(app_name)
         .config("spark.jars", str(sparktrain_jar()))
         .config("spark.driver.host", "127.0.0.1")

@@ -1,20 +1,24 @@
-//! The task's side of the rendezvous: connect (retrying until a time-out), register, and get
-//! the cluster spec.
+//! The tasks' and trainers' side of the control plane: connect (retrying until a time-out),
+//! register and get the cluster spec, heart-beat, meet at barriers, report metrics and exits.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
-use tonic::{Code, Request};
+use tonic::{Code, Request, Status};
 
 use crate::error::{ClusterError, Result};
+use crate::job::Stream;
 use crate::rendezvous::SECRET_HEADER;
 use crate::rendezvous::proto::rendezvous_client::RendezvousClient;
-use crate::rendezvous::proto::{RegisterReply, RegisterRequest};
+use crate::rendezvous::proto::{
+    BarrierRequest, ExitRequest, HeartbeatRequest, LogLine, RegisterReply, RegisterRequest, ReportRequest,
+};
 use crate::secret::JobSecret;
 use crate::spec::Registration;
 
-/// A connection to the driver's rendezvous service.
+/// A connection to the driver's rendezvous service. Cloning is cheap and shares the connection.
+#[derive(Clone)]
 pub struct TaskClient {
     address: String,
     secret: String,
@@ -54,6 +58,33 @@ impl TaskClient {
         }
     }
 
+    fn request<T>(&self, message: T, timeout: Option<Duration>) -> Result<Request<T>> {
+        let mut request = Request::new(message);
+        let secret = self.secret.parse().map_err(|_| ClusterError::Secret("not ASCII".into()))?;
+        request.metadata_mut().insert(SECRET_HEADER, secret);
+        if let Some(timeout) = timeout {
+            request.set_timeout(timeout);
+        }
+        Ok(request)
+    }
+
+    fn error_of(&self, status: Status) -> ClusterError {
+        let message = status.message();
+        match status.code() {
+            Code::Unauthenticated => {
+                ClusterError::Unauthenticated { address: self.address.clone(), reason: message.to_string() }
+            }
+            Code::Aborted => ClusterError::Aborted(
+                message.strip_prefix("the job was aborted: ").unwrap_or(message).to_string(),
+            ),
+            code => ClusterError::Remote {
+                address: self.address.clone(),
+                code: format!("{code:?}"),
+                message: message.to_string(),
+            },
+        }
+    }
+
     /// Registers this task and waits for the others; `timeout` bounds the whole wait (the
     /// driver's own registration time-out usually answers first, naming the missing tasks).
     pub async fn register(
@@ -61,32 +92,86 @@ impl TaskClient {
         registration: &Registration,
         timeout: Duration,
     ) -> Result<RegisterReply> {
-        let mut request = Request::new(RegisterRequest {
-            task_index: registration.task_index,
-            attempt: registration.attempt,
-            host: registration.host.clone(),
-            pid: registration.pid,
-            executor_id: registration.executor_id.clone(),
-            data_port: registration.data_port.into(),
-            tf_port: registration.tf_port.into(),
-            gpus: registration.gpus.clone(),
-        });
-        let secret = self.secret.parse().map_err(|_| ClusterError::Secret("not ASCII".into()))?;
-        request.metadata_mut().insert(SECRET_HEADER, secret);
-        request.set_timeout(timeout);
+        let request = self.request(
+            RegisterRequest {
+                task_index: registration.task_index,
+                attempt: registration.attempt,
+                host: registration.host.clone(),
+                pid: registration.pid,
+                executor_id: registration.executor_id.clone(),
+                data_port: registration.data_port.into(),
+                tf_port: registration.tf_port.into(),
+                gpus: registration.gpus.clone(),
+            },
+            Some(timeout),
+        )?;
         match self.client.register(request).await {
             Ok(reply) => Ok(reply.into_inner()),
-            Err(status) => Err(match status.code() {
-                Code::Unauthenticated => ClusterError::Unauthenticated {
-                    address: self.address.clone(),
-                    reason: status.message().to_string(),
-                },
-                _ => ClusterError::Remote {
-                    address: self.address.clone(),
-                    code: format!("{:?}", status.code()),
-                    message: status.message().to_string(),
-                },
-            }),
+            Err(status) => Err(self.error_of(status)),
         }
+    }
+
+    /// Sends one heartbeat with the trainer's new output lines; returns the driver's abort
+    /// reason when the trainer must stop.
+    pub async fn heartbeat(
+        &mut self,
+        task_index: u32,
+        attempt: u32,
+        lines: Vec<(Stream, String)>,
+        timeout: Duration,
+    ) -> Result<Option<String>> {
+        let lines = lines
+            .into_iter()
+            .map(|(stream, text)| LogLine { stream: if stream == Stream::Stderr { 2 } else { 1 }, text })
+            .collect();
+        let request = self.request(HeartbeatRequest { task_index, attempt, lines }, Some(timeout))?;
+        let reply = self.client.heartbeat(request).await.map_err(|s| self.error_of(s))?.into_inner();
+        Ok(reply.abort.then_some(reply.reason))
+    }
+
+    /// Waits until every task has reached the barrier `name`. Without a time-out the wait
+    /// still ends when the job is aborted.
+    pub async fn barrier(&mut self, task_index: u32, name: &str, timeout: Option<Duration>) -> Result<()> {
+        let timeout_ms = timeout.map_or(0, |t| t.as_millis().clamp(1, u64::MAX.into()) as u64);
+        // The driver answers a time-out itself, naming who is missing; the call's own deadline
+        // only guards against a driver that stopped answering.
+        let request = self.request(
+            BarrierRequest { task_index, name: name.to_string(), timeout_ms },
+            timeout.map(|t| t + Duration::from_secs(10)),
+        )?;
+        self.client.barrier(request).await.map_err(|s| self.error_of(s))?;
+        Ok(())
+    }
+
+    /// Sends metrics.
+    pub async fn report(
+        &mut self,
+        task_index: u32,
+        step: Option<i64>,
+        metrics: Vec<(String, f64)>,
+        timeout: Duration,
+    ) -> Result<()> {
+        let request = self.request(
+            ReportRequest { task_index, step, metrics: metrics.into_iter().collect() },
+            Some(timeout),
+        )?;
+        self.client.report(request).await.map_err(|s| self.error_of(s))?;
+        Ok(())
+    }
+
+    /// Tells the driver how the trainer ended: its exit code (`-N` for signal N) and the last
+    /// lines of its stderr.
+    pub async fn exit(
+        &mut self,
+        task_index: u32,
+        attempt: u32,
+        exit_code: i32,
+        stderr_tail: String,
+        timeout: Duration,
+    ) -> Result<()> {
+        let request =
+            self.request(ExitRequest { task_index, attempt, exit_code, stderr_tail }, Some(timeout))?;
+        self.client.exit(request).await.map_err(|s| self.error_of(s))?;
+        Ok(())
     }
 }

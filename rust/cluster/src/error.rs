@@ -61,6 +61,20 @@ pub enum ClusterError {
         /// The driver's message.
         message: String,
     },
+    /// Not every task reached a barrier in time.
+    #[error("barrier '{name}': {} of {total} tasks never arrived: {missing:?}", missing.len())]
+    BarrierTimeout {
+        /// The barrier's name.
+        name: String,
+        /// The task indexes that did not arrive.
+        missing: Vec<u32>,
+        /// How many tasks the job has.
+        total: u32,
+    },
+    /// The job failed elsewhere (a trainer died, the driver gave up): every wait ends with
+    /// the first reason.
+    #[error("the job was aborted: {0}")]
+    Aborted(String),
     /// A local I/O error.
     #[error("{0}")]
     Io(String),

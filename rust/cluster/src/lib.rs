@@ -6,11 +6,14 @@
 //! - [`roles`]: which task is the chief, a worker or an evaluator;
 //! - [`spec`]: the cluster spec built from the registrations, and `TF_CONFIG` for each task;
 //! - [`secret`]: the per-job secret every control-plane call carries, checked in constant time;
-//! - [`rendezvous`] and [`client`]: the driver's gRPC service (tonic) where tasks register and
-//!   wait for each other, and the task's side of it.
+//! - [`job`]: the driver's view of a running job: registrations, heartbeats, barriers, events
+//!   and the abort switch;
+//! - [`rendezvous`] and [`client`]: the driver's gRPC service (tonic) where tasks register,
+//!   heart-beat, meet at barriers and report, and the tasks' side of it.
 
 pub mod client;
 pub mod error;
+pub mod job;
 pub mod rendezvous;
 pub mod roles;
 pub mod secret;
@@ -18,6 +21,7 @@ pub mod spec;
 
 pub use client::TaskClient;
 pub use error::{ClusterError, Result};
+pub use job::{Event, Job, Stream};
 pub use rendezvous::{RendezvousServer, SECRET_HEADER, ServerConfig};
 pub use roles::{Role, TaskRole, roles};
 pub use secret::JobSecret;

@@ -1,5 +1,8 @@
-//! The driver's rendezvous service over gRPC (tonic): each task registers and waits until all
-//! have, then every task gets the whole cluster spec and its own `TF_CONFIG`.
+//! The driver's control-plane service over gRPC (tonic): each task registers and waits until
+//! all have, then every task gets the whole cluster spec and its own `TF_CONFIG`; afterwards the
+//! tasks heart-beat (carrying their trainer's output), trainers meet at named barriers and
+//! report metrics, and each task reports how its trainer ended. The state behind the calls is
+//! [`Job`].
 //!
 //! Every call must carry the job secret in the [`SECRET_HEADER`] metadata; a call without it,
 //! or with another, is refused with `UNAUTHENTICATED` and recorded with the caller's address
@@ -11,11 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, watch};
-use tokio::time::Instant;
+use tokio::sync::oneshot;
 use tonic::{Request, Response, Status};
 
 use crate::error::{ClusterError, Result};
+use crate::job::{Job, Stream};
 use crate::secret::JobSecret;
 use crate::spec::{ClusterSpec, Registration};
 
@@ -26,7 +29,10 @@ pub mod proto {
 }
 
 use proto::rendezvous_server::{Rendezvous, RendezvousServer as GrpcServer};
-use proto::{RegisterReply, RegisterRequest, TaskInfo};
+use proto::{
+    BarrierReply, BarrierRequest, ExitReply, ExitRequest, HeartbeatReply, HeartbeatRequest, RegisterReply,
+    RegisterRequest, ReportReply, ReportRequest, TaskInfo,
+};
 
 /// The metadata key that carries the job secret (hex).
 pub const SECRET_HEADER: &str = "x-sparktrain-secret";
@@ -46,21 +52,20 @@ pub struct ServerConfig {
     pub num_evaluators: u32,
     /// How long, from the start, every task has to register.
     pub registration_timeout: Duration,
+    /// How long a registered task may go without a heartbeat before it counts as lost.
+    pub heartbeat_timeout: Duration,
 }
 
 struct State {
     secret: JobSecret,
-    spec: Mutex<ClusterSpec>,
-    complete: watch::Sender<bool>,
-    deadline: Instant,
+    job: Arc<Job>,
     refused: Mutex<Vec<String>>,
 }
 
 struct Service(Arc<State>);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding the lock cannot leave the spec half-written: every update is one
-    // assignment. Carry on with the data.
+    // Every update is one push: a panic elsewhere cannot leave the list half-written.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
@@ -80,6 +85,38 @@ fn registration_of(r: RegisterRequest) -> Result<Registration, Status> {
     })
 }
 
+/// The gRPC status that carries a control-plane error back to the caller.
+fn status_of(e: ClusterError) -> Status {
+    match e {
+        ClusterError::RendezvousTimeout { .. } | ClusterError::BarrierTimeout { .. } => {
+            Status::deadline_exceeded(e.to_string())
+        }
+        ClusterError::DuplicateRegistration { .. } => Status::already_exists(e.to_string()),
+        ClusterError::Aborted(_) => Status::aborted(e.to_string()),
+        ClusterError::InvalidArgument(_) => Status::invalid_argument(e.to_string()),
+        other => Status::internal(other.to_string()),
+    }
+}
+
+fn reply_of(spec: &ClusterSpec, task_index: u32) -> Result<RegisterReply, Status> {
+    let entries = spec.entries().map_err(status_of)?;
+    let tasks = entries
+        .into_iter()
+        .map(|e| TaskInfo {
+            task_index: e.registration.task_index,
+            role: e.role.role.name().to_string(),
+            index: e.role.index,
+            host: e.registration.host,
+            data_port: e.registration.data_port.into(),
+            tf_port: e.registration.tf_port.into(),
+            gpus: e.registration.gpus,
+            executor_id: e.registration.executor_id,
+        })
+        .collect();
+    let tf_config = spec.tf_config(task_index).map_err(status_of)?;
+    Ok(RegisterReply { tasks, tf_config })
+}
+
 impl Service {
     fn authenticate<T>(&self, request: &Request<T>) -> Result<(), Status> {
         let presented = request.metadata().get(SECRET_HEADER).and_then(|v| v.to_str().ok());
@@ -91,25 +128,6 @@ impl Service {
         lock(&self.0.refused).push(format!("{peer}: {why}"));
         Err(Status::unauthenticated(format!("refused: {why}")))
     }
-
-    fn reply(&self, task_index: u32) -> Result<RegisterReply, Status> {
-        let spec = lock(&self.0.spec);
-        let entries = spec.entries().map_err(|e| Status::deadline_exceeded(e.to_string()))?;
-        let tasks = entries
-            .into_iter()
-            .map(|e| TaskInfo {
-                task_index: e.registration.task_index,
-                role: e.role.role.name().to_string(),
-                index: e.role.index,
-                host: e.registration.host,
-                data_port: e.registration.data_port.into(),
-                tf_port: e.registration.tf_port.into(),
-                gpus: e.registration.gpus,
-            })
-            .collect();
-        let tf_config = spec.tf_config(task_index).map_err(|e| Status::internal(e.to_string()))?;
-        Ok(RegisterReply { tasks, tf_config })
-    }
 }
 
 #[tonic::async_trait]
@@ -118,22 +136,45 @@ impl Rendezvous for Service {
         self.authenticate(&request)?;
         let registration = registration_of(request.into_inner())?;
         let task_index = registration.task_index;
-        {
-            let mut spec = lock(&self.0.spec);
-            spec.register(registration).map_err(|e| match e {
-                ClusterError::DuplicateRegistration { .. } => Status::already_exists(e.to_string()),
-                other => Status::invalid_argument(other.to_string()),
-            })?;
-            if spec.is_complete() {
-                self.0.complete.send_replace(true);
-            }
-        }
-        let mut complete = self.0.complete.subscribe();
-        match tokio::time::timeout_at(self.0.deadline, complete.wait_for(|done| *done)).await {
-            Ok(Ok(_)) => self.reply(task_index).map(Response::new),
-            Ok(Err(_)) => Err(Status::unavailable("the rendezvous is shutting down")),
-            Err(_) => Err(Status::deadline_exceeded(lock(&self.0.spec).timeout_error().to_string())),
-        }
+        let spec = self.0.job.register(registration).await.map_err(status_of)?;
+        reply_of(&spec, task_index).map(Response::new)
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<HeartbeatRequest>,
+    ) -> Result<Response<HeartbeatReply>, Status> {
+        self.authenticate(&request)?;
+        let r = request.into_inner();
+        let lines = r
+            .lines
+            .into_iter()
+            .map(|l| (if l.stream == 2 { Stream::Stderr } else { Stream::Stdout }, l.text))
+            .collect();
+        let aborted = self.0.job.heartbeat(r.task_index, lines).map_err(status_of)?;
+        Ok(Response::new(HeartbeatReply { abort: aborted.is_some(), reason: aborted.unwrap_or_default() }))
+    }
+
+    async fn barrier(&self, request: Request<BarrierRequest>) -> Result<Response<BarrierReply>, Status> {
+        self.authenticate(&request)?;
+        let r = request.into_inner();
+        let timeout = (r.timeout_ms > 0).then(|| Duration::from_millis(r.timeout_ms));
+        self.0.job.barrier(r.task_index, &r.name, timeout).await.map_err(status_of)?;
+        Ok(Response::new(BarrierReply {}))
+    }
+
+    async fn report(&self, request: Request<ReportRequest>) -> Result<Response<ReportReply>, Status> {
+        self.authenticate(&request)?;
+        let r = request.into_inner();
+        self.0.job.report(r.task_index, r.step, r.metrics.into_iter().collect()).map_err(status_of)?;
+        Ok(Response::new(ReportReply {}))
+    }
+
+    async fn exit(&self, request: Request<ExitRequest>) -> Result<Response<ExitReply>, Status> {
+        self.authenticate(&request)?;
+        let r = request.into_inner();
+        self.0.job.exited(r.task_index, r.exit_code, r.stderr_tail).map_err(status_of)?;
+        Ok(Response::new(ExitReply {}))
     }
 }
 
@@ -166,14 +207,8 @@ impl RendezvousServer {
             reason: last_error.map_or_else(|| "the range is empty".into(), |e| e.to_string()),
         })?;
         let address = listener.local_addr().map_err(|e| ClusterError::Io(e.to_string()))?;
-        let (complete, _) = watch::channel(false);
-        let state = Arc::new(State {
-            secret: config.secret,
-            spec: Mutex::new(spec),
-            complete,
-            deadline: Instant::now() + config.registration_timeout,
-            refused: Mutex::new(Vec::new()),
-        });
+        let job = Arc::new(Job::new(spec, config.registration_timeout, config.heartbeat_timeout));
+        let state = Arc::new(State { secret: config.secret, job, refused: Mutex::new(Vec::new()) });
         let (stop, stopped) = oneshot::channel::<()>();
         let service = GrpcServer::new(Service(state.clone()));
         let incoming = tonic::transport::server::TcpIncoming::from(listener);
@@ -198,14 +233,15 @@ impl RendezvousServer {
         lock(&self.state.refused).clone()
     }
 
+    /// The job's shared state: events, barriers, the abort switch.
+    pub fn job(&self) -> &Arc<Job> {
+        &self.state.job
+    }
+
     /// Waits until every task registered, or fails when the registration time-out passes,
     /// naming the missing tasks.
     pub async fn wait_ready(&self) -> Result<ClusterSpec> {
-        let mut complete = self.state.complete.subscribe();
-        match tokio::time::timeout_at(self.state.deadline, complete.wait_for(|done| *done)).await {
-            Ok(_) => Ok(lock(&self.state.spec).clone()),
-            Err(_) => Err(lock(&self.state.spec).timeout_error()),
-        }
+        self.state.job.wait_ready().await
     }
 }
 

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use sparktrain_cluster::{ClusterError, JobSecret, Registration, RendezvousServer, ServerConfig, TaskClient};
+use sparktrain_cluster::{
+    ClusterError, Event, JobSecret, Registration, RendezvousServer, ServerConfig, Stream, TaskClient,
+};
 
 fn config(secret: &JobSecret, workers: u32, evaluators: u32, timeout: Duration) -> ServerConfig {
     ServerConfig {
@@ -15,6 +17,7 @@ fn config(secret: &JobSecret, workers: u32, evaluators: u32, timeout: Duration) 
         num_workers: workers,
         num_evaluators: evaluators,
         registration_timeout: timeout,
+        heartbeat_timeout: Duration::from_secs(10),
     }
 }
 
@@ -112,4 +115,58 @@ async fn an_unreachable_driver_is_named() {
     let address = format!("127.0.0.1:{port}");
     let err = TaskClient::connect(&address, &secret, Duration::from_millis(300)).await.err().unwrap();
     assert!(matches!(&err, ClusterError::Unreachable { address: a, .. } if *a == address), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_rendezvous_tasks_meet_report_and_the_driver_sees_everything() {
+    let secret = JobSecret::generate().unwrap();
+    let server = RendezvousServer::start(config(&secret, 2, 0, Duration::from_secs(5))).await.unwrap();
+    let address = server.address().to_string();
+    let mut clients = Vec::new();
+    for task in [0, 1] {
+        let (address, secret) = (address.clone(), secret.clone());
+        clients.push(tokio::spawn(async move {
+            let mut client = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
+            client.register(&registration(task), Duration::from_secs(5)).await.unwrap();
+            client
+        }));
+    }
+    let mut c1 = clients.pop().unwrap().await.unwrap();
+    let mut c0 = clients.pop().unwrap().await.unwrap();
+
+    // The chief waits at the barrier until task 1 arrives.
+    let chief = {
+        let mut c0 = c0.clone();
+        tokio::spawn(async move { c0.barrier(0, "exit", None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!chief.is_finished());
+    c1.report(1, Some(7), vec![("loss".into(), 0.5)], Duration::from_secs(5)).await.unwrap();
+    let abort = c1.heartbeat(1, 0, vec![(Stream::Stdout, "step 7".into())], Duration::from_secs(5)).await;
+    assert_eq!(abort.unwrap(), None);
+    c1.barrier(1, "exit", Some(Duration::from_secs(5))).await.unwrap();
+    chief.await.unwrap().unwrap();
+    c1.exit(1, 0, 0, String::new(), Duration::from_secs(5)).await.unwrap();
+
+    let events = server.job().events(Duration::from_secs(1)).await;
+    assert!(events.contains(&Event::Ready));
+    assert!(events.contains(&Event::Metrics {
+        task_index: 1,
+        step: Some(7),
+        metrics: vec![("loss".into(), 0.5)]
+    }));
+    assert!(events.contains(&Event::Log { task_index: 1, stream: Stream::Stdout, text: "step 7".into() }));
+    assert!(events.contains(&Event::Exited { task_index: 1, exit_code: 0, stderr_tail: String::new() }));
+
+    // A failure elsewhere releases a waiting barrier and reaches heartbeats.
+    let waiting = {
+        let mut c0 = c0.clone();
+        tokio::spawn(async move { c0.barrier(0, "never", Some(Duration::from_secs(30))).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    server.job().abort("task 1 (worker:0) exited with code 1");
+    let err = waiting.await.unwrap().unwrap_err();
+    assert!(matches!(&err, ClusterError::Aborted(r) if r == "task 1 (worker:0) exited with code 1"), "{err}");
+    let abort = c0.heartbeat(0, 0, vec![], Duration::from_secs(5)).await.unwrap();
+    assert_eq!(abort.as_deref(), Some("task 1 (worker:0) exited with code 1"));
 }

@@ -7,6 +7,7 @@
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use sparktrain_cluster::ClusterError;
 use sparktrain_dataset::Error as DatasetError;
 use sparktrain_storage::StorageError;
 use sparktrain_tfrecord::Error as RecordError;
@@ -102,4 +103,52 @@ pub fn dataset(e: DatasetError) -> PyErr {
 /// An invalid argument detected in the binding itself.
 pub fn invalid(message: impl Into<String>) -> PyErr {
     raise("InvalidArgumentError", message.into(), &[], &[])
+}
+
+/// Converts a control-plane error.
+pub fn cluster(e: ClusterError) -> PyErr {
+    let message = e.to_string();
+    Python::attach(|py| {
+        let build = || -> PyResult<PyErr> {
+            let kwargs = PyDict::new(py);
+            let class = match e {
+                ClusterError::RendezvousTimeout { missing, total } => {
+                    kwargs.set_item("missing", missing)?;
+                    kwargs.set_item("total", total)?;
+                    "RendezvousTimeout"
+                }
+                ClusterError::BarrierTimeout { name, missing, total } => {
+                    kwargs.set_item("name", name)?;
+                    kwargs.set_item("missing", missing)?;
+                    kwargs.set_item("total", total)?;
+                    "BarrierTimeout"
+                }
+                ClusterError::Aborted(reason) => {
+                    kwargs.set_item("reason", reason)?;
+                    "JobAborted"
+                }
+                ClusterError::Unreachable { address, .. } => {
+                    kwargs.set_item("address", address)?;
+                    "DriverUnreachable"
+                }
+                ClusterError::Unauthenticated { address, .. } => {
+                    kwargs.set_item("address", address)?;
+                    "Unauthenticated"
+                }
+                ClusterError::Remote { address, code, .. } => {
+                    kwargs.set_item("address", address)?;
+                    kwargs.set_item("code", code)?;
+                    "ControlPlaneError"
+                }
+                ClusterError::InvalidArgument(_) => "InvalidArgumentError",
+                _ => "ControlPlaneError",
+            };
+            let instance =
+                py.import("sparktrain.errors")?.getattr(class)?.call((message.clone(),), Some(&kwargs))?;
+            Ok(PyErr::from_value(instance))
+        };
+        build().unwrap_or_else(|err| {
+            PyRuntimeError::new_err(format!("{message} (and raising it failed: {err})"))
+        })
+    })
 }

@@ -3,6 +3,7 @@
 //! This crate only converts types and maps errors; the logic lives in the pure-Rust crates.
 //! Every call that does I/O or heavy work runs with the GIL released through [`detach`].
 
+mod cluster;
 mod convert;
 mod errors;
 mod fs;
@@ -20,5 +21,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     tfrecord::register(m)?;
     fs::register(m)?;
+    cluster::register(m)?;
     Ok(())
 }

@@ -1,0 +1,143 @@
+"""``ctx``: what a trainer knows about its job, and how it talks to the others.
+
+A :class:`TrainerContext` is built in the trainer process from the cluster spec its task
+received at the rendezvous, and passed to ``main_fun(args, ctx)``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import math
+import re
+import socket
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sparktrain.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from sparktrain._native import ControlClient
+
+#: The barrier every trainer reaches after ``main_fun`` returns.
+EXIT_BARRIER = "__exit__"
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """One task of the cluster spec."""
+
+    task_index: int
+    role: str
+    index: int
+    host: str
+    data_port: int
+    tf_port: int
+    executor_id: str
+    gpus: tuple[str, ...] = ()
+
+
+@dataclass
+class TrainerContext:
+    """The job as one trainer sees it.
+
+    ``job_name`` is ``"chief"``, ``"worker"`` or ``"evaluator"`` and ``task_index`` the index
+    within that role, as in ``TF_CONFIG``. ``rank`` (alias ``worker_num``) is the task's index in
+    the whole job: 0 is the chief, then the workers, then the evaluators. ``num_workers`` counts
+    the training tasks, the chief included.
+    """
+
+    job_name: str
+    task_index: int
+    rank: int
+    num_workers: int
+    num_evaluators: int
+    tasks: list[TaskInfo]
+    tf_config: dict[str, Any]
+    default_fs: str
+    working_dir: str
+    executor_id: str
+    gpus: tuple[str, ...]
+    #: The data plane's listening socket, bound before the rendezvous (see ``tasks[i].data_port``).
+    data_listener: socket.socket | None = field(default=None, repr=False)
+    #: Where the task serves its input partition (``input_mode="spark"``).
+    feed_path: str | None = field(default=None, repr=False)
+    _client: ControlClient | None = field(default=None, repr=False)
+    _barriers: Counter[str] = field(default_factory=Counter, repr=False)
+
+    @property
+    def worker_num(self) -> int:
+        """TensorFlowOnSpark's name for :attr:`rank`."""
+        return self.rank
+
+    @property
+    def is_chief(self) -> bool:
+        """True for the chief, the task that writes checkpoints and exports."""
+        return self.job_name == "chief"
+
+    @property
+    def cluster_spec(self) -> dict[str, list[str]]:
+        """Role → ``host:port`` addresses reserved for TensorFlow, as in ``TF_CONFIG``."""
+        return dict(self.tf_config["cluster"])
+
+    def absolute_path(self, path: str) -> str:
+        """``path`` as a full URL, as TensorFlowOnSpark resolves it: a URL keeps its scheme,
+        ``/x`` goes on ``fs.defaultFS``, and a relative path goes under the user's home on HDFS
+        or under the working directory on a local default file system."""
+        if _SCHEME.match(path):
+            return path
+        fs = self.default_fs.rstrip("/")
+        if fs.startswith("file:"):
+            fs = "file://"
+        if path.startswith("/"):
+            return f"{fs}{path}"
+        if fs.startswith(("hdfs://", "viewfs://")):
+            return f"{fs}/user/{getpass.getuser()}/{path}"
+        if fs == "file://":
+            return f"file://{self.working_dir.rstrip('/')}/{path}"
+        return f"{fs}/{path}"
+
+    def feed(self) -> Iterator[pa.RecordBatch]:
+        """One pass over this trainer's partition of the job's DataFrame, as Arrow record
+        batches (``input_mode="spark"``). Call it again for another epoch: later passes replay
+        a local spool of the first."""
+        if self.feed_path is None:
+            raise InvalidArgumentError(
+                "ctx.feed() needs Cluster.run(..., input_mode='spark', data=<a DataFrame>)"
+            )
+        from sparktrain.cluster.feed import read_feed
+
+        return read_feed(self.feed_path)
+
+    def _control(self) -> ControlClient:
+        if self._client is None:
+            raise InvalidArgumentError("this context is not connected to a running job")
+        return self._client
+
+    def barrier(self, name: str = "barrier", timeout: float | None = None) -> None:
+        """Waits until every task of the job (evaluators included) has called ``barrier`` with
+        the same ``name`` as many times as this one. Raises :class:`~sparktrain.errors.BarrierTimeout`
+        naming the missing tasks after ``timeout`` seconds, and
+        :class:`~sparktrain.errors.JobAborted` as soon as the job fails elsewhere."""
+        if name == EXIT_BARRIER:
+            raise InvalidArgumentError(f"the barrier name {EXIT_BARRIER!r} is reserved")
+        self._barriers[name] += 1
+        self._control().barrier(self.rank, f"{name}#{self._barriers[name]}", timeout)
+
+    def report(self, step: int | None = None, **metrics: float) -> None:
+        """Sends metrics to the driver, which prints the chief's as a progress line.
+
+        ``loss``, ``accuracy``, ``examples_per_sec`` and any other numbers are accepted; a value
+        that is not a finite number is refused."""
+        values = []
+        for name, value in metrics.items():
+            number = float(value)
+            if not math.isfinite(number):
+                raise InvalidArgumentError(f"metric {name!r} is {value!r}, not a finite number")
+            values.append((name, number))
+        self._control().report(self.rank, step, values, 10.0)

@@ -1,0 +1,397 @@
+"""``Cluster.run``: the driver's side of a training job.
+
+The driver hosts the rendezvous service, submits one barrier-mode Spark stage with a task per
+trainer, and watches the job: it prints the trainers' output, turns the first failure (a
+trainer that exits non-zero, is killed, or whose task stops heart-beating) into
+:class:`~sparktrain.errors.WorkerFailed`, cancels the Spark job group at once, and hands back
+the chief's return value when every trainer has returned.
+"""
+
+from __future__ import annotations
+
+import enum
+import pickle
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from sparktrain.cluster.console import Console
+from sparktrain.cluster.settings import JobSettings
+from sparktrain.cluster.slots import ensure_slots
+from sparktrain.cluster.task import TaskResult, run_task
+from sparktrain.errors import (
+    ClusterError,
+    InvalidArgumentError,
+    RendezvousTimeout,
+    WorkerFailed,
+)
+
+#: The Spark conf key for the rendezvous port or port range (``"0"``: any free port).
+PORT_CONF = "spark.sparktrain.rendezvous.port"
+#: Seconds the driver waits for executors to offer enough task slots.
+SLOT_GRACE_SECONDS = 20.0
+#: The default limit on a pickled return value.
+MAX_RESULT_BYTES = 64 << 20
+
+
+class State(enum.Enum):
+    """Where a job stands."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SHUT_DOWN = "shut down"
+
+
+def role_names(num_workers: int, num_evaluators: int) -> list[str]:
+    """``chief:0``, ``worker:0``..., ``evaluator:0``... by task index."""
+    names = ["chief:0"] + [f"worker:{i}" for i in range(num_workers - 1)]
+    return names + [f"evaluator:{i}" for i in range(num_evaluators)]
+
+
+def _port_range(value: str) -> tuple[int, int]:
+    try:
+        low, _, high = value.partition("-")
+        start, end = int(low), int(high or low)
+    except ValueError:
+        raise InvalidArgumentError(f"{PORT_CONF}={value!r} is not a port or range like 40000-40100") from None
+    if not 0 <= start <= end <= 65535:
+        raise InvalidArgumentError(f"{PORT_CONF}={value!r} is not a valid port range")
+    return start, end
+
+
+def _spark_context(sc_or_session: Any) -> Any:
+    return getattr(sc_or_session, "sparkContext", sc_or_session)
+
+
+class Cluster:
+    """A running job: ``wait()`` for the chief's return value, ``shutdown()`` to stop it,
+    ``status()`` to look at it. Use it as a context manager to shut it down on the way out."""
+
+    @classmethod
+    def run(
+        cls,
+        sc: Any,
+        main_fun: Callable[[Any, Any], Any],
+        args: Any = None,
+        num_workers: int = 1,
+        *,
+        num_evaluators: int = 0,
+        input_mode: str = "files",
+        data: Any = None,
+        reservation_timeout: float = 120.0,
+        env: dict[str, str] | None = None,
+        gpus_per_worker: int | None = None,
+        name: str | None = None,
+        heartbeat_interval: float = 0.25,
+        heartbeat_timeout: float = 10.0,
+        max_result_bytes: int = MAX_RESULT_BYTES,
+        log: bool = True,
+    ) -> Cluster:
+        """Starts ``main_fun(args, ctx)`` on ``num_workers`` training tasks (task 0 is the
+        chief) and ``num_evaluators`` evaluators, one per Spark task slot, and returns at once.
+
+        ``sc`` is a SparkContext or SparkSession. ``input_mode="files"`` leaves input to the
+        trainers (they read files themselves); ``input_mode="spark"`` feeds each trainer one
+        partition of the DataFrame ``data`` as Arrow batches through ``ctx.feed()``.
+        """
+        if num_workers < 1 or num_evaluators < 0:
+            raise InvalidArgumentError(
+                f"num_workers={num_workers} must be >= 1 and num_evaluators={num_evaluators} >= 0"
+            )
+        if input_mode not in ("files", "spark"):
+            raise InvalidArgumentError(f"input_mode={input_mode!r}: use 'files' or 'spark'")
+        if input_mode == "spark" and data is None:
+            raise InvalidArgumentError("input_mode='spark' needs data=<a DataFrame>")
+        return cls(
+            _spark_context(sc),
+            main_fun,
+            args,
+            num_workers,
+            num_evaluators,
+            data if input_mode == "spark" else None,
+            reservation_timeout,
+            dict(env or {}),
+            gpus_per_worker,
+            name or f"sparktrain-{uuid.uuid4().hex[:8]}",
+            heartbeat_interval,
+            heartbeat_timeout,
+            max_result_bytes,
+            log,
+        )
+
+    def __init__(
+        self,
+        sc: Any,
+        main_fun: Callable[[Any, Any], Any],
+        args: Any,
+        num_workers: int,
+        num_evaluators: int,
+        data: Any,
+        reservation_timeout: float,
+        env: dict[str, str],
+        gpus_per_worker: int | None,
+        name: str,
+        heartbeat_interval: float,
+        heartbeat_timeout: float,
+        max_result_bytes: int,
+        log: bool,
+    ) -> None:
+        from pyspark import cloudpickle
+
+        from sparktrain._native import Rendezvous, generate_secret
+
+        self.name = name
+        self._sc = sc
+        self._num_tasks = num_workers + num_evaluators
+        self._roles = role_names(num_workers, num_evaluators)
+        ensure_slots(sc, self._num_tasks, SLOT_GRACE_SECONDS)
+
+        conf = sc.getConf()
+        host = conf.get("spark.driver.host", None) or socket.gethostname()
+        start, end = _port_range(conf.get(PORT_CONF, "0"))
+        secret = generate_secret()
+        self._server = Rendezvous(
+            socket.gethostbyname(host),
+            start,
+            end,
+            secret,
+            num_workers,
+            num_evaluators,
+            reservation_timeout,
+            heartbeat_timeout,
+        )
+        port = self._server.address.rsplit(":", 1)[1]
+        self._settings = JobSettings(
+            address=f"{host}:{port}",
+            secret=secret,
+            num_workers=num_workers,
+            num_evaluators=num_evaluators,
+            function=cloudpickle.dumps((main_fun, args)),
+            env=env,
+            default_fs=sc._jsc.hadoopConfiguration().get("fs.defaultFS") or "file:///",
+            reservation_timeout=reservation_timeout,
+            heartbeat_interval=heartbeat_interval,
+            heartbeat_timeout=heartbeat_timeout,
+            max_result_bytes=max_result_bytes,
+            gpus_per_worker=gpus_per_worker,
+        )
+        self._deadline = time.monotonic() + reservation_timeout
+        self._console = Console(self._roles, enabled=log)
+        self._lock = threading.Lock()
+        self._state = State.STARTING
+        self._failure: ClusterError | None = None
+        self._results: list[Any] | None = None
+        self._hosts: dict[int, str] = {}
+        self._exits: dict[int, int] = {}
+        self._exit_times: dict[int, float] = {}
+        self._metrics: dict[int, dict[str, Any]] = {}
+        self._finished = threading.Event()
+        self._stage_done = threading.Event()
+        self._stage = threading.Thread(target=self._run_stage, args=(data,), name=name, daemon=True)
+        self._watch = threading.Thread(target=self._watch_events, name=f"{name}-watch", daemon=True)
+        self._stage.start()
+        self._watch.start()
+
+    # --- the Spark stage -------------------------------------------------------------
+
+    def _run_stage(self, data: Any) -> None:
+        settings = self._settings
+        try:
+            self._sc.setJobGroup(self.name, f"sparktrain job {self.name}", interruptOnCancel=True)
+            if data is None:
+
+                def body(_: Iterator[int]) -> Iterator[TaskResult]:
+                    yield run_task(settings)
+
+                n = self._num_tasks
+                results = self._sc.parallelize(range(n), n).barrier().mapPartitions(body).collect()
+            else:
+                results = self._run_fed_stage(data)
+            by_rank = sorted(results, key=lambda r: r.rank)
+            self._set_results([pickle.loads(r.value) for r in by_rank])
+        except BaseException as e:  # reported through wait()
+            self._stage_failed(e)
+        finally:
+            self._stage_done.set()
+
+    def _run_fed_stage(self, data: Any) -> list[TaskResult]:
+        from sparktrain.cluster.feed import run_fed_stage
+
+        return run_fed_stage(data, self._num_tasks, self._settings)
+
+    def _set_results(self, results: list[Any]) -> None:
+        with self._lock:
+            self._results = results
+            if self._state in (State.STARTING, State.RUNNING):
+                self._state = State.SUCCEEDED
+        self._finished.set()
+
+    def _stage_failed(self, error: BaseException) -> None:
+        # The watcher usually has the real cause already (the trainer's exit arrives before
+        # the task fails); give it a moment before falling back to Spark's error.
+        patience = time.monotonic() + 2.0
+        while self._failure is None and time.monotonic() < patience:
+            time.sleep(0.05)
+        with self._lock:
+            if self._failure is None and self._state is not State.SHUT_DOWN:
+                self._failure = ClusterError(f"the Spark job of {self.name} failed: {error}")
+                self._failure.__cause__ = error
+                self._state = State.FAILED
+        self._finished.set()
+
+    # --- watching the job ------------------------------------------------------------
+
+    def _watch_events(self) -> None:
+        quiet_after_stage = 0
+        while True:
+            events = self._server.events(0.2)
+            for event in events:
+                self._on_event(event)
+            if self._state is State.STARTING and time.monotonic() > self._deadline:
+                missing = self._server.missing()
+                if missing:
+                    total = self._num_tasks
+                    self._fail(
+                        RendezvousTimeout(
+                            f"{len(missing)} of {total} tasks never registered: {missing}",
+                            missing=missing,
+                            total=total,
+                        )
+                    )
+            if self._stage_done.is_set():
+                quiet_after_stage = 0 if events else quiet_after_stage + 1
+                if quiet_after_stage >= 2 or self._failure is not None:
+                    break
+            elif self._state is State.SHUT_DOWN:
+                break
+        self._console.done()
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        kind = event["kind"]
+        rank = event.get("task_index", 0)
+        if kind == "registered":
+            self._hosts[rank] = event["host"]
+        elif kind == "ready":
+            with self._lock:
+                if self._state is State.STARTING:
+                    self._state = State.RUNNING
+        elif kind == "log":
+            self._console.line(rank, event["stream"], event["text"])
+        elif kind == "metrics":
+            self._metrics[rank] = {"step": event["step"], **event["metrics"]}
+            self._console.metrics(rank, event["step"], event["metrics"])
+        elif kind == "exited":
+            code = event["exit_code"]
+            self._exits[rank] = code
+            self._exit_times[rank] = time.time()
+            if code != 0:
+                self._fail(self._worker_failed(rank, code, event["stderr_tail"]))
+        elif kind == "lost":
+            silent = event["silent_for"]
+            what = f"stopped heart-beating ({silent:.1f} s without a word)"
+            self._fail(self._worker_failed(rank, None, "", what))
+
+    def _worker_failed(self, rank: int, code: int | None, tail: str, what: str | None = None) -> WorkerFailed:
+        role, host = self._roles[rank], self._hosts.get(rank, "an unknown host")
+        if what is None:
+            from sparktrain.cluster.task import _describe_exit
+
+            what = _describe_exit(code or 0)
+        message = f"{role} (task {rank} on {host}) {what}"
+        if tail:
+            message += f"; the last lines of its stderr:\n{tail}"
+        return WorkerFailed(
+            message,
+            task_index=rank,
+            role=role,
+            host=host,
+            exit_code=code if code is not None and code >= 0 else None,
+            signal=-code if code is not None and code < 0 else None,
+            stderr_tail=tail,
+        )
+
+    def _fail(self, failure: ClusterError) -> None:
+        with self._lock:
+            if self._failure is not None or self._state in (State.SUCCEEDED, State.SHUT_DOWN):
+                return
+            self._failure = failure
+            self._state = State.FAILED
+        self._server.abort(str(failure).split("\n", 1)[0])
+        self._sc.cancelJobGroup(self.name)
+        self._finished.set()
+
+    # --- the public handle -----------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the job's rendezvous service."""
+        return self._settings.address
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Waits for the job; returns the chief's return value.
+
+        Raises :class:`~sparktrain.errors.WorkerFailed` (or another
+        :class:`~sparktrain.errors.ClusterError`) when the job failed, and ``TimeoutError``
+        when ``timeout`` seconds pass first (the job keeps running)."""
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"{self.name} is still running after {timeout} s")
+        # Let Spark wind the stage down, so the next job finds free slots.
+        self._stage.join(30.0)
+        self._watch.join(5.0)
+        if self._failure is not None:
+            raise self._failure
+        if self._state is State.SHUT_DOWN:
+            raise ClusterError(f"{self.name} was shut down before it finished")
+        assert self._results is not None
+        return self._results[0]
+
+    def results(self) -> list[Any]:
+        """Every task's return value by task index, once the job has succeeded."""
+        self.wait()
+        assert self._results is not None
+        return list(self._results)
+
+    def shutdown(self) -> None:
+        """Stops the job (if it still runs): trainers are stopped and the stage cancelled."""
+        with self._lock:
+            running = self._state in (State.STARTING, State.RUNNING)
+            if running:
+                self._state = State.SHUT_DOWN
+        if running:
+            self._server.abort(f"{self.name} was shut down by the driver")
+            self._sc.cancelJobGroup(self.name)
+            self._finished.set()
+            self._stage.join(30.0)
+        self._watch.join(5.0)
+        self._server.close()
+
+    def status(self) -> dict[str, Any]:
+        """The job's state, which tasks registered and exited, and each task's latest metrics."""
+        with self._lock:
+            return {
+                "name": self.name,
+                "state": self._state.value,
+                "registered": sorted(self._hosts),
+                "exit_codes": dict(self._exits),
+                "exited_at": dict(self._exit_times),
+                "metrics": {self._roles[r]: dict(m) for r, m in self._metrics.items()},
+                "failure": str(self._failure) if self._failure else None,
+                "refused": self._refused(),
+            }
+
+    def _refused(self) -> list[str]:
+        try:
+            return self._server.refused()
+        except InvalidArgumentError:
+            return []  # closed
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

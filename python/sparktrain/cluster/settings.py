@@ -1,0 +1,61 @@
+"""What the driver sends every task of a job (through the Spark closure), and what a task
+hands its trainer process (through a local pipe).
+
+The job secret travels in :class:`JobSettings`, inside the closure Spark ships to the tasks: it
+never crosses the control plane. Nothing read from the control plane is ever unpickled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sparktrain.cluster.context import TaskInfo
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """The job, as every task needs it."""
+
+    #: ``host:port`` of the driver's rendezvous service.
+    address: str
+    #: The job secret, as hex.
+    secret: str
+    num_workers: int
+    num_evaluators: int
+    #: ``(main_fun, args)``, pickled with cloudpickle on the driver.
+    function: bytes
+    #: Extra environment variables for the trainers.
+    env: dict[str, str]
+    #: Hadoop's ``fs.defaultFS`` on the driver.
+    default_fs: str
+    #: Seconds every task has to register.
+    reservation_timeout: float
+    #: Seconds between a task's heartbeats.
+    heartbeat_interval: float
+    #: Seconds without an answer after which either side gives the other up.
+    heartbeat_timeout: float
+    #: The largest pickled return value a trainer may send back.
+    max_result_bytes: int
+    #: GPUs each training task must have, or None to take what Spark assigned.
+    gpus_per_worker: int | None = None
+
+
+@dataclass(frozen=True)
+class TrainerLaunch:
+    """What a task hands the trainer process it starts."""
+
+    job: JobSettings
+    #: The task's index in the whole job (0 is the chief).
+    rank: int
+    tasks: list[TaskInfo]
+    tf_config: dict[str, object]
+    #: The inherited file descriptor of the data plane's listening socket.
+    data_fd: int
+    #: The inherited file descriptor holding the port reserved for TensorFlow.
+    tf_fd: int
+    #: Where the trainer writes its pickled return value.
+    result_path: str
+    #: A local socket path that streams the task's input partition as Arrow IPC, or None.
+    feed_path: str | None = None
+    working_dir: str = ""
+    gpus: tuple[str, ...] = field(default_factory=tuple)

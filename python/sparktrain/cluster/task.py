@@ -1,0 +1,318 @@
+"""The body of one barrier task: reserve ports, register, start the trainer process and
+supervise it until it ends.
+
+The task heart-beats to the driver a few times a second, carrying the trainer's new output
+lines; the driver's reply says when the job has failed elsewhere, and then the trainer is
+stopped. A trainer that ends non-zero fails the task after its exit code and the tail of its
+stderr have reached the driver. If the driver stops answering for longer than the heartbeat
+time-out, the trainer is stopped too: nobody waits forever.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+from sparktrain.cluster.context import TaskInfo
+from sparktrain.cluster.settings import JobSettings, TrainerLaunch
+from sparktrain.errors import DriverUnreachable, JobAborted, WorkerFailed
+
+#: Lines of a trainer's stderr kept for the failure report.
+STDERR_TAIL_LINES = 60
+#: Longest log line forwarded to the driver; the executor log keeps the whole line.
+MAX_LINE_CHARS = 8192
+#: Most lines sent in one heartbeat.
+MAX_LINES_PER_HEARTBEAT = 2000
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What a task returns to the driver through Spark."""
+
+    rank: int
+    #: The trainer's pickled return value.
+    value: bytes
+
+
+def thread_env(cpus: int) -> dict[str, str]:
+    """Thread-count variables that keep a trainer within its task's ``spark.task.cpus``."""
+    n = str(max(1, cpus))
+    names = ["OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYON_NUM_THREADS"]
+    names += ["CANDLE_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"]
+    return dict.fromkeys(names, n)
+
+
+def _bind_address(host: str) -> str:
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        return host
+
+
+def reserve_ports(host: str) -> tuple[socket.socket, socket.socket]:
+    """The data plane's listener (bound and listening, kept open and inherited by the trainer,
+    so no other process can take its port) and a socket that holds the port reserved for
+    TensorFlow until the trainer releases it just before user code starts."""
+    address = _bind_address(host)
+    data = socket.create_server((address, 0), backlog=128)
+    tf = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tf.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    tf.bind((address, 0))
+    return data, tf
+
+
+class _OutputPump:
+    """Copies one stream of the trainer to the executor's log and queues it for the driver."""
+
+    def __init__(self, source: IO[bytes], stream: int, sink: IO[str], queue: deque[tuple[int, str]]) -> None:
+        self.tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        self._source, self._stream, self._sink, self._queue = source, stream, sink, queue
+        self.thread = threading.Thread(target=self._run, name=f"sparktrain-pump-{stream}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        for raw in iter(self._source.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self._sink.write(line + "\n")
+            self._sink.flush()
+            self.tail.append(line)
+            self._queue.append((self._stream, line[:MAX_LINE_CHARS]))
+
+
+class _Heartbeat:
+    """Sends the queued lines; remembers when the driver last answered."""
+
+    def __init__(self, client: Any, rank: int, attempt: int, settings: JobSettings) -> None:
+        self._client, self._rank, self._attempt, self._settings = client, rank, attempt, settings
+        self.queue: deque[tuple[int, str]] = deque()
+        self.last_answer = time.monotonic()
+        self.last_error: Exception | None = None
+
+    def beat(self) -> str | None:
+        """One heartbeat; returns the driver's abort reason, if any."""
+        lines = []
+        while self.queue and len(lines) < MAX_LINES_PER_HEARTBEAT:
+            lines.append(self.queue.popleft())
+        try:
+            timeout = self._settings.heartbeat_timeout
+            reason = self._client.heartbeat(self._rank, self._attempt, lines, timeout)
+        except JobAborted as e:
+            return e.reason
+        except Exception as e:  # any failure counts as a missed answer
+            self.queue.extendleft(reversed(lines))
+            self.last_error = e
+            return None
+        self.last_answer = time.monotonic()
+        return reason
+
+    def silent_for(self) -> float:
+        return time.monotonic() - self.last_answer
+
+
+def _stop(process: subprocess.Popen[bytes], grace: float = 3.0) -> None:
+    """SIGTERM to the trainer's process group, then SIGKILL after ``grace`` seconds."""
+    if process.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with code {code}"
+
+
+def run_task(settings: JobSettings, feed: tuple[Iterator[Any], Any] | None = None) -> TaskResult:
+    """Runs one task of the job on this executor; returns the trainer's pickled result.
+
+    ``feed`` is the task's input partition (Arrow batches and their schema) in
+    ``input_mode="spark"``; the trainer reads it through ``ctx.feed()``.
+
+    Raises :class:`~sparktrain.errors.WorkerFailed` when the trainer fails, and
+    :class:`~sparktrain.errors.JobAborted` or :class:`~sparktrain.errors.DriverUnreachable`
+    when the job ends elsewhere."""
+    from pyspark import BarrierTaskContext
+
+    from sparktrain._native import ControlClient
+
+    spark_ctx = BarrierTaskContext.get()
+    rank = spark_ctx.partitionId()
+    attempt = spark_ctx.attemptNumber()
+    executor_address = spark_ctx.getTaskInfos()[rank].address
+    host = executor_address.rsplit(":", 1)[0]
+    resources = spark_ctx.resources()
+    gpus = tuple(resources["gpu"].addresses) if "gpu" in resources else ()
+    if settings.gpus_per_worker is not None and len(gpus) < settings.gpus_per_worker:
+        raise WorkerFailed(
+            f"task {rank} on {host} has GPUs {list(gpus)} but the job asks for {settings.gpus_per_worker}; "
+            "set spark.task.resource.gpu.amount",
+            task_index=rank,
+            role="",
+            host=host,
+            exit_code=None,
+            signal=None,
+            stderr_tail="",
+        )
+
+    data_sock, tf_sock = reserve_ports(host)
+    client = ControlClient(settings.address, settings.secret, settings.heartbeat_timeout)
+    task_dicts, tf_config_json = client.register(
+        rank,
+        attempt,
+        host,
+        os.getpid(),
+        executor_address,
+        data_sock.getsockname()[1],
+        tf_sock.getsockname()[1],
+        list(gpus),
+        settings.reservation_timeout + settings.heartbeat_timeout,
+    )
+    tasks = [
+        TaskInfo(
+            task_index=d["task_index"],
+            role=d["role"],
+            index=d["index"],
+            host=d["host"],
+            data_port=d["data_port"],
+            tf_port=d["tf_port"],
+            executor_id=d["executor_id"],
+            gpus=tuple(d["gpus"]),
+        )
+        for d in task_dicts
+    ]
+    workdir = tempfile.mkdtemp(prefix=f"sparktrain-task{rank}-")
+    feed_server = None
+    try:
+        if feed is not None:
+            from sparktrain.cluster.feed import FeedServer
+
+            feed_server = FeedServer(feed[0], feed[1], workdir)
+        launch = TrainerLaunch(
+            job=settings,
+            rank=rank,
+            tasks=tasks,
+            tf_config=json.loads(tf_config_json),
+            data_fd=data_sock.fileno(),
+            tf_fd=tf_sock.fileno(),
+            result_path=os.path.join(workdir, "result.pickle"),
+            feed_path=feed_server.path if feed_server is not None else None,
+            working_dir=os.getcwd(),
+            gpus=gpus,
+        )
+        env = dict(os.environ)
+        env.update(thread_env(spark_ctx.cpus()))
+        env.update(settings.env)
+        env["TF_CONFIG"] = tf_config_json
+        env["SPARKTRAIN_SUPERVISOR_PID"] = str(os.getpid())
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        heartbeat = _Heartbeat(client, rank, attempt, settings)
+        return _supervise(launch, env, heartbeat, client, data_sock, tf_sock, tasks[rank], attempt)
+    finally:
+        if feed_server is not None:
+            feed_server.close()
+        data_sock.close()
+        tf_sock.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _supervise(
+    launch: TrainerLaunch,
+    env: dict[str, str],
+    heartbeat: _Heartbeat,
+    client: Any,
+    data_sock: socket.socket,
+    tf_sock: socket.socket,
+    me: TaskInfo,
+    attempt: int,
+) -> TaskResult:
+    settings = launch.job
+    process = subprocess.Popen(
+        [sys.executable, "-u", "-m", "sparktrain.cluster.trainer"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        pass_fds=(data_sock.fileno(), tf_sock.fileno()),
+        env=env,
+        start_new_session=True,
+    )
+    # The trainer now holds both sockets; the task's copies would keep the TensorFlow port
+    # reserved after the trainer released it.
+    tf_sock.close()
+    data_sock.close()
+    assert process.stdin is not None
+    assert process.stdout is not None
+    assert process.stderr is not None
+    payload = pickle.dumps(launch, protocol=pickle.HIGHEST_PROTOCOL)
+    process.stdin.write(len(payload).to_bytes(8, "little") + payload)
+    process.stdin.flush()
+    # stdin stays open: the trainer exits when it sees end-of-file, i.e. when this task dies.
+    out = _OutputPump(process.stdout, 1, sys.stdout, heartbeat.queue)
+    err = _OutputPump(process.stderr, 2, sys.stderr, heartbeat.queue)
+    role = f"{me.role}:{me.index}"
+    try:
+        while process.poll() is None:
+            reason = heartbeat.beat()
+            if reason is not None:
+                _stop(process)
+                raise JobAborted(f"{role}: stopped because the job was aborted: {reason}", reason=reason)
+            if heartbeat.silent_for() > settings.heartbeat_timeout:
+                _stop(process)
+                raise DriverUnreachable(
+                    f"{role}: the driver at {settings.address} did not answer heartbeats for "
+                    f"{heartbeat.silent_for():.1f} s ({heartbeat.last_error}); the trainer was stopped",
+                    address=settings.address,
+                )
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(settings.heartbeat_interval)
+    finally:
+        _stop(process)
+        process.stdin.close()
+    for pump in (out, err):
+        pump.thread.join(5.0)
+    code = process.returncode
+    tail = "\n".join(err.tail)
+    heartbeat.beat()
+    try:
+        client.exit(launch.rank, attempt, code, tail, settings.heartbeat_timeout)
+    except Exception as e:  # the failure below is the one to report
+        print(f"sparktrain: could not report the trainer's exit to the driver: {e}", file=sys.stderr)
+    if code != 0:
+        raise WorkerFailed(
+            f"{role} (task {launch.rank} on {me.host}) {_describe_exit(code)}\n{tail}",
+            task_index=launch.rank,
+            role=role,
+            host=me.host,
+            exit_code=code if code >= 0 else None,
+            signal=-code if code < 0 else None,
+            stderr_tail=tail,
+        )
+    with open(launch.result_path, "rb") as f:
+        return TaskResult(rank=launch.rank, value=f.read())

@@ -1,0 +1,286 @@
+//! The control plane for Python: the driver's rendezvous service and the client that tasks and
+//! trainers use, as blocking calls that release the GIL.
+//!
+//! Both run on the storage crate's process-wide runtime, which is rebuilt in a forked child, so
+//! a PySpark worker forked from a daemon that already used it gets a working runtime.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use sparktrain_cluster::{
+    ClusterError, Event, JobSecret, Registration, RendezvousServer, ServerConfig, Stream, TaskClient,
+};
+
+use crate::{detach, errors};
+
+fn seconds(value: f64, what: &str) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value)
+        .map_err(|_| errors::invalid(format!("{what} must be >= 0, got {value}")))
+}
+
+/// Runs a control-plane future on the shared runtime without the GIL.
+fn block<T: Send>(
+    py: Python<'_>,
+    future: impl std::future::Future<Output = Result<T, ClusterError>> + Send,
+) -> PyResult<T> {
+    detach(py, || sparktrain_storage::block_on(future)).map_err(errors::storage)?.map_err(errors::cluster)
+}
+
+/// A new random job secret, as hex.
+#[pyfunction]
+fn generate_secret() -> PyResult<String> {
+    JobSecret::generate().map(|s| s.to_hex()).map_err(errors::cluster)
+}
+
+fn secret_of(hex: &str) -> PyResult<JobSecret> {
+    JobSecret::from_hex(hex).map_err(errors::cluster)
+}
+
+/// The driver's rendezvous service, serving until `close()` or garbage collection.
+#[pyclass(module = "sparktrain._native", frozen)]
+struct Rendezvous {
+    server: Mutex<Option<RendezvousServer>>,
+    address: String,
+}
+
+impl Rendezvous {
+    fn with_server<T>(&self, f: impl FnOnce(&RendezvousServer) -> T) -> PyResult<T> {
+        let guard = self.server.lock().unwrap_or_else(|p| p.into_inner());
+        let server = guard.as_ref().ok_or_else(|| errors::invalid("the rendezvous is closed"))?;
+        Ok(f(server))
+    }
+}
+
+fn event_to_py<'py>(py: Python<'py>, event: Event) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    match event {
+        Event::Registered { task_index, host, executor_id } => {
+            d.set_item("kind", "registered")?;
+            d.set_item("task_index", task_index)?;
+            d.set_item("host", host)?;
+            d.set_item("executor_id", executor_id)?;
+        }
+        Event::Ready => d.set_item("kind", "ready")?,
+        Event::Log { task_index, stream, text } => {
+            d.set_item("kind", "log")?;
+            d.set_item("task_index", task_index)?;
+            d.set_item("stream", if stream == Stream::Stderr { "stderr" } else { "stdout" })?;
+            d.set_item("text", text)?;
+        }
+        Event::Metrics { task_index, step, metrics } => {
+            d.set_item("kind", "metrics")?;
+            d.set_item("task_index", task_index)?;
+            d.set_item("step", step)?;
+            let m = PyDict::new(py);
+            for (k, v) in metrics {
+                m.set_item(k, v)?;
+            }
+            d.set_item("metrics", m)?;
+        }
+        Event::Exited { task_index, exit_code, stderr_tail } => {
+            d.set_item("kind", "exited")?;
+            d.set_item("task_index", task_index)?;
+            d.set_item("exit_code", exit_code)?;
+            d.set_item("stderr_tail", stderr_tail)?;
+        }
+        Event::Lost { task_index, silent_for } => {
+            d.set_item("kind", "lost")?;
+            d.set_item("task_index", task_index)?;
+            d.set_item("silent_for", silent_for.as_secs_f64())?;
+        }
+    }
+    Ok(d)
+}
+
+#[pymethods]
+impl Rendezvous {
+    /// Binds the first free port of `port_start..=port_end` on `host` and serves there.
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        host: &str,
+        port_start: u16,
+        port_end: u16,
+        secret: &str,
+        num_workers: u32,
+        num_evaluators: u32,
+        registration_timeout: f64,
+        heartbeat_timeout: f64,
+    ) -> PyResult<Self> {
+        let config = ServerConfig {
+            host: host.parse().map_err(|e| errors::invalid(format!("rendezvous host '{host}': {e}")))?,
+            ports: port_start..=port_end,
+            secret: secret_of(secret)?,
+            num_workers,
+            num_evaluators,
+            registration_timeout: seconds(registration_timeout, "registration_timeout")?,
+            heartbeat_timeout: seconds(heartbeat_timeout, "heartbeat_timeout")?,
+        };
+        let server = block(py, RendezvousServer::start(config))?;
+        let address = server.address().to_string();
+        Ok(Rendezvous { server: Mutex::new(Some(server)), address })
+    }
+
+    /// `host:port` where the service listens.
+    #[getter]
+    fn address(&self) -> String {
+        self.address.clone()
+    }
+
+    /// The calls refused for a missing or wrong secret, as `peer: reason`.
+    fn refused(&self) -> PyResult<Vec<String>> {
+        self.with_server(|s| s.refused())
+    }
+
+    /// The task indexes that have not registered yet.
+    fn missing(&self) -> PyResult<Vec<u32>> {
+        self.with_server(|s| s.job().spec().missing())
+    }
+
+    /// The events since the last call (dicts with a `kind`), waiting up to `timeout` seconds
+    /// for the first.
+    fn events<'py>(&self, py: Python<'py>, timeout: f64) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let timeout = seconds(timeout, "timeout")?;
+        let job = self.with_server(|s| s.job().clone())?;
+        let events =
+            detach(py, || sparktrain_storage::block_on(job.events(timeout))).map_err(errors::storage)?;
+        events.into_iter().map(|e| event_to_py(py, e)).collect()
+    }
+
+    /// Fails every pending wait with `reason` and tells the tasks to stop their trainers.
+    fn abort(&self, reason: &str) -> PyResult<()> {
+        self.with_server(|s| s.job().abort(reason))
+    }
+
+    /// Stops serving.
+    fn close(&self) {
+        let server = self.server.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(server);
+    }
+}
+
+/// A connection to the driver's rendezvous service, for a task or a trainer.
+#[pyclass(module = "sparktrain._native", frozen)]
+struct ControlClient {
+    client: TaskClient,
+}
+
+#[pymethods]
+impl ControlClient {
+    /// Connects to `address`, retrying for up to `timeout` seconds.
+    #[new]
+    fn new(py: Python<'_>, address: &str, secret: &str, timeout: f64) -> PyResult<Self> {
+        let secret = secret_of(secret)?;
+        let timeout = seconds(timeout, "timeout")?;
+        let client = block(py, TaskClient::connect(address, &secret, timeout))?;
+        Ok(ControlClient { client })
+    }
+
+    /// Registers a task and waits for all; returns `(tasks, tf_config)` where `tasks` lists a
+    /// dict per task by task index.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (task_index, attempt, host, pid, executor_id, data_port, tf_port, gpus, timeout))]
+    fn register<'py>(
+        &self,
+        py: Python<'py>,
+        task_index: u32,
+        attempt: u32,
+        host: String,
+        pid: u32,
+        executor_id: String,
+        data_port: u16,
+        tf_port: u16,
+        gpus: Vec<String>,
+        timeout: f64,
+    ) -> PyResult<(Vec<Bound<'py, PyDict>>, String)> {
+        let registration =
+            Registration { task_index, attempt, host, pid, executor_id, data_port, tf_port, gpus };
+        let timeout = seconds(timeout, "timeout")?;
+        let mut client = self.client.clone();
+        let reply = block(py, async move { client.register(&registration, timeout).await })?;
+        let tasks = reply
+            .tasks
+            .into_iter()
+            .map(|t| {
+                let d = PyDict::new(py);
+                d.set_item("task_index", t.task_index)?;
+                d.set_item("role", t.role)?;
+                d.set_item("index", t.index)?;
+                d.set_item("host", t.host)?;
+                d.set_item("data_port", t.data_port)?;
+                d.set_item("tf_port", t.tf_port)?;
+                d.set_item("gpus", t.gpus)?;
+                d.set_item("executor_id", t.executor_id)?;
+                Ok(d)
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok((tasks, reply.tf_config))
+    }
+
+    /// Sends a heartbeat with `(stream, line)` pairs (1 stdout, 2 stderr); returns the
+    /// driver's abort reason, or None while the job goes on.
+    fn heartbeat(
+        &self,
+        py: Python<'_>,
+        task_index: u32,
+        attempt: u32,
+        lines: Vec<(u32, String)>,
+        timeout: f64,
+    ) -> PyResult<Option<String>> {
+        let lines = lines
+            .into_iter()
+            .map(|(stream, text)| (if stream == 2 { Stream::Stderr } else { Stream::Stdout }, text))
+            .collect();
+        let timeout = seconds(timeout, "timeout")?;
+        let mut client = self.client.clone();
+        block(py, async move { client.heartbeat(task_index, attempt, lines, timeout).await })
+    }
+
+    /// Waits until every task reached the barrier `name` (no time-out when None).
+    #[pyo3(signature = (task_index, name, timeout=None))]
+    fn barrier(&self, py: Python<'_>, task_index: u32, name: String, timeout: Option<f64>) -> PyResult<()> {
+        let timeout = timeout.map(|t| seconds(t, "timeout")).transpose()?;
+        let mut client = self.client.clone();
+        block(py, async move { client.barrier(task_index, &name, timeout).await })
+    }
+
+    /// Sends metrics.
+    #[pyo3(signature = (task_index, step, metrics, timeout))]
+    fn report(
+        &self,
+        py: Python<'_>,
+        task_index: u32,
+        step: Option<i64>,
+        metrics: Vec<(String, f64)>,
+        timeout: f64,
+    ) -> PyResult<()> {
+        let timeout = seconds(timeout, "timeout")?;
+        let mut client = self.client.clone();
+        block(py, async move { client.report(task_index, step, metrics, timeout).await })
+    }
+
+    /// Reports how the trainer ended.
+    fn exit(
+        &self,
+        py: Python<'_>,
+        task_index: u32,
+        attempt: u32,
+        exit_code: i32,
+        stderr_tail: String,
+        timeout: f64,
+    ) -> PyResult<()> {
+        let timeout = seconds(timeout, "timeout")?;
+        let mut client = self.client.clone();
+        block(py, async move { client.exit(task_index, attempt, exit_code, stderr_tail, timeout).await })
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(generate_secret, m)?)?;
+    m.add_class::<Rendezvous>()?;
+    m.add_class::<ControlClient>()?;
+    Ok(())
+}

@@ -1,0 +1,241 @@
+"""The launcher on real Spark (``local-cluster[2,2,1024]``: two executors, four task slots):
+roles, cluster spec and TF_CONFIG reach every trainer; failures surface as ``WorkerFailed``
+with the cause within seconds; the exit barrier holds the chief; the control plane refuses
+callers without the job secret.
+
+Functions that run on executors are defined inside the tests: executors cannot import this
+module.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from sparktrain import Cluster
+from sparktrain.cluster.context import TrainerContext
+from sparktrain.errors import SlotsUnavailable, Unauthenticated, WorkerFailed
+
+
+@pytest.mark.parametrize(("num_workers", "num_evaluators"), [(2, 0), (3, 0), (2, 1)])
+def test_every_trainer_gets_its_role_the_cluster_spec_and_tf_config(spark, num_workers, num_evaluators):
+    def main_fun(args, ctx):
+        import os
+
+        return {
+            "args": args,
+            "job_name": ctx.job_name,
+            "task_index": ctx.task_index,
+            "rank": ctx.rank,
+            "worker_num": ctx.worker_num,
+            "num_workers": ctx.num_workers,
+            "is_chief": ctx.is_chief,
+            "cluster_spec": ctx.cluster_spec,
+            "tf_config_env": json.loads(os.environ["TF_CONFIG"]),
+            "tf_config": ctx.tf_config,
+            "threads": os.environ["OMP_NUM_THREADS"],
+            "pid": os.getpid(),
+            "parent": os.getppid(),
+            "data_port": ctx.data_listener.getsockname()[1],
+        }
+
+    n = num_workers + num_evaluators
+    cluster = Cluster.run(spark, main_fun, {"lr": 0.1}, num_workers, num_evaluators=num_evaluators)
+    chief = cluster.wait(timeout=120)
+    results = cluster.results()
+    assert chief == results[0]
+    assert len(results) == n
+
+    expected_roles = [("chief", 0)] + [("worker", i) for i in range(num_workers - 1)]
+    expected_roles += [("evaluator", i) for i in range(num_evaluators)]
+    assert [(r["job_name"], r["task_index"]) for r in results] == expected_roles
+    assert [r["rank"] for r in results] == list(range(n))
+    assert [r["worker_num"] for r in results] == list(range(n))
+    assert [r["is_chief"] for r in results] == [True] + [False] * (n - 1)
+    assert all(r["args"] == {"lr": 0.1} and r["num_workers"] == num_workers for r in results)
+    assert all(r["threads"] == "1" for r in results)
+    # Each trainer is its own process, started by (not forked from) its task.
+    assert len({r["pid"] for r in results}) == n
+    assert all(r["pid"] != r["parent"] for r in results)
+
+    spec = results[0]["cluster_spec"]
+    assert len(spec["chief"]) == 1
+    assert len(spec.get("worker", [])) == num_workers - 1
+    assert len(spec.get("evaluator", [])) == num_evaluators
+    addresses = [a for role in spec.values() for a in role]
+    assert len(set(addresses)) == n
+    assert all(a.startswith("127.0.0.1:") for a in addresses)
+    for r in results:
+        assert r["cluster_spec"] == spec
+        assert r["tf_config_env"] == r["tf_config"]
+        assert r["tf_config"] == {"cluster": spec, "task": {"type": r["job_name"], "index": r["task_index"]}}
+        # The data plane's listener is open in the trainer, on a port of its own.
+        assert r["data_port"] not in {int(a.rsplit(":", 1)[1]) for a in addresses}
+    status = cluster.status()
+    assert status["state"] == "succeeded"
+    assert status["exit_codes"] == dict.fromkeys(range(n), 0)
+    cluster.shutdown()
+
+
+def test_a_trainer_that_raises_fails_the_job_with_its_traceback(spark):
+    def main_fun(args, ctx):
+        import time
+
+        if ctx.job_name == "worker":
+            raise ValueError("bad batch at step 3")
+        time.sleep(120)
+
+    start = time.monotonic()
+    cluster = Cluster.run(spark, main_fun, None, 2)
+    with pytest.raises(WorkerFailed) as failed:
+        cluster.wait(timeout=60)
+    assert time.monotonic() - start < 30
+    e = failed.value
+    assert (e.task_index, e.role, e.host, e.exit_code, e.signal) == (1, "worker:0", "127.0.0.1", 1, None)
+    assert "ValueError: bad batch at step 3" in e.stderr_tail
+    assert "Traceback" in e.stderr_tail
+    assert str(e).startswith("worker:0 (task 1 on 127.0.0.1) exited with code 1")
+    assert cluster.status()["state"] == "failed"
+    cluster.shutdown()
+    # The chief was stopped and the slots are free again: a new job runs at once.
+    assert Cluster.run(spark, lambda args, ctx: ctx.rank, None, 2).wait(timeout=60) == 0
+
+
+def test_a_trainer_killed_by_a_signal_fails_the_job_naming_the_signal(spark):
+    def main_fun(args, ctx):
+        import os
+        import signal
+        import sys
+        import time
+
+        if ctx.job_name == "worker":
+            print("about to die", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(120)
+
+    start = time.monotonic()
+    with Cluster.run(spark, main_fun, None, 2) as cluster, pytest.raises(WorkerFailed) as failed:
+        cluster.wait(timeout=60)
+    assert time.monotonic() - start < 30
+    e = failed.value
+    assert (e.task_index, e.exit_code, e.signal) == (1, None, 9)
+    assert "was killed by SIGKILL" in str(e)
+    assert "about to die" in e.stderr_tail
+
+
+def test_too_few_slots_is_an_error_with_the_numbers_within_30_seconds(spark):
+    start = time.monotonic()
+    with pytest.raises(SlotsUnavailable) as refused:
+        Cluster.run(spark, lambda args, ctx: None, None, 5)
+    assert time.monotonic() - start < 30
+    assert (refused.value.needed, refused.value.available) == (5, 4)
+    assert "needs 5 task slots" in str(refused.value)
+    assert "has 4" in str(refused.value)
+
+
+def test_calls_without_the_job_secret_are_refused(spark):
+    from sparktrain._native import ControlClient, generate_secret
+
+    def main_fun(args, ctx):
+        import time
+
+        time.sleep(4)
+        return "done"
+
+    with Cluster.run(spark, main_fun, None, 2) as cluster:
+        intruder = ControlClient(cluster.address, generate_secret(), 10.0)
+        with pytest.raises(Unauthenticated):
+            intruder.register(0, 9, "10.6.6.6", 1, "x", 1, 2, [], 5.0)
+        with pytest.raises(Unauthenticated):
+            intruder.barrier(0, "__exit__", 1.0)
+        assert cluster.wait(timeout=60) == "done"
+        refused = cluster.status()["refused"]
+    assert len(refused) == 2
+    assert all("wrong job secret" in r for r in refused)
+
+
+def test_the_exit_barrier_holds_the_chief_until_the_slowest_worker_returns(spark):
+    def main_fun(args, ctx):
+        import time
+
+        if ctx.job_name == "worker":
+            time.sleep(3)
+        return time.time()
+
+    with Cluster.run(spark, main_fun, None, 3) as cluster:
+        cluster.wait(timeout=60)
+        returned = cluster.results()
+        exited = cluster.status()["exited_at"]
+    assert returned[0] < returned[1] - 2
+    # The chief's trainer exited only after the last worker returned.
+    assert exited[0] >= max(returned)
+
+
+def test_barriers_reports_and_prefixed_logs_reach_the_driver(spark, capfd):
+    def main_fun(args, ctx):
+        import sys
+
+        ctx.barrier()
+        ctx.barrier("epoch")
+        ctx.barrier("epoch")
+        print(f"hello from rank {ctx.rank}", flush=True)
+        print(f"warning from rank {ctx.rank}", file=sys.stderr, flush=True)
+        ctx.report(step=10, loss=0.25 + ctx.rank)
+        return ctx.rank
+
+    with Cluster.run(spark, main_fun, None, 2) as cluster:
+        assert cluster.wait(timeout=60) == 0
+        metrics = cluster.status()["metrics"]
+    assert metrics == {"chief:0": {"step": 10, "loss": 0.25}, "worker:0": {"step": 10, "loss": 1.25}}
+    out, err = capfd.readouterr()
+    assert "[chief:0] hello from rank 0" in out
+    assert "[worker:0] hello from rank 1" in out
+    assert "[worker:0] warning from rank 1" in err
+
+
+def test_spark_input_mode_feeds_each_trainer_a_partition_for_every_epoch(spark):
+    def main_fun(epochs, ctx):
+        totals = []
+        for _ in range(epochs):
+            rows, total = 0, 0
+            for batch in ctx.feed():
+                rows += batch.num_rows
+                total += sum(batch.column("id").to_pylist())
+            totals.append((rows, total))
+        return totals
+
+    df = spark.range(0, 10_000, numPartitions=5)
+    with Cluster.run(spark, main_fun, 3, 2, input_mode="spark", data=df) as cluster:
+        cluster.wait(timeout=120)
+        per_task = cluster.results()
+    for epoch in range(3):
+        assert sum(t[epoch][0] for t in per_task) == 10_000
+        assert sum(t[epoch][1] for t in per_task) == sum(range(10_000))
+    assert all(t[0][0] > 0 for t in per_task)
+
+
+def test_absolute_path_follows_tensorflowonspark():
+    def ctx(default_fs: str) -> TrainerContext:
+        return TrainerContext(
+            job_name="chief",
+            task_index=0,
+            rank=0,
+            num_workers=1,
+            num_evaluators=0,
+            tasks=[],
+            tf_config={},
+            default_fs=default_fs,
+            working_dir="/work/dir",
+            executor_id="e",
+            gpus=(),
+        )
+
+    hdfs = ctx("hdfs://nn:8020")
+    assert hdfs.absolute_path("s3a://bucket/x") == "s3a://bucket/x"
+    assert hdfs.absolute_path("/data/x") == "hdfs://nn:8020/data/x"
+    assert hdfs.absolute_path("models/m").startswith("hdfs://nn:8020/user/")
+    assert hdfs.absolute_path("models/m").endswith("/models/m")
+    assert ctx("file:///").absolute_path("models/m") == "file:///work/dir/models/m"
+    assert ctx("file:///").absolute_path("/tmp/m") == "file:///tmp/m"

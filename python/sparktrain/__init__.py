@@ -11,8 +11,29 @@ Modules:
 
 from __future__ import annotations
 
-from sparktrain import errors, fs, tfrecord
-from sparktrain._native import __version__
-from sparktrain.cluster import Cluster
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sparktrain import errors, fs, tfrecord
+    from sparktrain.cluster import Cluster
 
 __all__ = ["Cluster", "__version__", "errors", "fs", "tfrecord"]
+
+_SUBMODULES = {"cluster", "errors", "fs", "tfrecord"}
+
+
+def __getattr__(name: str) -> Any:
+    # Submodules load on first use: a trainer process that only needs the launcher starts
+    # without importing pyarrow and the TFRecord stack.
+    if name in _SUBMODULES:
+        return importlib.import_module(f"sparktrain.{name}")
+    if name == "Cluster":
+        from sparktrain.cluster import Cluster
+
+        return Cluster
+    if name == "__version__":
+        from sparktrain._native import __version__
+
+        return __version__
+    raise AttributeError(f"module 'sparktrain' has no attribute {name!r}")

@@ -22,14 +22,17 @@ def sparktrain_jar() -> Path:
     return jars[-1]
 
 
-def local_cluster_session(app_name: str, cores: int = 1) -> SparkSession:
-    """A new session on two executors with ``cores`` cores and 1 GiB each; executors run this
-    interpreter (``PYSPARK_PYTHON``), so they import the same sparktrain."""
+def local_cluster_session(app_name: str, cores: int = 1, conf: dict[str, str] | None = None) -> SparkSession:
+    """A new session on two executors with ``cores`` cores and 1 GiB each, plus ``conf``;
+    executors run this interpreter (``PYSPARK_PYTHON``), so they import the same sparktrain."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     session = (
-        SparkSession.builder.master(f"local-cluster[2,{cores},1024]")
+        builder.master(f"local-cluster[2,{cores},1024]")
         .appName(app_name)
         .config("spark.jars", str(sparktrain_jar()))
         .config("spark.driver.host", "127.0.0.1")

@@ -247,7 +247,6 @@ class Cluster:
     # --- watching the job ------------------------------------------------------------
 
     def _watch_events(self) -> None:
-        quiet_after_stage = 0
         while True:
             events = self._server.events(0.2)
             for event in events:
@@ -264,10 +263,12 @@ class Cluster:
                         )
                     )
             if self._stage_done.is_set():
-                quiet_after_stage = 0 if events else quiet_after_stage + 1
-                if quiet_after_stage >= 2 or self._failure is not None:
-                    break
-            elif self._state is State.SHUT_DOWN:
+                # Every task sent its last output and exit before its Spark task ended.
+                while events := self._server.events(0.0):
+                    for event in events:
+                        self._on_event(event)
+                break
+            if self._state is State.SHUT_DOWN:
                 break
         self._console.done()
 

@@ -42,9 +42,9 @@ class JobSettings:
 
 @dataclass(frozen=True)
 class TrainerLaunch:
-    """What a task hands the trainer process it starts."""
+    """What a task hands its trainer once the rendezvous is complete (the trainer got the
+    :class:`JobSettings` right after it started)."""
 
-    job: JobSettings
     #: The task's index in the whole job (0 is the chief).
     rank: int
     tasks: list[TaskInfo]

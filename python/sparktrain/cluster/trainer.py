@@ -1,6 +1,8 @@
 """The trainer process: ``python -m sparktrain.cluster.trainer``, started by a task.
 
-It reads its :class:`~sparktrain.cluster.settings.TrainerLaunch` from stdin, dies with its task
+It reads the :class:`~sparktrain.cluster.settings.JobSettings` from stdin as soon as it starts,
+loads the user's function and connects to the driver while its task registers, then reads its
+:class:`~sparktrain.cluster.settings.TrainerLaunch` (the cluster spec). It dies with its task
 (the parent-death signal, and end-of-file on stdin), runs ``main_fun(args, ctx)``, waits at the
 exit barrier so that no trainer leaves while others still run, and writes its pickled return
 value where the task reads it. A failure prints its traceback to stderr, which reaches the
@@ -10,6 +12,7 @@ driver, and exits non-zero.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import pickle
 import signal
@@ -17,10 +20,14 @@ import socket
 import sys
 import threading
 import traceback
+from typing import TYPE_CHECKING
 
 from sparktrain.cluster.context import EXIT_BARRIER, TrainerContext
-from sparktrain.cluster.settings import TrainerLaunch
+from sparktrain.cluster.settings import JobSettings, TrainerLaunch
 from sparktrain.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from sparktrain._native import ControlClient
 
 #: Exit code when the supervising task disappeared.
 ORPHANED = 70
@@ -42,11 +49,12 @@ def _die_with_parent(expected_parent: int) -> None:
         os._exit(ORPHANED)
 
 
-def _read_launch() -> TrainerLaunch:
+def _receive() -> object:
+    """The next message from the task. End-of-file means the task died."""
     stdin = sys.stdin.buffer
     size = int.from_bytes(stdin.read(8), "little")
     data = stdin.read(size)
-    if len(data) != size:
+    if size == 0 or len(data) != size:
         os._exit(ORPHANED)
     # The bytes come from the parent task over a private pipe, not from the network.
     return pickle.loads(data)
@@ -58,12 +66,8 @@ def _watch_stdin() -> None:
     os._exit(ORPHANED)
 
 
-def _context(launch: TrainerLaunch) -> TrainerContext:
-    from sparktrain._native import ControlClient
-
-    job = launch.job
+def _context(job: JobSettings, launch: TrainerLaunch, client: ControlClient) -> TrainerContext:
     me = launch.tasks[launch.rank]
-    client = ControlClient(job.address, job.secret, job.heartbeat_timeout)
     return TrainerContext(
         job_name=me.role,
         task_index=me.index,
@@ -76,32 +80,43 @@ def _context(launch: TrainerLaunch) -> TrainerContext:
         working_dir=launch.working_dir,
         executor_id=me.executor_id,
         gpus=launch.gpus,
+        data_listener=socket.socket(fileno=launch.data_fd),
         feed_path=launch.feed_path,
         _client=client,
     )
 
 
 def main() -> int:
+    from sparktrain._native import ControlClient
+
     _die_with_parent(int(os.environ.get("SPARKTRAIN_SUPERVISOR_PID", os.getppid())))
-    launch = _read_launch()
-    threading.Thread(target=_watch_stdin, name="sparktrain-parent-watch", daemon=True).start()
-    ctx = _context(launch)
-    ctx.data_listener = socket.socket(fileno=launch.data_fd)
+    job = _receive()
+    assert isinstance(job, JobSettings)
     try:
-        main_fun, args = pickle.loads(launch.job.function)
+        main_fun, args = pickle.loads(job.function)
+        client = ControlClient(job.address, job.secret, job.heartbeat_timeout)
+    except BaseException:
+        traceback.print_exc()
+        return FAILED
+    launch = _receive()
+    assert isinstance(launch, TrainerLaunch)
+    threading.Thread(target=_watch_stdin, name="sparktrain-parent-watch", daemon=True).start()
+    os.environ["TF_CONFIG"] = json.dumps(launch.tf_config)
+    ctx = _context(job, launch, client)
+    try:
         # Release TensorFlow's port as late as possible: just before user code may start a server.
         socket.socket(fileno=launch.tf_fd).close()
         value = main_fun(args, ctx)
         result = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        if len(result) > launch.job.max_result_bytes:
+        if len(result) > job.max_result_bytes:
             raise InvalidArgumentError(
                 f"main_fun returned {len(result)} bytes once pickled, more than the limit of "
-                f"{launch.job.max_result_bytes}; write large results to storage and return their path"
+                f"{job.max_result_bytes}; write large results to storage and return their path"
             )
         with open(launch.result_path, "wb") as f:
             f.write(result)
         sys.stdout.flush()
-        ctx._control().barrier(launch.rank, EXIT_BARRIER, None)
+        client.barrier(launch.rank, EXIT_BARRIER, None)
     except BaseException:
         traceback.print_exc()
         sys.stderr.flush()

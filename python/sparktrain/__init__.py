@@ -4,6 +4,7 @@ Modules:
 
 - :mod:`sparktrain.cluster`: ``Cluster.run``, one trainer per Spark task with a chief,
   ``TF_CONFIG``, failure detection and a synchronized exit.
+- :mod:`sparktrain.tfos`: TensorFlowOnSpark's API on top of the launcher.
 - :mod:`sparktrain.tfrecord`: TFRecord files to and from Arrow, on local paths and HDFS.
 - :mod:`sparktrain.fs`: file-system operations on local paths, ``hdfs://`` and ``viewfs://``.
 - :mod:`sparktrain.errors`: the exceptions sparktrain raises.
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Cluster", "__version__", "errors", "fs", "tfrecord"]
 
-_SUBMODULES = {"cluster", "errors", "fs", "tfrecord"}
+_SUBMODULES = {"cluster", "errors", "fs", "tfos", "tfrecord"}
 
 
 def __getattr__(name: str) -> Any:

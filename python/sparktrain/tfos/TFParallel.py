@@ -1,0 +1,41 @@
+"""TFoS's ``TFParallel``: the same function on every executor, independently (no cluster spec,
+no ``TF_CONFIG``), e.g. for parallel inference of a single-node model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sparktrain.cluster import Cluster
+from sparktrain.cluster.context import TrainerContext
+
+
+def _run_single(packed: tuple[Callable[[Any, Any], Any], Any], ctx: TrainerContext) -> Any:
+    import os
+
+    from sparktrain.tfos._node import NodeContext
+
+    map_fn, tf_args = packed
+    os.environ.pop("TF_CONFIG", None)
+    node = NodeContext(
+        job_name="worker",
+        task_index=ctx.rank,
+        num_workers=ctx.num_workers,
+        worker_num=ctx.rank,
+        executor_id=ctx.rank,
+        cluster_spec={},
+        defaultFS=ctx.default_fs,
+        working_dir=ctx.working_dir,
+        mgr=None,
+        trainer=ctx,
+    )
+    return map_fn(tf_args, node)
+
+
+def run(
+    sc: Any, map_fn: Callable[[Any, Any], Any], tf_args: Any, num_executors: int, use_barrier: bool = True
+) -> None:
+    """Runs ``map_fn(tf_args, ctx)`` on ``num_executors`` tasks at once and waits for all.
+    ``use_barrier`` is accepted for compatibility: the tasks always run as one barrier stage."""
+    del use_barrier
+    Cluster.run(sc, _run_single, (map_fn, tf_args), num_executors).wait()

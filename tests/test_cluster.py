@@ -239,3 +239,23 @@ def test_absolute_path_follows_tensorflowonspark():
     assert hdfs.absolute_path("models/m").endswith("/models/m")
     assert ctx("file:///").absolute_path("models/m") == "file:///work/dir/models/m"
     assert ctx("file:///").absolute_path("/tmp/m") == "file:///tmp/m"
+
+
+def test_a_task_that_dies_under_its_trainer_fails_the_job_naming_it(spark):
+    def main_fun(args, ctx):
+        import os
+        import signal
+        import time
+
+        if ctx.job_name == "worker":
+            # Kill the Spark task's Python worker that supervises this trainer; the
+            # parent-death signal then takes the trainer down too.
+            os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(120)
+
+    start = time.monotonic()
+    with Cluster.run(spark, main_fun, None, 2) as cluster, pytest.raises(WorkerFailed) as failed:
+        cluster.wait(timeout=60)
+    assert time.monotonic() - start < 30
+    assert failed.value.task_index == 1
+    assert failed.value.role == "worker:0"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import pickle
+import re
 import socket
 import threading
 import time
@@ -237,12 +238,29 @@ class Cluster:
         patience = time.monotonic() + 2.0
         while self._failure is None and time.monotonic() < patience:
             time.sleep(0.05)
+        failure = self._spark_task_failure(error)
         with self._lock:
             if self._failure is None and self._state is not State.SHUT_DOWN:
-                self._failure = ClusterError(f"the Spark job of {self.name} failed: {error}")
+                self._failure = failure
                 self._failure.__cause__ = error
                 self._state = State.FAILED
         self._finished.set()
+
+    def _spark_task_failure(self, error: BaseException) -> ClusterError:
+        """The error for a stage that Spark failed before any trainer reported: WorkerFailed
+        naming the task when Spark's message names a failed barrier task (its Python worker or
+        executor died), else the Spark error itself."""
+        text = str(error)
+        task = re.search(
+            r"barrier task (?:ResultTask|ShuffleMapTask)\(\d+, (\d+)\) finished unsuccessfully", text
+        )
+        if task is None or int(task.group(1)) >= self._num_tasks:
+            return ClusterError(
+                f"the Spark job of {self.name} failed: {text.splitlines()[0] if text else error!r}"
+            )
+        cause = text[task.end() :].strip().splitlines()
+        what = "lost its Spark task" + (f": {cause[0][:500]}" if cause else "")
+        return self._worker_failed(int(task.group(1)), None, "", what)
 
     # --- watching the job ------------------------------------------------------------
 
@@ -276,6 +294,11 @@ class Cluster:
         kind = event["kind"]
         rank = event.get("task_index", 0)
         if kind == "registered":
+            if rank in self._hosts:
+                # Spark retried the task: its first attempt (executor, Python worker, trainer)
+                # died without a word. Trainers are not restarted mid-job.
+                what = "lost its Spark task (the executor or its Python worker died) and Spark retried it"
+                self._fail(self._worker_failed(rank, None, "", what))
             self._hosts[rank] = event["host"]
         elif kind == "ready":
             with self._lock:

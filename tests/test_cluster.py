@@ -259,3 +259,29 @@ def test_a_task_that_dies_under_its_trainer_fails_the_job_naming_it(spark):
     assert time.monotonic() - start < 30
     assert failed.value.task_index == 1
     assert failed.value.role == "worker:0"
+
+
+def test_the_control_plane_can_run_over_tls(spark, tmp_path):
+    import subprocess
+
+    from sparktrain._native import ControlClient
+    from sparktrain.errors import ClusterError
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    request = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
+    extensions = ["-addext", "subjectAltName=IP:127.0.0.1", "-addext", "basicConstraints=critical,CA:FALSE"]
+    files = ["-keyout", str(key), "-out", str(cert)]
+    subprocess.run(["openssl", *request, *extensions, *files], check=True, capture_output=True)
+
+    def main_fun(args, ctx):
+        import time
+
+        ctx.barrier()
+        time.sleep(2)
+        return ctx.rank
+
+    with Cluster.run(spark, main_fun, None, 2, tls=(str(cert), str(key))) as cluster:
+        plain = ControlClient(cluster.address, "00" * 32, 5.0)
+        with pytest.raises(ClusterError):
+            plain.barrier(0, "x", 1.0)
+        assert cluster.results() == [0, 1]

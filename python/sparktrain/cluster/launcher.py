@@ -32,6 +32,9 @@ from sparktrain.errors import (
 
 #: The Spark conf key for the rendezvous port or port range (``"0"``: any free port).
 PORT_CONF = "spark.sparktrain.rendezvous.port"
+#: Spark conf keys of the control plane's TLS files on the driver (PEM): certificate, key, and
+#: the CA that signed the certificate (the certificate itself when left out: self-signed).
+TLS_CONF = ("spark.sparktrain.tls.cert", "spark.sparktrain.tls.key", "spark.sparktrain.tls.ca")
 #: Seconds the driver waits for executors to offer enough task slots.
 SLOT_GRACE_SECONDS = 20.0
 #: The default limit on a pickled return value.
@@ -65,6 +68,28 @@ def _port_range(value: str) -> tuple[int, int]:
     return start, end
 
 
+def _tls_files(conf: Any, tls: tuple[str, ...] | None) -> tuple[str | None, str | None, str | None]:
+    """The PEM certificate, key and CA of the control plane, or three Nones."""
+    paths = list(tls) if tls is not None else [conf.get(key, None) for key in TLS_CONF]
+    if len(paths) not in (2, 3) or not paths[0] or not paths[1]:
+        if tls is None and not any(paths):
+            return None, None, None
+        raise InvalidArgumentError(f"TLS needs a certificate and a key (and optionally a CA), got {paths}")
+    texts = []
+    for path in paths:
+        if path is None:
+            texts.append(None)
+            continue
+        try:
+            with open(path) as f:
+                texts.append(f.read())
+        except OSError as e:
+            raise InvalidArgumentError(f"cannot read the control plane's TLS file {path}: {e}") from e
+    cert, key = texts[0], texts[1]
+    ca = texts[2] if len(texts) == 3 and texts[2] else cert
+    return cert, key, ca
+
+
 def _spark_context(sc_or_session: Any) -> Any:
     return getattr(sc_or_session, "sparkContext", sc_or_session)
 
@@ -92,6 +117,7 @@ class Cluster:
         heartbeat_timeout: float = 10.0,
         max_result_bytes: int = MAX_RESULT_BYTES,
         log: bool = True,
+        tls: tuple[str, ...] | None = None,
     ) -> Cluster:
         """Starts ``main_fun(args, ctx)`` on ``num_workers`` training tasks (task 0 is the
         chief) and ``num_evaluators`` evaluators, one per Spark task slot, and returns at once.
@@ -99,6 +125,10 @@ class Cluster:
         ``sc`` is a SparkContext or SparkSession. ``input_mode="files"`` leaves input to the
         trainers (they read files themselves); ``input_mode="spark"`` feeds each trainer one
         partition of the DataFrame ``data`` as Arrow batches through ``ctx.feed()``.
+
+        ``tls=(cert, key[, ca])`` (PEM files on the driver; or the ``spark.sparktrain.tls.*``
+        confs) serves the control plane over TLS; the certificate must name
+        ``spark.driver.host``. Only the CA's public certificate travels to the tasks.
         """
         if num_workers < 1 or num_evaluators < 0:
             raise InvalidArgumentError(
@@ -123,6 +153,7 @@ class Cluster:
             heartbeat_timeout,
             max_result_bytes,
             log,
+            tls,
         )
 
     def __init__(
@@ -141,6 +172,7 @@ class Cluster:
         heartbeat_timeout: float,
         max_result_bytes: int,
         log: bool,
+        tls: tuple[str, ...] | None,
     ) -> None:
         from pyspark import cloudpickle
 
@@ -156,6 +188,7 @@ class Cluster:
         host = conf.get("spark.driver.host", None) or socket.gethostname()
         start, end = _port_range(conf.get(PORT_CONF, "0"))
         secret = generate_secret()
+        cert_pem, key_pem, ca_pem = _tls_files(conf, tls)
         self._server = Rendezvous(
             socket.gethostbyname(host),
             start,
@@ -165,6 +198,8 @@ class Cluster:
             num_evaluators,
             reservation_timeout,
             heartbeat_timeout,
+            cert_pem,
+            key_pem,
         )
         port = self._server.address.rsplit(":", 1)[1]
         self._settings = JobSettings(
@@ -180,6 +215,7 @@ class Cluster:
             heartbeat_timeout=heartbeat_timeout,
             max_result_bytes=max_result_bytes,
             gpus_per_worker=gpus_per_worker,
+            tls_ca=ca_pem,
         )
         self._deadline = time.monotonic() + reservation_timeout
         self._console = Console(self._roles, enabled=log)

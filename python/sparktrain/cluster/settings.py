@@ -38,6 +38,8 @@ class JobSettings:
     max_result_bytes: int
     #: GPUs each training task must have, or None to take what Spark assigned.
     gpus_per_worker: int | None = None
+    #: The PEM CA that signed the driver's TLS certificate; None for a plain control plane.
+    tls_ca: str | None = None
 
 
 @dataclass(frozen=True)

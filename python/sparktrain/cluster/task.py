@@ -252,7 +252,7 @@ def run_task(settings: JobSettings, feed: tuple[Iterator[Any], Any] | None = Non
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     data_sock, tf_sock = reserve_ports(host)
     workdir = tempfile.mkdtemp(prefix=f"sparktrain-task{rank}-")
-    client = ControlClient(settings.address, settings.secret, settings.heartbeat_timeout)
+    client = ControlClient(settings.address, settings.secret, settings.heartbeat_timeout, settings.tls_ca)
     heartbeat = _Heartbeat(client, rank, attempt, settings)
     # The trainer inherits both sockets under the same descriptor numbers.
     fds = (data_sock.fileno(), tf_sock.fileno())

@@ -94,7 +94,7 @@ def main() -> int:
     assert isinstance(job, JobSettings)
     try:
         main_fun, args = pickle.loads(job.function)
-        client = ControlClient(job.address, job.secret, job.heartbeat_timeout)
+        client = ControlClient(job.address, job.secret, job.heartbeat_timeout, job.tls_ca)
     except BaseException:
         traceback.print_exc()
         return FAILED

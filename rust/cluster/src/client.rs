@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Request, Status};
 
 use crate::error::{ClusterError, Result};
@@ -16,6 +16,15 @@ use crate::rendezvous::proto::{
 };
 use crate::secret::JobSecret;
 use crate::spec::Registration;
+
+/// How a task checks the driver's TLS certificate.
+#[derive(Debug, Clone)]
+pub struct ClientTls {
+    /// The CA (or the self-signed certificate itself) that signed the driver's certificate, as PEM.
+    pub ca_pem: String,
+    /// The name the certificate must carry: the driver's host.
+    pub domain: String,
+}
 
 /// A connection to the driver's rendezvous service. Cloning is cheap and shares the connection.
 #[derive(Clone)]
@@ -29,9 +38,26 @@ impl TaskClient {
     /// Connects to `address` (`host:port`), retrying until `timeout` has passed; the error
     /// names the address that did not answer.
     pub async fn connect(address: &str, secret: &JobSecret, timeout: Duration) -> Result<Self> {
-        let endpoint = Endpoint::from_shared(format!("http://{address}"))
+        Self::connect_with(address, secret, timeout, None).await
+    }
+
+    /// [`TaskClient::connect`], over TLS when `tls` is given.
+    pub async fn connect_with(
+        address: &str,
+        secret: &JobSecret,
+        timeout: Duration,
+        tls: Option<&ClientTls>,
+    ) -> Result<Self> {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))
             .map_err(|e| ClusterError::InvalidArgument(format!("bad driver address {address}: {e}")))?
             .connect_timeout(Duration::from_secs(2));
+        if let Some(tls) = tls {
+            let config = ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(&tls.ca_pem))
+                .domain_name(tls.domain.clone());
+            endpoint = endpoint.tls_config(config).map_err(|e| ClusterError::Tls(e.to_string()))?;
+        }
         let start = Instant::now();
         let mut pause = Duration::from_millis(20);
         loop {

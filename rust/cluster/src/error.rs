@@ -75,6 +75,9 @@ pub enum ClusterError {
     /// the first reason.
     #[error("the job was aborted: {0}")]
     Aborted(String),
+    /// The TLS certificate, key or CA could not be used.
+    #[error("control-plane TLS: {0}")]
+    Tls(String),
     /// A local I/O error.
     #[error("{0}")]
     Io(String),

@@ -19,10 +19,10 @@ pub mod roles;
 pub mod secret;
 pub mod spec;
 
-pub use client::TaskClient;
+pub use client::{ClientTls, TaskClient};
 pub use error::{ClusterError, Result};
 pub use job::{Event, Job, Stream};
-pub use rendezvous::{RendezvousServer, SECRET_HEADER, ServerConfig};
+pub use rendezvous::{RendezvousServer, SECRET_HEADER, ServerConfig, ServerTls};
 pub use roles::{Role, TaskRole, roles};
 pub use secret::JobSecret;
 pub use spec::{ClusterSpec, Registration, TaskEntry};

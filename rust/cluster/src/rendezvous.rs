@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+use tonic::transport::{Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 
 use crate::error::{ClusterError, Result};
@@ -54,6 +55,23 @@ pub struct ServerConfig {
     pub registration_timeout: Duration,
     /// How long a registered task may go without a heartbeat before it counts as lost.
     pub heartbeat_timeout: Duration,
+    /// Serve over TLS with this identity; plain HTTP/2 when None.
+    pub tls: Option<ServerTls>,
+}
+
+/// The driver's TLS identity, as PEM.
+#[derive(Clone)]
+pub struct ServerTls {
+    /// The certificate chain; it must name the host the tasks connect to.
+    pub cert_pem: String,
+    /// The private key.
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls").field("cert_pem", &self.cert_pem.len()).finish_non_exhaustive()
+    }
 }
 
 struct State {
@@ -209,11 +227,18 @@ impl RendezvousServer {
         let address = listener.local_addr().map_err(|e| ClusterError::Io(e.to_string()))?;
         let job = Arc::new(Job::new(spec, config.registration_timeout, config.heartbeat_timeout));
         let state = Arc::new(State { secret: config.secret, job, refused: Mutex::new(Vec::new()) });
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = &config.tls {
+            let identity = Identity::from_pem(&tls.cert_pem, &tls.key_pem);
+            builder = builder
+                .tls_config(ServerTlsConfig::new().identity(identity))
+                .map_err(|e| ClusterError::Tls(e.to_string()))?;
+        }
         let (stop, stopped) = oneshot::channel::<()>();
         let service = GrpcServer::new(Service(state.clone()));
         let incoming = tonic::transport::server::TcpIncoming::from(listener);
         tokio::spawn(async move {
-            let _ = tonic::transport::Server::builder()
+            let _ = builder
                 .add_service(service)
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = stopped.await;

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sparktrain_cluster::{
-    ClusterError, Event, JobSecret, Registration, RendezvousServer, ServerConfig, Stream, TaskClient,
+    ClientTls, ClusterError, Event, JobSecret, Registration, RendezvousServer, ServerConfig, ServerTls,
+    Stream, TaskClient,
 };
 
 fn config(secret: &JobSecret, workers: u32, evaluators: u32, timeout: Duration) -> ServerConfig {
@@ -18,6 +19,7 @@ fn config(secret: &JobSecret, workers: u32, evaluators: u32, timeout: Duration) 
         num_evaluators: evaluators,
         registration_timeout: timeout,
         heartbeat_timeout: Duration::from_secs(10),
+        tls: None,
     }
 }
 
@@ -169,4 +171,32 @@ async fn after_the_rendezvous_tasks_meet_report_and_the_driver_sees_everything()
     assert!(matches!(&err, ClusterError::Aborted(r) if r == "task 1 (worker:0) exited with code 1"), "{err}");
     let abort = c0.heartbeat(0, 0, vec![], Duration::from_secs(5)).await.unwrap();
     assert_eq!(abort.as_deref(), Some("task 1 (worker:0) exited with code 1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_tasks_register_and_a_plain_or_untrusting_client_gets_nowhere() {
+    let issued = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let cert_pem = issued.cert.pem();
+    let secret = JobSecret::generate().unwrap();
+    let mut tls_config = config(&secret, 1, 0, Duration::from_secs(5));
+    tls_config.tls =
+        Some(ServerTls { cert_pem: cert_pem.clone(), key_pem: issued.signing_key.serialize_pem() });
+    let server = RendezvousServer::start(tls_config).await.unwrap();
+    let address = server.address().to_string();
+
+    // A client that trusts another certificate cannot complete the handshake.
+    let stranger = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let untrusting = ClientTls { ca_pem: stranger.cert.pem(), domain: "127.0.0.1".into() };
+    let short = Duration::from_millis(500);
+    let err = TaskClient::connect_with(&address, &secret, short, Some(&untrusting)).await.err().unwrap();
+    assert!(matches!(err, ClusterError::Unreachable { .. }), "{err}");
+    // Neither can a plain-text one.
+    let mut plain = TaskClient::connect(&address, &secret, short).await.unwrap();
+    assert!(plain.register(&registration(0), short).await.is_err());
+
+    let trusting = ClientTls { ca_pem: cert_pem, domain: "127.0.0.1".into() };
+    let mut client =
+        TaskClient::connect_with(&address, &secret, Duration::from_secs(5), Some(&trusting)).await.unwrap();
+    let reply = client.register(&registration(0), Duration::from_secs(5)).await.unwrap();
+    assert_eq!(reply.tasks.len(), 1);
 }

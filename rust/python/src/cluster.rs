@@ -10,7 +10,8 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use sparktrain_cluster::{
-    ClusterError, Event, JobSecret, Registration, RendezvousServer, ServerConfig, Stream, TaskClient,
+    ClientTls, ClusterError, Event, JobSecret, Registration, RendezvousServer, ServerConfig, ServerTls,
+    Stream, TaskClient,
 };
 
 use crate::{detach, errors};
@@ -96,9 +97,11 @@ fn event_to_py<'py>(py: Python<'py>, event: Event) -> PyResult<Bound<'py, PyDict
 
 #[pymethods]
 impl Rendezvous {
-    /// Binds the first free port of `port_start..=port_end` on `host` and serves there.
+    /// Binds the first free port of `port_start..=port_end` on `host` and serves there, over
+    /// TLS when a PEM certificate and key are given.
     #[new]
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (host, port_start, port_end, secret, num_workers, num_evaluators, registration_timeout, heartbeat_timeout, tls_cert_pem=None, tls_key_pem=None))]
     fn new(
         py: Python<'_>,
         host: &str,
@@ -109,7 +112,14 @@ impl Rendezvous {
         num_evaluators: u32,
         registration_timeout: f64,
         heartbeat_timeout: f64,
+        tls_cert_pem: Option<String>,
+        tls_key_pem: Option<String>,
     ) -> PyResult<Self> {
+        let tls = match (tls_cert_pem, tls_key_pem) {
+            (Some(cert_pem), Some(key_pem)) => Some(ServerTls { cert_pem, key_pem }),
+            (None, None) => None,
+            _ => return Err(errors::invalid("TLS needs both a certificate and a key")),
+        };
         let config = ServerConfig {
             host: host.parse().map_err(|e| errors::invalid(format!("rendezvous host '{host}': {e}")))?,
             ports: port_start..=port_end,
@@ -118,6 +128,7 @@ impl Rendezvous {
             num_evaluators,
             registration_timeout: seconds(registration_timeout, "registration_timeout")?,
             heartbeat_timeout: seconds(heartbeat_timeout, "heartbeat_timeout")?,
+            tls,
         };
         let server = block(py, RendezvousServer::start(config))?;
         let address = server.address().to_string();
@@ -170,12 +181,30 @@ struct ControlClient {
 
 #[pymethods]
 impl ControlClient {
-    /// Connects to `address`, retrying for up to `timeout` seconds.
+    /// Connects to `address`, retrying for up to `timeout` seconds; over TLS when the PEM CA
+    /// that signed the driver's certificate is given (`tls_domain`: the name it carries).
     #[new]
-    fn new(py: Python<'_>, address: &str, secret: &str, timeout: f64) -> PyResult<Self> {
+    #[pyo3(signature = (address, secret, timeout, tls_ca_pem=None, tls_domain=None))]
+    fn new(
+        py: Python<'_>,
+        address: &str,
+        secret: &str,
+        timeout: f64,
+        tls_ca_pem: Option<String>,
+        tls_domain: Option<String>,
+    ) -> PyResult<Self> {
         let secret = secret_of(secret)?;
         let timeout = seconds(timeout, "timeout")?;
-        let client = block(py, TaskClient::connect(address, &secret, timeout))?;
+        let tls = tls_ca_pem.map(|ca_pem| ClientTls {
+            ca_pem,
+            domain: tls_domain
+                .unwrap_or_else(|| address.rsplit_once(':').map_or(address, |(h, _)| h).to_string()),
+        });
+        let client =
+            block(
+                py,
+                async move { TaskClient::connect_with(address, &secret, timeout, tls.as_ref()).await },
+            )?;
         Ok(ControlClient { client })
     }
 

@@ -5,31 +5,17 @@
 # `cargo test` and `pytest`. Usage: bash tests/run.sh [extra pytest arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
 
 step() { printf '\n=== %s (%ss)\n' "$1" "$SECONDS"; }
 
 step "Python environment"
-python=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-    "$python" -m venv .venv
-fi
-export VIRTUAL_ENV="$root/.venv"
-export PATH="$VIRTUAL_ENV/bin:$PATH"
-stamp=.venv/.requirements.sha
-want=$(cat tests/requirements.txt tests/requirements-nodeps.txt | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    python -m pip install -q --upgrade pip
-    python -m pip install -q -r tests/requirements.txt
-    python -m pip install -q --no-deps -r tests/requirements-nodeps.txt
-    echo "$want" > "$stamp"
-fi
+source submit/env.sh
 
 step "Lint"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-ruff check python tests
-ruff format --check python tests
+ruff check python tests examples
+ruff format --check python tests examples
 
 step "MiniDFS build (Maven)"
 bash tests/minidfs/start.sh --build-only
@@ -69,9 +55,7 @@ step "Rust tests"
 cargo test --workspace --exclude sparktrain-python --locked
 
 step "Python package (release wheel, installed the way users get it)"
-rm -rf target/wheels
-maturin build --release --locked -q -o target/wheels
-python -m pip install -q --force-reinstall --no-deps target/wheels/sparktrain-*.whl
+source submit/install.sh
 python -c "import sparktrain, sys; print('sparktrain', sparktrain.__version__, 'from', sparktrain.__file__)"
 
 step "Python tests"

@@ -1,0 +1,166 @@
+//! The connection handshake: each side proves it knows the job secret without sending it.
+//!
+//! The connecting rank sends a magic tag, its rank and a fresh nonce; the accepting rank
+//! answers with its own nonce and an HMAC-SHA256 over both nonces; the connecting rank checks
+//! it and answers with its own HMAC, which also covers its rank. A peer without the secret
+//! cannot produce either MAC, and a recorded exchange is useless later (fresh nonces).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::error::{CollectiveError, Result};
+
+const MAGIC: &[u8; 4] = b"STDP";
+const VERSION: u8 = 1;
+const NONCE: usize = 32;
+const MAC: usize = 32;
+const HELLO: usize = 4 + 1 + 4 + NONCE;
+
+fn mac(secret: &[u8], label: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
+    // HMAC takes keys of any length.
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC accepts any key length");
+    mac.update(label);
+    for part in parts {
+        mac.update(part);
+    }
+    mac
+}
+
+fn nonce() -> Result<[u8; NONCE]> {
+    let mut n = [0u8; NONCE];
+    getrandom::fill(&mut n).map_err(|e| CollectiveError::Io(format!("no randomness for a nonce: {e}")))?;
+    Ok(n)
+}
+
+fn setup_error(what: &str, address: &str, e: std::io::Error) -> CollectiveError {
+    CollectiveError::Io(format!("{what} {address}: {e}"))
+}
+
+/// Connects to the peer at `address` and proves this rank knows `secret`; retries refused
+/// connections until `timeout` has passed.
+pub fn connect(address: &str, rank: usize, secret: &[u8], timeout: Duration) -> Result<TcpStream> {
+    let deadline = Instant::now() + timeout;
+    let mut stream = loop {
+        match TcpStream::connect(address) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() >= deadline => return Err(setup_error("cannot connect to", address, e)),
+            Err(_) => thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    stream.set_read_timeout(Some(timeout)).map_err(|e| setup_error("configuring", address, e))?;
+    stream.set_write_timeout(Some(timeout)).map_err(|e| setup_error("configuring", address, e))?;
+    let mine = nonce()?;
+    let rank_bytes = (rank as u32).to_le_bytes();
+    let mut hello = Vec::with_capacity(HELLO);
+    hello.extend_from_slice(MAGIC);
+    hello.push(VERSION);
+    hello.extend_from_slice(&rank_bytes);
+    hello.extend_from_slice(&mine);
+    stream.write_all(&hello).map_err(|e| setup_error("handshake with", address, e))?;
+    let mut answer = [0u8; NONCE + MAC];
+    stream.read_exact(&mut answer).map_err(|e| CollectiveError::Refused {
+        address: address.to_string(),
+        reason: format!("the peer closed the handshake ({e}): it does not share this job's secret"),
+    })?;
+    let (theirs, their_mac) = answer.split_at(NONCE);
+    mac(secret, b"accept", &[&mine, theirs]).verify_slice(their_mac).map_err(|_| {
+        CollectiveError::Refused {
+            address: address.to_string(),
+            reason: "the listener does not know the job secret".into(),
+        }
+    })?;
+    let proof = mac(secret, b"connect", &[theirs, &mine, &rank_bytes]).finalize().into_bytes();
+    stream.write_all(&proof).map_err(|e| setup_error("handshake with", address, e))?;
+    let mut ok = [0u8; 1];
+    stream.read_exact(&mut ok).map_err(|e| CollectiveError::Refused {
+        address: address.to_string(),
+        reason: format!("the listener refused this rank ({e})"),
+    })?;
+    stream.set_nodelay(true).map_err(|e| setup_error("configuring", address, e))?;
+    Ok(stream)
+}
+
+/// Runs the accepting side of one handshake; returns the peer's rank.
+fn answer(stream: &mut TcpStream, secret: &[u8]) -> std::result::Result<usize, String> {
+    let mut hello = [0u8; HELLO];
+    stream.read_exact(&mut hello).map_err(|e| format!("no greeting: {e}"))?;
+    if &hello[..4] != MAGIC || hello[4] != VERSION {
+        return Err("not a sparktrain data-plane greeting".into());
+    }
+    let rank_bytes: [u8; 4] = hello[5..9].try_into().expect("4 bytes");
+    let theirs = &hello[9..];
+    let mine = nonce().map_err(|e| e.to_string())?;
+    let proof = mac(secret, b"accept", &[theirs, &mine]).finalize().into_bytes();
+    let mut reply = Vec::with_capacity(NONCE + MAC);
+    reply.extend_from_slice(&mine);
+    reply.extend_from_slice(&proof);
+    stream.write_all(&reply).map_err(|e| format!("handshake: {e}"))?;
+    let mut their_mac = [0u8; MAC];
+    stream.read_exact(&mut their_mac).map_err(|e| format!("no proof: {e}"))?;
+    mac(secret, b"connect", &[&mine, theirs, &rank_bytes])
+        .verify_slice(&their_mac)
+        .map_err(|_| "it does not know the job secret".to_string())?;
+    Ok(u32::from_le_bytes(rank_bytes) as usize)
+}
+
+/// Accepts connections on `listener` until the rank `expected` connects with the secret, or
+/// `timeout` passes. Callers that fail the handshake, or claim another rank, are dropped and
+/// reported through `refused`.
+pub fn accept(
+    listener: &TcpListener,
+    expected: usize,
+    secret: &[u8],
+    timeout: Duration,
+    refused: &mut Vec<CollectiveError>,
+) -> Result<TcpStream> {
+    let deadline = Instant::now() + timeout;
+    listener.set_nonblocking(true).map_err(|e| CollectiveError::Io(format!("listener: {e}")))?;
+    loop {
+        match listener.accept() {
+            Ok((mut stream, peer)) => {
+                let configure = stream
+                    .set_nonblocking(false)
+                    .and_then(|_| stream.set_read_timeout(Some(Duration::from_secs(5).min(timeout))))
+                    .and_then(|_| stream.set_write_timeout(Some(timeout)));
+                if let Err(e) = configure {
+                    refused.push(CollectiveError::Io(format!("configuring {peer}: {e}")));
+                    continue;
+                }
+                match answer(&mut stream, secret) {
+                    Ok(rank) if rank == expected => {
+                        let ready = stream
+                            .write_all(&[1])
+                            .and_then(|_| stream.set_read_timeout(Some(timeout)))
+                            .and_then(|_| stream.set_nodelay(true));
+                        ready.map_err(|e| CollectiveError::Io(format!("handshake with {peer}: {e}")))?;
+                        return Ok(stream);
+                    }
+                    Ok(rank) => refused.push(CollectiveError::Refused {
+                        address: peer.to_string(),
+                        reason: format!("it claims rank {rank}, this rank expects rank {expected}"),
+                    }),
+                    Err(reason) => {
+                        refused.push(CollectiveError::Refused { address: peer.to_string(), reason })
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    return Err(CollectiveError::Timeout {
+                        op: "connect".into(),
+                        peer: expected,
+                        address: "(its own address)".into(),
+                        waited: timeout,
+                    });
+                }
+                thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(CollectiveError::Io(format!("accept: {e}"))),
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! The collectives over real sockets on 127.0.0.1, one thread per rank: results equal a plain
+//! reduction for every type, op and awkward size, bit-identical on every rank; a dead or
+//! stalled peer fails every rank in time, naming it; a wrong secret is refused.
+
+use std::net::TcpListener;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sparktrain_collective::{CollectiveError, Communicator, Config, Element, ReduceOp};
+
+const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+/// Connects `n` ranks; `secret_of(rank)` lets a test give one rank a wrong secret.
+fn connect_ring(
+    n: usize,
+    timeout: Duration,
+    chunk_bytes: usize,
+    secret_of: impl Fn(usize) -> Vec<u8>,
+) -> Vec<Result<Communicator, CollectiveError>> {
+    let listeners: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    let peers: Vec<String> = listeners.iter().map(|l| l.local_addr().unwrap().to_string()).collect();
+    let handles: Vec<_> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(rank, listener)| {
+            let config = Config { rank, peers: peers.clone(), secret: secret_of(rank), timeout, chunk_bytes };
+            thread::spawn(move || Communicator::connect(listener, config))
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+fn ring(n: usize, chunk_bytes: usize) -> Vec<Communicator> {
+    connect_ring(n, Duration::from_secs(10), chunk_bytes, |_| SECRET.to_vec())
+        .into_iter()
+        .map(|c| c.unwrap())
+        .collect()
+}
+
+/// Runs `f` on every rank at once; returns the results by rank.
+fn on_all<R: Send + 'static>(
+    comms: Vec<Communicator>,
+    f: impl Fn(&mut Communicator) -> R + Send + Sync + Clone + 'static,
+) -> Vec<(Communicator, R)> {
+    let handles: Vec<_> = comms
+        .into_iter()
+        .map(|mut c| {
+            let f = f.clone();
+            thread::spawn(move || {
+                let r = f(&mut c);
+                (c, r)
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+fn value<T: From<i16>>(rank: usize, i: usize) -> T {
+    // Distinct, sign-mixed, not too large: exact in f32 sums of a few ranks.
+    T::from(((rank * 7919 + i * 104_729) % 2001) as i16 - 1000)
+}
+
+fn check<T>(n: usize, len: usize, op: ReduceOp, chunk_bytes: usize)
+where
+    T: Element + From<i16> + PartialEq + std::fmt::Debug + 'static,
+{
+    let inputs: Vec<Vec<T>> = (0..n).map(|r| (0..len).map(|i| value::<T>(r, i)).collect()).collect();
+    let expected: Vec<T> = (0..len)
+        .map(|i| {
+            let mut acc = [inputs[0][i]];
+            for input in &inputs[1..] {
+                T::combine(op, &mut acc, &[input[i]]);
+            }
+            if op == ReduceOp::Mean {
+                T::divide(&mut acc, n);
+            }
+            acc[0]
+        })
+        .collect();
+    let shared = std::sync::Arc::new(inputs);
+    let results = on_all(ring(n, chunk_bytes), move |c| {
+        let mut data = shared[c.rank()].clone();
+        c.all_reduce(&mut data, op).unwrap();
+        data
+    });
+    for (c, got) in &results {
+        // The inputs are small integers, so every order of summation gives the same values.
+        assert_eq!(got, &expected, "{} n={n} len={len} {op:?} rank {}", T::NAME, c.rank());
+        let bits: &[u8] = bytemuck_bytes(got);
+        assert_eq!(bits, bytemuck_bytes(&results[0].1), "ranks differ");
+    }
+}
+
+fn bytemuck_bytes<T: Element>(v: &[T]) -> &[u8] {
+    // SAFETY: Element types are plain old data.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+#[test]
+fn all_reduce_equals_a_plain_reduction_for_every_type_op_and_size() {
+    for n in [2, 3, 4] {
+        for len in [0, 1, n - 1, 1009, 40_000] {
+            for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
+                // 100-byte chunks split f64 and i64 values across chunks.
+                check::<f32>(n, len, op, 100);
+                check::<f64>(n, len, op, 100);
+                check::<i64>(n, len, op, 4096);
+            }
+        }
+    }
+}
+
+#[test]
+fn all_reduce_of_64_mib_is_exact_and_identical_everywhere() {
+    for n in [2, 4] {
+        check::<f32>(n, 16 << 20, ReduceOp::Sum, 1 << 20);
+    }
+}
+
+#[test]
+fn broadcast_all_gather_and_barrier() {
+    let results = on_all(ring(3, 64), |c| {
+        let mut out = Vec::new();
+        for root in 0..3 {
+            let mut data: Vec<u8> =
+                if c.rank() == root { (0..1000).map(|i| (i * root) as u8).collect() } else { vec![0; 1000] };
+            c.broadcast(&mut data, root).unwrap();
+            out.push(data);
+        }
+        let gathered = c.all_gather(&vec![c.rank() as u8; c.rank() * 100]).unwrap();
+        c.barrier().unwrap();
+        (out, gathered)
+    });
+    for (_, (broadcasts, gathered)) in &results {
+        for (root, data) in broadcasts.iter().enumerate() {
+            assert_eq!(*data, (0..1000).map(|i| (i * root) as u8).collect::<Vec<u8>>());
+        }
+        assert_eq!(*gathered, vec![vec![], vec![1u8; 100], vec![2u8; 200]]);
+    }
+}
+
+#[test]
+fn a_single_rank_needs_no_peers() {
+    let mut comms = ring(1, 1 << 20);
+    let mut data = [1.5f32, -2.0];
+    comms[0].all_reduce(&mut data, ReduceOp::Mean).unwrap();
+    assert_eq!(data, [1.5, -2.0]);
+    assert_eq!(comms[0].all_gather(b"x").unwrap(), vec![b"x".to_vec()]);
+}
+
+#[test]
+fn a_dead_peer_fails_every_rank_at_once_naming_a_peer_and_the_operation() {
+    let mut comms = ring(4, 1 << 16);
+    let dead = comms.remove(2);
+    let start = Instant::now();
+    // Rank 2 dies while the others are inside the all-reduce: its sockets close.
+    let killer = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(200));
+        drop(dead);
+    });
+    let results = on_all(comms, |c| {
+        let mut data = vec![1.0f32; 1 << 20];
+        c.all_reduce(&mut data, ReduceOp::Sum).unwrap_err()
+    });
+    killer.join().unwrap();
+    for (c, err) in results {
+        let text = err.to_string();
+        assert!(text.starts_with("all_reduce(float32, Sum): rank "), "rank {}: {text}", c.rank());
+        assert!(matches!(err, CollectiveError::PeerFailed { .. }), "rank {}: {text}", c.rank());
+    }
+    // Far below the 10 s time-out: the failure travels around the ring.
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn a_stalled_peer_fails_the_others_at_the_time_out() {
+    let comms: Vec<Communicator> = connect_ring(3, Duration::from_millis(800), 1 << 16, |_| SECRET.to_vec())
+        .into_iter()
+        .map(|c| c.unwrap())
+        .collect();
+    let start = Instant::now();
+    let results = on_all(comms, |c| {
+        if c.rank() == 1 {
+            thread::sleep(Duration::from_secs(3)); // alive, connections open, silent
+            return None;
+        }
+        let mut data = vec![1i64; 1000];
+        Some(c.all_reduce(&mut data, ReduceOp::Max).unwrap_err())
+    });
+    let errors: Vec<String> = results.iter().filter_map(|(_, e)| e.as_ref().map(|e| e.to_string())).collect();
+    assert!(errors.iter().any(|e| e.contains("rank 1") && e.contains("did not answer")), "{errors:?}");
+    assert!(errors.iter().all(|e| e.starts_with("all_reduce(int64, Max)")), "{errors:?}");
+    assert!(start.elapsed() < Duration::from_secs(4));
+}
+
+#[test]
+fn ranks_out_of_step_fail_instead_of_mixing_data() {
+    let results = on_all(ring(2, 1 << 16), |c| {
+        let mut data = vec![0f64; 10 + c.rank()];
+        c.all_reduce(&mut data, ReduceOp::Sum).unwrap_err().to_string()
+    });
+    for (_, err) in results {
+        assert!(err.contains("out of step"), "{err}");
+    }
+}
+
+#[test]
+fn a_rank_without_the_secret_is_refused() {
+    let outcomes = connect_ring(2, Duration::from_millis(1500), 1 << 16, |rank| {
+        if rank == 1 { b"not the job secret".to_vec() } else { SECRET.to_vec() }
+    });
+    let errors: Vec<String> =
+        outcomes.iter().map(|o| o.as_ref().err().expect("refused").to_string()).collect();
+    assert!(errors.iter().any(|e| e.contains("refused")), "{errors:?}");
+}

@@ -1,6 +1,6 @@
-"""The README's main job: ``examples/keras_on_spark.py`` through ``spark-submit`` on a local
-cluster, as ``submit/run-example.sh`` runs it (minus the installation, which ``tests/run.sh``
-has done)."""
+"""The examples through ``spark-submit`` on a local cluster: the README's main job
+(``keras_on_spark.py``, as ``submit/run-example.sh`` runs it, minus the installation that
+``tests/run.sh`` has done) and the NumPy job that trains with ``ctx.allreduce``."""
 
 from __future__ import annotations
 
@@ -14,18 +14,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_example_job_trains_on_two_executors_and_exports(tmp_path):
-    spark_submit = shutil.which("spark-submit", path=os.path.dirname(sys.executable))
-    assert spark_submit, "spark-submit comes with the pyspark wheel in the virtualenv"
-    command = [spark_submit, "--master", "local-cluster[2,1,1024]"]
+def spark_submit(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Runs ``examples/<script>`` through spark-submit on ``local-cluster[2,1,1024]``."""
+    launcher = shutil.which("spark-submit", path=os.path.dirname(sys.executable))
+    assert launcher, "spark-submit comes with the pyspark wheel in the virtualenv"
+    command = [launcher, "--master", "local-cluster[2,1,1024]"]
     for conf in ["spark.driver.host=127.0.0.1", "spark.driver.bindAddress=127.0.0.1", "spark.log.level=WARN"]:
         command += ["--conf", conf]
-    command += [str(ROOT / "examples" / "keras_on_spark.py"), "--rows", "8000", "--epochs", "2"]
-    command += ["--output", str(tmp_path)]
+    command += [str(ROOT / "examples" / script), *args]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
-    result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    return done
+
+
+def result_of(done: subprocess.CompletedProcess[str]) -> dict:
+    return json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
+
+
+def test_the_keras_job_trains_on_two_executors_and_exports(tmp_path):
+    done = spark_submit(
+        "keras_on_spark.py", "--rows", "8000", "--epochs", "2", "--output", str(tmp_path), cwd=tmp_path
+    )
+    result = result_of(done)
     assert result["examples"] == 8000
     assert result["workers"] == 2
     assert result["accuracy"][-1] > 0.9, result
@@ -34,3 +45,14 @@ def test_the_example_job_trains_on_two_executors_and_exports(tmp_path):
     # Both trainers' output reached the driver, prefixed.
     assert "[chief:0] chief:0 trains on" in done.stdout
     assert "[worker:0] worker:0 trains on" in done.stdout
+
+
+def test_the_numpy_job_trains_with_all_reduce_and_stays_in_sync(tmp_path):
+    result = result_of(
+        spark_submit("numpy_sgd_on_spark.py", "--rows", "20000", "--steps", "200", cwd=tmp_path)
+    )
+    assert result["examples"] == 20000
+    assert result["identical"] is True
+    assert result["losses"][-1] < 0.3 < result["losses"][0], result
+    # The learned direction matches the true weights' signs.
+    assert [w > 0 for w in result["weights"][:4]] == [True, False, True, True], result

@@ -141,3 +141,24 @@ class WorkerFailed(ClusterError):
     exit_code: int | None
     signal: int | None
     stderr_tail: str
+
+
+class CollectiveError(ClusterError):
+    """A collective between trainers (all-reduce, broadcast, all-gather) failed."""
+
+
+class PeerFailed(CollectiveError):
+    """A peer's connection broke, or it called another collective: ``op`` names the operation,
+    ``peer`` the peer's rank and ``address`` its data-plane address."""
+
+    op: str
+    peer: int
+    address: str
+
+
+class CollectiveTimeout(CollectiveError, TimeoutError):
+    """A peer did not answer within the time-out; ``op``, ``peer`` and ``address`` name it."""
+
+    op: str
+    peer: int
+    address: str

@@ -18,9 +18,13 @@ from typing import TYPE_CHECKING, Any
 from sparktrain.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
 
-    from sparktrain._native import ControlClient
+    from sparktrain._native import Communicator, ControlClient
+
+#: The element types ``allreduce`` moves.
+REDUCIBLE = ("float32", "float64", "int64")
 
 #: The barrier every trainer reaches after ``main_fun`` returns.
 EXIT_BARRIER = "__exit__"
@@ -69,6 +73,9 @@ class TrainerContext:
     feed_path: str | None = field(default=None, repr=False)
     _client: ControlClient | None = field(default=None, repr=False)
     _barriers: Counter[str] = field(default_factory=Counter, repr=False)
+    _secret: str = field(default="", repr=False)
+    _collective_timeout: float = field(default=120.0, repr=False)
+    _ring: Communicator | None = field(default=None, repr=False)
 
     @property
     def worker_num(self) -> int:
@@ -114,6 +121,64 @@ class TrainerContext:
 
         return read_feed(self.feed_path)
 
+    def _communicator(self) -> Communicator:
+        """The data plane's ring over the training tasks, connected on first use."""
+        if self._ring is None:
+            from sparktrain._native import Communicator
+
+            if self.job_name == "evaluator":
+                raise InvalidArgumentError(
+                    "collectives run between the chief and the workers, not evaluators"
+                )
+            if self.data_listener is None:
+                raise InvalidArgumentError("this context has no data-plane listener")
+            peers = [f"{t.host}:{t.data_port}" for t in self.tasks[: self.num_workers]]
+            self._ring = Communicator(
+                self.data_listener.fileno(), self.rank, peers, self._secret, self._collective_timeout
+            )
+        return self._ring
+
+    def allreduce(self, array: np.ndarray, op: str = "mean") -> np.ndarray:
+        """Reduces ``array`` element-wise over the chief and the workers (``op``: ``"sum"``,
+        ``"mean"``, ``"max"`` or ``"min"``; ``mean`` of int64 rounds down). Every trainer gets
+        bit-identical values.
+
+        A writable, C-contiguous float32, float64 or int64 NumPy array is reduced in place and
+        returned; anything else is copied into a new array of such a type (other floats become
+        float64, other integers int64), which is returned. A peer that dies or stalls raises
+        :class:`~sparktrain.errors.PeerFailed` or :class:`~sparktrain.errors.CollectiveTimeout`
+        naming it."""
+        import numpy as np
+
+        target = _reducible(array)
+        self._communicator().allreduce_at(
+            target.__array_interface__["data"][0], target.size, target.dtype.name, op
+        )
+        return target if target is array else target.reshape(np.shape(array))
+
+    def broadcast(self, array: np.ndarray, root: int = 0) -> np.ndarray:
+        """Copies rank ``root``'s ``array`` to every trainer: in place for a writable
+        C-contiguous NumPy array (of the same shape and type everywhere), else into a copy that
+        is returned."""
+        import numpy as np
+
+        target = array
+        if not (isinstance(array, np.ndarray) and array.flags.c_contiguous and array.flags.writeable):
+            target = np.array(array, order="C", copy=True)
+        self._communicator().broadcast_at(target.__array_interface__["data"][0], target.nbytes, root)
+        return target
+
+    def allgather(self, value: Any) -> list[Any]:
+        """Every trainer's ``value``, by rank. ``bytes`` travel as they are; other values are
+        pickled (the peers are this job's trainers, authenticated by the job secret)."""
+        import pickle
+
+        raw = isinstance(value, bytes | bytearray)
+        data = bytes(value) if raw else pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        kinds = self._communicator().allgather(b"b" if raw else b"p")
+        items = self._communicator().allgather(data)
+        return [bytes(i) if k == b"b" else pickle.loads(i) for k, i in zip(kinds, items, strict=True)]
+
     def _control(self) -> ControlClient:
         if self._client is None:
             raise InvalidArgumentError("this context is not connected to a running job")
@@ -141,3 +206,27 @@ class TrainerContext:
                 raise InvalidArgumentError(f"metric {name!r} is {value!r}, not a finite number")
             values.append((name, number))
         self._control().report(self.rank, step, values, 10.0)
+
+
+def _reducible(array: Any) -> np.ndarray:
+    """``array`` itself when it can be reduced in place, else a contiguous copy of a type the
+    data plane moves."""
+    import numpy as np
+
+    if (
+        isinstance(array, np.ndarray)
+        and array.dtype.name in REDUCIBLE
+        and array.flags.c_contiguous
+        and array.flags.writeable
+    ):
+        return array
+    values = np.asarray(array)
+    if values.dtype.name in REDUCIBLE:
+        dtype = values.dtype
+    elif np.issubdtype(values.dtype, np.floating):
+        dtype = np.dtype("float64")
+    elif np.issubdtype(values.dtype, np.integer) or values.dtype == np.bool_:
+        dtype = np.dtype("int64")
+    else:
+        raise InvalidArgumentError(f"allreduce takes numbers, not {values.dtype}")
+    return np.array(values, dtype=dtype, order="C", copy=True)

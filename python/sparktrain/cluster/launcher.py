@@ -118,6 +118,7 @@ class Cluster:
         max_result_bytes: int = MAX_RESULT_BYTES,
         log: bool = True,
         tls: tuple[str, ...] | None = None,
+        collective_timeout: float = 120.0,
     ) -> Cluster:
         """Starts ``main_fun(args, ctx)`` on ``num_workers`` training tasks (task 0 is the
         chief) and ``num_evaluators`` evaluators, one per Spark task slot, and returns at once.
@@ -154,6 +155,7 @@ class Cluster:
             max_result_bytes,
             log,
             tls,
+            collective_timeout,
         )
 
     def __init__(
@@ -173,6 +175,7 @@ class Cluster:
         max_result_bytes: int,
         log: bool,
         tls: tuple[str, ...] | None,
+        collective_timeout: float,
     ) -> None:
         from pyspark import cloudpickle
 
@@ -216,6 +219,7 @@ class Cluster:
             max_result_bytes=max_result_bytes,
             gpus_per_worker=gpus_per_worker,
             tls_ca=ca_pem,
+            collective_timeout=collective_timeout,
         )
         self._deadline = time.monotonic() + reservation_timeout
         self._console = Console(self._roles, enabled=log)

@@ -40,6 +40,8 @@ class JobSettings:
     gpus_per_worker: int | None = None
     #: The PEM CA that signed the driver's TLS certificate; None for a plain control plane.
     tls_ca: str | None = None
+    #: Seconds a collective waits for a peer before failing, naming it.
+    collective_timeout: float = 120.0
 
 
 @dataclass(frozen=True)

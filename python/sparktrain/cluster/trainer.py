@@ -83,6 +83,8 @@ def _context(job: JobSettings, launch: TrainerLaunch, client: ControlClient) -> 
         data_listener=socket.socket(fileno=launch.data_fd),
         feed_path=launch.feed_path,
         _client=client,
+        _secret=job.secret,
+        _collective_timeout=job.collective_timeout,
     )
 
 

@@ -26,6 +26,11 @@ impl JobSecret {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 
+    /// The raw bytes, for keying MACs (the data plane proves knowledge of them).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
     /// A secret from its hex form.
     pub fn from_hex(hex: &str) -> Result<Self> {
         let bad = || ClusterError::Secret(format!("expected {} hex digits", 2 * SECRET_LEN));

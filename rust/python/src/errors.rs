@@ -8,6 +8,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use sparktrain_cluster::ClusterError;
+use sparktrain_collective::CollectiveError;
 use sparktrain_dataset::Error as DatasetError;
 use sparktrain_storage::StorageError;
 use sparktrain_tfrecord::Error as RecordError;
@@ -142,6 +143,44 @@ pub fn cluster(e: ClusterError) -> PyErr {
                 }
                 ClusterError::InvalidArgument(_) => "InvalidArgumentError",
                 _ => "ControlPlaneError",
+            };
+            let instance =
+                py.import("sparktrain.errors")?.getattr(class)?.call((message.clone(),), Some(&kwargs))?;
+            Ok(PyErr::from_value(instance))
+        };
+        build().unwrap_or_else(|err| {
+            PyRuntimeError::new_err(format!("{message} (and raising it failed: {err})"))
+        })
+    })
+}
+
+/// Converts a data-plane error: `CollectiveTimeout` and `PeerFailed` carry `peer` (the rank)
+/// and `op`; refusals are `Unauthenticated`.
+pub fn collective(e: CollectiveError) -> PyErr {
+    let message = e.to_string();
+    Python::attach(|py| {
+        let build = || -> PyResult<PyErr> {
+            let kwargs = PyDict::new(py);
+            let class = match &e {
+                CollectiveError::Timeout { op, peer, address, .. } => {
+                    kwargs.set_item("op", op)?;
+                    kwargs.set_item("peer", peer)?;
+                    kwargs.set_item("address", address)?;
+                    "CollectiveTimeout"
+                }
+                CollectiveError::PeerFailed { op, peer, address, .. }
+                | CollectiveError::OutOfStep { op, peer, ours: address, .. } => {
+                    kwargs.set_item("op", op)?;
+                    kwargs.set_item("peer", peer)?;
+                    kwargs.set_item("address", address)?;
+                    "PeerFailed"
+                }
+                CollectiveError::Refused { address, .. } => {
+                    kwargs.set_item("address", address)?;
+                    "Unauthenticated"
+                }
+                CollectiveError::InvalidArgument(_) => "InvalidArgumentError",
+                CollectiveError::Io(_) => "CollectiveError",
             };
             let instance =
                 py.import("sparktrain.errors")?.getattr(class)?.call((message.clone(),), Some(&kwargs))?;

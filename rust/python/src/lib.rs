@@ -4,6 +4,7 @@
 //! Every call that does I/O or heavy work runs with the GIL released through [`detach`].
 
 mod cluster;
+mod collective;
 mod convert;
 mod errors;
 mod fs;
@@ -22,5 +23,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     tfrecord::register(m)?;
     fs::register(m)?;
     cluster::register(m)?;
+    collective::register(m)?;
     Ok(())
 }

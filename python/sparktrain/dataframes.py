@@ -9,6 +9,7 @@ source (:mod:`sparktrain.datasource`).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -133,7 +134,8 @@ def write(
                 raise InvalidArgumentError("partition_by needs columns; an RDD of bytes has none")
             rdd = data.repartition(num_files) if num_files else data  # type: ignore[union-attr]
             raw = WriteJob(job.root, "ByteArray", job.compression, (), job.job_id)
-            return _run(raw, mode, lambda: rdd.mapPartitions(_bytes_task(raw)).collect(), path)
+            tasks = rdd.mapPartitions(_bytes_task(raw))
+            return _run(raw, mode, tasks.collect, path, rdd.context)
         from pyspark.sql import SparkSession
 
         data = SparkSession.builder.getOrCreate().createDataFrame(data)  # type: ignore[arg-type]
@@ -144,11 +146,40 @@ def write(
         df = df.repartition(num_files)
     if columns:
         df = df.sortWithinPartitions(*columns)
-    return _run(job, mode, lambda: df.mapInArrow(_arrow_task(job), RESULT_SCHEMA).collect(), path)
+    tasks = df.mapInArrow(_arrow_task(job), RESULT_SCHEMA)
+    return _run(job, mode, tasks.collect, path, df.sparkSession.sparkContext)
 
 
-def _run(job: WriteJob, mode: str, tasks: Any, path: str) -> WriteResult:
-    """Runs the tasks, then commits the job; aborts it on any failure."""
+#: Spark's thread-local properties that a job group sets, restored after the write.
+_GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+
+
+def _settle(sc: Any, group: str, patience: float = 30.0) -> None:
+    """Cancels what is left of the job group and waits until none of its tasks runs: when a
+    job fails, Spark reports it at once while other tasks may still be writing."""
+    sc.cancelJobGroup(group)
+    tracker = sc.statusTracker()
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        stages = [
+            stage
+            for job_id in tracker.getJobIdsForGroup(group)
+            if (info := tracker.getJobInfo(job_id)) is not None
+            for stage in info.stageIds
+        ]
+        active = sum(s.numActiveTasks for sid in stages if (s := tracker.getStageInfo(sid)) is not None)
+        if active == 0:
+            return
+        time.sleep(0.1)
+    _log.warning("tasks of job group %s still run after %.0f s; cleaning up anyway", group, patience)
+
+
+def _run(job: WriteJob, mode: str, tasks: Any, path: str, sc: Any) -> WriteResult:
+    """Runs the tasks in a job group of their own, then commits the job; on any failure, waits
+    for the group's remaining tasks to stop and aborts the job."""
+    group = f"sparktrain-write-{job.job_id}"
+    previous = {key: sc.getLocalProperty(key) for key in _GROUP_PROPERTIES}
+    sc.setJobGroup(group, f"sparktrain: write {path}", interruptOnCancel=True)
     try:
         results = tasks()
         expected = max((r[0] for r in results), default=-1) + 1
@@ -158,8 +189,16 @@ def _run(job: WriteJob, mode: str, tasks: Any, path: str) -> WriteResult:
             raise RuntimeError(f"tasks {missing} of the write to {path} reported no result")
         files = job.commit(seen, overwrite=mode == "overwrite")
     except BaseException:
+        _settle(sc, group)
+        job.abort()
+        # A killed task's Python worker can outlive its task by Spark's kill time-out (2 s)
+        # and recreate its attempt folder: clean up once more after that.
+        time.sleep(2.5)
         job.abort()
         raise
+    finally:
+        for key, value in previous.items():
+            sc.setLocalProperty(key, value)
     rows = sum(r[2] for r in results)
     _log.info("wrote %d rows in %d files to %s", rows, len(files), path)
     return WriteResult(path, files, rows)

@@ -35,6 +35,9 @@ PORT_CONF = "spark.sparktrain.rendezvous.port"
 #: Spark conf keys of the control plane's TLS files on the driver (PEM): certificate, key, and
 #: the CA that signed the certificate (the certificate itself when left out: self-signed).
 TLS_CONF = ("spark.sparktrain.tls.cert", "spark.sparktrain.tls.key", "spark.sparktrain.tls.ca")
+#: Spark conf keys of the data plane's tuning: parallel rings, and bytes per pipeline chunk.
+STREAMS_CONF = "spark.sparktrain.collective.streams"
+CHUNK_CONF = "spark.sparktrain.collective.chunkBytes"
 #: Seconds the driver waits for executors to offer enough task slots.
 SLOT_GRACE_SECONDS = 20.0
 #: The default limit on a pickled return value.
@@ -55,6 +58,19 @@ def role_names(num_workers: int, num_evaluators: int) -> list[str]:
     """``chief:0``, ``worker:0``..., ``evaluator:0``... by task index."""
     names = ["chief:0"] + [f"worker:{i}" for i in range(num_workers - 1)]
     return names + [f"evaluator:{i}" for i in range(num_evaluators)]
+
+
+def _positive_int(conf: Any, key: str, default: int) -> int:
+    text = conf.get(key, None)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InvalidArgumentError(f"{key} must be a positive integer, not {text!r}")
+    return value
 
 
 def _port_range(value: str) -> tuple[int, int]:
@@ -220,6 +236,8 @@ class Cluster:
             gpus_per_worker=gpus_per_worker,
             tls_ca=ca_pem,
             collective_timeout=collective_timeout,
+            collective_streams=_positive_int(conf, STREAMS_CONF, 1),
+            collective_chunk_bytes=_positive_int(conf, CHUNK_CONF, 1 << 20),
         )
         self._deadline = time.monotonic() + reservation_timeout
         self._console = Console(self._roles, enabled=log)

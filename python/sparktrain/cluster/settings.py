@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 
 from sparktrain.cluster.context import TaskInfo
 
+#: The trainer's exit code when ``main_fun`` raised because a data-plane peer broke its
+#: connection: most likely that peer failed first, and its failure is the one to report.
+PEER_LOST = 3
+
 
 @dataclass(frozen=True)
 class JobSettings:
@@ -42,6 +46,10 @@ class JobSettings:
     tls_ca: str | None = None
     #: Seconds a collective waits for a peer before failing, naming it.
     collective_timeout: float = 120.0
+    #: Parallel rings of the data plane; large all-reduces are split across them.
+    collective_streams: int = 1
+    #: Bytes per chunk of the data plane's pipeline.
+    collective_chunk_bytes: int = 1 << 20
 
 
 @dataclass(frozen=True)

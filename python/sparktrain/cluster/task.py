@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from sparktrain.cluster.context import TaskInfo
-from sparktrain.cluster.settings import JobSettings, TrainerLaunch
+from sparktrain.cluster.settings import PEER_LOST, JobSettings, TrainerLaunch
 from sparktrain.errors import DriverUnreachable, JobAborted, WorkerFailed
 
 #: Lines of a trainer's stderr kept for the failure report.
@@ -345,11 +345,22 @@ def _supervise(
     for pump in pumps:
         pump.thread.join(5.0)
     tail = "\n".join(pumps[1].tail)
-    heartbeat.beat()
+    reason = heartbeat.beat()
+    if code == PEER_LOST:
+        # A broken ring fails every trainer at once; give the driver time to learn which peer
+        # died first, so the job's error names it rather than this bystander.
+        deadline = time.monotonic() + settings.heartbeat_timeout
+        while reason is None and time.monotonic() < deadline:
+            time.sleep(settings.heartbeat_interval)
+            reason = heartbeat.beat()
     try:
         client.exit(launch.rank, attempt, code, tail, settings.heartbeat_timeout)
     except Exception as e:  # the failure below is the one to report
         print(f"sparktrain: could not report the trainer's exit to the driver: {e}", file=sys.stderr)
+    if code == PEER_LOST and reason is not None:
+        raise JobAborted(
+            f"{role}: its collective failed because the job was aborted: {reason}", reason=reason
+        )
     if code != 0:
         raise WorkerFailed(
             f"{role} (task {launch.rank} on {me.host}) {_describe_exit(code)}\n{tail}",

@@ -23,8 +23,8 @@ import traceback
 from typing import TYPE_CHECKING
 
 from sparktrain.cluster.context import EXIT_BARRIER, TrainerContext
-from sparktrain.cluster.settings import JobSettings, TrainerLaunch
-from sparktrain.errors import InvalidArgumentError
+from sparktrain.cluster.settings import PEER_LOST, JobSettings, TrainerLaunch
+from sparktrain.errors import InvalidArgumentError, PeerFailed
 
 if TYPE_CHECKING:
     from sparktrain._native import ControlClient
@@ -85,6 +85,8 @@ def _context(job: JobSettings, launch: TrainerLaunch, client: ControlClient) -> 
         _client=client,
         _secret=job.secret,
         _collective_timeout=job.collective_timeout,
+        _collective_streams=job.collective_streams,
+        _collective_chunk_bytes=job.collective_chunk_bytes,
     )
 
 
@@ -119,10 +121,10 @@ def main() -> int:
             f.write(result)
         sys.stdout.flush()
         client.barrier(launch.rank, EXIT_BARRIER, None)
-    except BaseException:
+    except BaseException as e:
         traceback.print_exc()
         sys.stderr.flush()
-        return FAILED
+        return PEER_LOST if isinstance(e, PeerFailed) else FAILED
     return 0
 
 

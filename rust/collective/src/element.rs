@@ -3,6 +3,7 @@
 use std::str::FromStr;
 
 use crate::error::CollectiveError;
+use crate::wire::{self, Wire};
 
 /// How values from every rank combine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,10 +55,22 @@ pub trait Element: bytemuck::Pod + Send + Sync {
     fn combine(op: ReduceOp, into: &mut [Self], from: &[Self]);
     /// Divides every value by `n` (for MEAN).
     fn divide(values: &mut [Self], n: usize);
+    /// Whether values of this type may travel in the `wire` format.
+    fn travels_as(wire: Wire) -> bool {
+        wire == Wire::Native
+    }
+    /// Writes `values` as 16-bit `bits` (only for formats `travels_as` accepts).
+    fn encode(_wire: Wire, _values: &[Self], _bits: &mut [u16]) {
+        unreachable!("checked by travels_as")
+    }
+    /// Reads `values` back from 16-bit `bits` (only for formats `travels_as` accepts).
+    fn decode(_wire: Wire, _bits: &[u16], _values: &mut [Self]) {
+        unreachable!("checked by travels_as")
+    }
 }
 
 macro_rules! element {
-    ($t:ty, $name:literal, $code:literal, $max:expr, $min:expr, $div:expr) => {
+    ($t:ty, $name:literal, $code:literal, $max:expr, $min:expr, $div:expr $(, $extra:item)*) => {
         impl Element for $t {
             const NAME: &'static str = $name;
             const CODE: u8 = $code;
@@ -74,6 +87,8 @@ macro_rules! element {
             fn divide(values: &mut [Self], n: usize) {
                 values.iter_mut().for_each(|v| *v = $div(*v, n));
             }
+
+            $($extra)*
         }
     };
 }
@@ -113,7 +128,16 @@ element!(
     1,
     |a: f32, b: f32| if a.is_nan() || a >= b { a } else { b },
     |a: f32, b: f32| if a.is_nan() || a <= b { a } else { b },
-    |v: f32, n: usize| v / n as f32
+    |v: f32, n: usize| v / n as f32,
+    fn travels_as(_wire: Wire) -> bool {
+        true
+    },
+    fn encode(wire: Wire, values: &[f32], bits: &mut [u16]) {
+        wire::encode_f32(wire, values, bits)
+    },
+    fn decode(wire: Wire, bits: &[u16], values: &mut [f32]) {
+        wire::decode_f32(wire, bits, values)
+    }
 );
 element!(
     f64,

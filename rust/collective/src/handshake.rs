@@ -1,8 +1,9 @@
 //! The connection handshake: each side proves it knows the job secret without sending it.
 //!
-//! The connecting rank sends a magic tag, its rank and a fresh nonce; the accepting rank
-//! answers with its own nonce and an HMAC-SHA256 over both nonces; the connecting rank checks
-//! it and answers with its own HMAC, which also covers its rank. A peer without the secret
+//! The connecting rank sends a magic tag, its rank, the index of the connection (one per
+//! parallel ring) and a fresh nonce; the accepting rank answers with its own nonce and an
+//! HMAC-SHA256 over both nonces; the connecting rank checks it and answers with its own HMAC,
+//! which also covers its rank and the index. A peer without the secret
 //! cannot produce either MAC, and a recorded exchange is useless later (fresh nonces).
 
 use std::io::{Read, Write};
@@ -16,10 +17,10 @@ use sha2::Sha256;
 use crate::error::{CollectiveError, Result};
 
 const MAGIC: &[u8; 4] = b"STDP";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 const NONCE: usize = 32;
 const MAC: usize = 32;
-const HELLO: usize = 4 + 1 + 4 + NONCE;
+const HELLO: usize = 4 + 1 + 4 + 1 + NONCE;
 
 fn mac(secret: &[u8], label: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
     // HMAC takes keys of any length.
@@ -41,9 +42,9 @@ fn setup_error(what: &str, address: &str, e: std::io::Error) -> CollectiveError 
     CollectiveError::Io(format!("{what} {address}: {e}"))
 }
 
-/// Connects to the peer at `address` and proves this rank knows `secret`; retries refused
-/// connections until `timeout` has passed.
-pub fn connect(address: &str, rank: usize, secret: &[u8], timeout: Duration) -> Result<TcpStream> {
+/// Opens connection number `index` to the peer at `address` and proves this rank knows
+/// `secret`; retries refused connections until `timeout` has passed.
+pub fn connect(address: &str, rank: usize, index: u8, secret: &[u8], timeout: Duration) -> Result<TcpStream> {
     let deadline = Instant::now() + timeout;
     let mut stream = loop {
         match TcpStream::connect(address) {
@@ -60,6 +61,7 @@ pub fn connect(address: &str, rank: usize, secret: &[u8], timeout: Duration) -> 
     hello.extend_from_slice(MAGIC);
     hello.push(VERSION);
     hello.extend_from_slice(&rank_bytes);
+    hello.push(index);
     hello.extend_from_slice(&mine);
     stream.write_all(&hello).map_err(|e| setup_error("handshake with", address, e))?;
     let mut answer = [0u8; NONCE + MAC];
@@ -74,7 +76,7 @@ pub fn connect(address: &str, rank: usize, secret: &[u8], timeout: Duration) -> 
             reason: "the listener does not know the job secret".into(),
         }
     })?;
-    let proof = mac(secret, b"connect", &[theirs, &mine, &rank_bytes]).finalize().into_bytes();
+    let proof = mac(secret, b"connect", &[theirs, &mine, &rank_bytes, &[index]]).finalize().into_bytes();
     stream.write_all(&proof).map_err(|e| setup_error("handshake with", address, e))?;
     let mut ok = [0u8; 1];
     stream.read_exact(&mut ok).map_err(|e| CollectiveError::Refused {
@@ -85,15 +87,16 @@ pub fn connect(address: &str, rank: usize, secret: &[u8], timeout: Duration) -> 
     Ok(stream)
 }
 
-/// Runs the accepting side of one handshake; returns the peer's rank.
-fn answer(stream: &mut TcpStream, secret: &[u8]) -> std::result::Result<usize, String> {
+/// Runs the accepting side of one handshake; returns the peer's rank and connection index.
+fn answer(stream: &mut TcpStream, secret: &[u8]) -> std::result::Result<(usize, u8), String> {
     let mut hello = [0u8; HELLO];
     stream.read_exact(&mut hello).map_err(|e| format!("no greeting: {e}"))?;
     if &hello[..4] != MAGIC || hello[4] != VERSION {
         return Err("not a sparktrain data-plane greeting".into());
     }
     let rank_bytes: [u8; 4] = hello[5..9].try_into().expect("4 bytes");
-    let theirs = &hello[9..];
+    let index = hello[9];
+    let theirs = &hello[10..];
     let mine = nonce().map_err(|e| e.to_string())?;
     let proof = mac(secret, b"accept", &[theirs, &mine]).finalize().into_bytes();
     let mut reply = Vec::with_capacity(NONCE + MAC);
@@ -102,23 +105,26 @@ fn answer(stream: &mut TcpStream, secret: &[u8]) -> std::result::Result<usize, S
     stream.write_all(&reply).map_err(|e| format!("handshake: {e}"))?;
     let mut their_mac = [0u8; MAC];
     stream.read_exact(&mut their_mac).map_err(|e| format!("no proof: {e}"))?;
-    mac(secret, b"connect", &[&mine, theirs, &rank_bytes])
+    mac(secret, b"connect", &[&mine, theirs, &rank_bytes, &[index]])
         .verify_slice(&their_mac)
         .map_err(|_| "it does not know the job secret".to_string())?;
-    Ok(u32::from_le_bytes(rank_bytes) as usize)
+    Ok((u32::from_le_bytes(rank_bytes) as usize, index))
 }
 
-/// Accepts connections on `listener` until the rank `expected` connects with the secret, or
-/// `timeout` passes. Callers that fail the handshake, or claim another rank, are dropped and
-/// reported through `refused`.
+/// Accepts connections on `listener` until the rank `expected` has opened connections
+/// `0..count` with the secret, or `timeout` passes; returns them by index. Callers that fail
+/// the handshake, claim another rank or repeat an index are dropped and reported through
+/// `refused`.
 pub fn accept(
     listener: &TcpListener,
     expected: usize,
+    count: usize,
     secret: &[u8],
     timeout: Duration,
     refused: &mut Vec<CollectiveError>,
-) -> Result<TcpStream> {
+) -> Result<Vec<TcpStream>> {
     let deadline = Instant::now() + timeout;
+    let mut accepted: Vec<Option<TcpStream>> = (0..count).map(|_| None).collect();
     listener.set_nonblocking(true).map_err(|e| CollectiveError::Io(format!("listener: {e}")))?;
     loop {
         match listener.accept() {
@@ -132,15 +138,24 @@ pub fn accept(
                     continue;
                 }
                 match answer(&mut stream, secret) {
-                    Ok(rank) if rank == expected => {
+                    Ok((rank, index))
+                        if rank == expected && accepted.get(index as usize).is_some_and(Option::is_none) =>
+                    {
                         let ready = stream
                             .write_all(&[1])
                             .and_then(|_| stream.set_read_timeout(Some(timeout)))
                             .and_then(|_| stream.set_nodelay(true));
                         ready.map_err(|e| CollectiveError::Io(format!("handshake with {peer}: {e}")))?;
-                        return Ok(stream);
+                        accepted[index as usize] = Some(stream);
+                        if accepted.iter().all(Option::is_some) {
+                            return Ok(accepted.into_iter().flatten().collect());
+                        }
                     }
-                    Ok(rank) => refused.push(CollectiveError::Refused {
+                    Ok((rank, index)) if rank == expected => refused.push(CollectiveError::Refused {
+                        address: peer.to_string(),
+                        reason: format!("connection {index} is a repeat or beyond the {count} expected"),
+                    }),
+                    Ok((rank, _)) => refused.push(CollectiveError::Refused {
                         address: peer.to_string(),
                         reason: format!("it claims rank {rank}, this rank expects rank {expected}"),
                     }),

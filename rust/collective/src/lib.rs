@@ -6,7 +6,9 @@
 //!
 //! - [`handshake`]: proving knowledge of the job secret (HMAC-SHA256 over fresh nonces);
 //! - [`element`]: the element types (f32, f64, i64) and reductions (sum, mean, max, min);
-//! - [`ring`]: the [`Communicator`]: all-reduce, broadcast, all-gather and barrier.
+//! - [`wire`]: how values travel (as they are, or float32 as float16/bfloat16);
+//! - [`ring`]: the [`Communicator`]: all-reduce (of one buffer or a fused list), broadcast,
+//!   all-gather and barrier, over one or several parallel rings.
 
 #[cfg(target_endian = "big")]
 compile_error!("the data plane sends values as their in-memory bytes and assumes little-endian hosts");
@@ -15,7 +17,9 @@ pub mod element;
 pub mod error;
 pub mod handshake;
 pub mod ring;
+pub mod wire;
 
 pub use element::{Element, ReduceOp};
 pub use error::{CollectiveError, Result};
-pub use ring::{Communicator, Config, DEFAULT_CHUNK_BYTES};
+pub use ring::{Communicator, Config, DEFAULT_CHUNK_BYTES, MAX_STREAMS};
+pub use wire::Wire;

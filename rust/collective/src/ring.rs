@@ -1,13 +1,17 @@
-//! The communicator: each rank holds a connection to the next rank of the ring (to send) and
-//! one from the previous rank (to receive), and runs every collective over them.
+//! The communicator: each rank holds connections to the next rank of the ring (to send) and
+//! from the previous rank (to receive), one pair per parallel ring, and runs every collective
+//! over them.
 //!
 //! - All-reduce is a reduce-scatter then an all-gather: each rank sends 2(N-1)/N of the
-//!   buffer. Within a step, sending, receiving and reducing overlap chunk by chunk.
+//!   buffer. Within a step, sending, receiving and reducing overlap chunk by chunk. With
+//!   several parallel rings, a large buffer is cut into as many parts, reduced side by side.
 //! - Every segment is reduced in the same ring order on every run, and the all-gather copies
-//!   the reduced values, so all ranks get bit-identical results, run after run.
-//! - Each call starts with a header that names the operation, type, reduction, size and call
-//!   number, so ranks that call different things fail at once instead of mixing data.
-//! - A failed call shuts both connections down: the neighbours fail at once too, and so on
+//!   the reduced values, so all ranks get bit-identical results, run after run (with 16-bit
+//!   wire formats too: a segment's owner rounds its own copy as the others receive it).
+//! - Each call starts with a header that names the operation, type, reduction, wire format,
+//!   size and call number, so ranks that call different things fail at once instead of
+//!   mixing data.
+//! - A failed call shuts every connection down: the neighbours fail at once too, and so on
 //!   around the ring, so no rank waits for its time-out when a peer is gone.
 
 use std::io::{self, Read, Write};
@@ -18,6 +22,7 @@ use std::time::Duration;
 use crate::element::{Element, ReduceOp};
 use crate::error::{CollectiveError, Result};
 use crate::handshake;
+use crate::wire::Wire;
 
 /// How a communicator connects and behaves.
 #[derive(Debug, Clone)]
@@ -32,31 +37,94 @@ pub struct Config {
     pub timeout: Duration,
     /// Bytes per chunk of the pipeline.
     pub chunk_bytes: usize,
+    /// Parallel rings (TCP connection pairs); large all-reduces are split across them.
+    pub streams: usize,
+}
+
+impl Config {
+    /// A configuration with the default chunk size and one ring.
+    pub fn new(rank: usize, peers: Vec<String>, secret: Vec<u8>, timeout: Duration) -> Self {
+        Config { rank, peers, secret, timeout, chunk_bytes: DEFAULT_CHUNK_BYTES, streams: 1 }
+    }
 }
 
 /// The default chunk size: large enough to amortize system calls, small enough to overlap.
 pub const DEFAULT_CHUNK_BYTES: usize = 1 << 20;
 
+/// The most parallel rings a communicator opens.
+pub const MAX_STREAMS: usize = 16;
+
+/// All-reduces smaller than this run on one ring: more threads would cost more than they save.
+const SPLIT_BYTES: usize = 1 << 20;
+
+/// Messages this small are written before reading, on the calling thread: the sockets'
+/// buffers take them whole, and a thread costs more than the transfer.
+const INLINE_BYTES: usize = 8 << 10;
+
 const HEADER: usize = 24;
 
-struct Links {
+/// One ring's pair of connections.
+struct Link {
     next: TcpStream,
     prev: TcpStream,
 }
 
-/// One rank's end of the ring.
-pub struct Communicator {
-    config: Config,
-    links: Option<Links>,
-    calls: u64,
-    /// Connections refused while setting up (wrong secret, wrong rank).
-    refused: Vec<CollectiveError>,
+impl Link {
+    fn shutdown(&self) {
+        let _ = self.next.shutdown(Shutdown::Both);
+        let _ = self.prev.shutdown(Shutdown::Both);
+    }
 }
 
 #[derive(Clone, Copy)]
 enum Side {
     Next,
     Prev,
+}
+
+/// What errors need to know about this rank's place in the ring.
+struct Place<'a> {
+    rank: usize,
+    size: usize,
+    peers: &'a [String],
+    timeout: Duration,
+    chunk_bytes: usize,
+}
+
+impl Place<'_> {
+    fn peer(&self, side: Side) -> usize {
+        match side {
+            Side::Next => (self.rank + 1) % self.size,
+            Side::Prev => (self.rank + self.size - 1) % self.size,
+        }
+    }
+
+    fn error(&self, op: &str, side: Side, e: io::Error) -> CollectiveError {
+        let peer = self.peer(side);
+        let address = self.peers[peer].clone();
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                CollectiveError::Timeout { op: op.to_string(), peer, address, waited: self.timeout }
+            }
+            io::ErrorKind::UnexpectedEof => CollectiveError::PeerFailed {
+                op: op.to_string(),
+                peer,
+                address,
+                reason: "it closed the connection".into(),
+            },
+            _ => CollectiveError::PeerFailed { op: op.to_string(), peer, address, reason: e.to_string() },
+        }
+    }
+}
+
+/// One rank's end of the ring.
+pub struct Communicator {
+    config: Config,
+    links: Vec<Link>,
+    broken: bool,
+    calls: u64,
+    /// Connections refused while setting up (wrong secret, wrong rank).
+    refused: Vec<CollectiveError>,
 }
 
 impl Communicator {
@@ -75,25 +143,35 @@ impl Communicator {
                 config.chunk_bytes
             )));
         }
+        if !(1..=MAX_STREAMS).contains(&config.streams) {
+            return Err(CollectiveError::InvalidArgument(format!(
+                "streams must be 1 to {MAX_STREAMS}, not {}",
+                config.streams
+            )));
+        }
         let mut refused = Vec::new();
-        let links = if size == 1 {
-            None
-        } else {
+        let mut links = Vec::new();
+        if size > 1 {
             let next_rank = (config.rank + 1) % size;
             let prev_rank = (config.rank + size - 1) % size;
             let (prev, next) = thread::scope(|scope| {
                 let accepting = scope.spawn(|| {
-                    handshake::accept(&listener, prev_rank, &config.secret, config.timeout, &mut refused)
+                    let Config { secret, timeout, streams, .. } = &config;
+                    handshake::accept(&listener, prev_rank, *streams, secret, *timeout, &mut refused)
                 });
-                let next =
-                    handshake::connect(&config.peers[next_rank], config.rank, &config.secret, config.timeout);
+                let next: Result<Vec<TcpStream>> = (0..config.streams)
+                    .map(|index| {
+                        let address = &config.peers[next_rank];
+                        handshake::connect(address, config.rank, index as u8, &config.secret, config.timeout)
+                    })
+                    .collect();
                 let prev =
                     accepting.join().unwrap_or_else(|_| Err(CollectiveError::Io("accept panicked".into())));
                 (prev, next)
             });
-            Some(Links { next: next?, prev: prev? })
-        };
-        Ok(Communicator { config, links, calls: 0, refused })
+            links = next?.into_iter().zip(prev?).map(|(next, prev)| Link { next, prev }).collect();
+        }
+        Ok(Communicator { config, links, broken: false, calls: 0, refused })
     }
 
     /// This rank.
@@ -111,212 +189,128 @@ impl Communicator {
         &self.refused
     }
 
-    fn peer_of(&self, side: Side) -> usize {
-        let n = self.size();
-        match side {
-            Side::Next => (self.rank() + 1) % n,
-            Side::Prev => (self.rank() + n - 1) % n,
-        }
-    }
-
-    fn io_error(&self, op: &str, side: Side, e: io::Error) -> CollectiveError {
-        let peer = self.peer_of(side);
-        let address = self.config.peers[peer].clone();
-        match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-                CollectiveError::Timeout { op: op.to_string(), peer, address, waited: self.config.timeout }
-            }
-            io::ErrorKind::UnexpectedEof => CollectiveError::PeerFailed {
-                op: op.to_string(),
-                peer,
-                address,
-                reason: "it closed the connection".into(),
-            },
-            _ => CollectiveError::PeerFailed { op: op.to_string(), peer, address, reason: e.to_string() },
-        }
-    }
-
     /// Runs one collective: checks that the previous rank called the same thing, then `body`.
     /// Any failure breaks the ring for good, so the neighbours fail at once.
-    fn call<T>(
+    fn call<R>(
         &mut self,
         op: &str,
-        signature: [u8; 3],
+        signature: [u8; 4],
         len: u64,
-        body: impl FnOnce(&mut Self, &str) -> Result<T>,
-    ) -> Result<T> {
-        if self.links.is_none() {
-            if self.size() == 1 {
-                return body(self, op);
-            }
+        body: impl FnOnce(&Place<'_>, &mut [Link]) -> Result<R>,
+    ) -> Result<R> {
+        if self.broken {
             return Err(CollectiveError::InvalidArgument(format!(
                 "{op}: the ring was broken by an earlier failure"
             )));
         }
         self.calls += 1;
         let mut header = [0u8; HEADER];
-        header[..3].copy_from_slice(&signature);
+        header[..4].copy_from_slice(&signature);
         header[8..16].copy_from_slice(&self.calls.to_le_bytes());
         header[16..24].copy_from_slice(&len.to_le_bytes());
-        let outcome = self.exchange_header(op, &header).and_then(|_| body(self, op));
-        if outcome.is_err()
-            && let Some(links) = self.links.take()
-        {
-            let _ = links.next.shutdown(Shutdown::Both);
-            let _ = links.prev.shutdown(Shutdown::Both);
+        let place = Place {
+            rank: self.config.rank,
+            size: self.config.peers.len(),
+            peers: &self.config.peers,
+            timeout: self.config.timeout,
+            chunk_bytes: self.config.chunk_bytes,
+        };
+        let outcome = if self.links.is_empty() {
+            body(&place, &mut [])
+        } else {
+            exchange_header(&place, &mut self.links[0], op, &header)
+                .and_then(|_| body(&place, &mut self.links))
+        };
+        if outcome.is_err() && !self.links.is_empty() {
+            self.links.iter().for_each(Link::shutdown);
+            self.broken = true;
         }
         outcome
-    }
-
-    fn exchange_header(&mut self, op: &str, header: &[u8; HEADER]) -> Result<()> {
-        let mut theirs = [0u8; HEADER];
-        self.send_recv(op, header, &mut theirs)?;
-        if theirs != *header {
-            let describe = |h: &[u8; HEADER]| {
-                format!(
-                    "call #{} ({}, type {}, op {}, {} elements)",
-                    u64::from_le_bytes(h[8..16].try_into().expect("8 bytes")),
-                    match h[0] {
-                        1 => "all_reduce",
-                        2 => "broadcast",
-                        3 => "all_gather",
-                        _ => "unknown",
-                    },
-                    h[1],
-                    h[2],
-                    u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"))
-                )
-            };
-            return Err(CollectiveError::OutOfStep {
-                op: op.to_string(),
-                peer: self.peer_of(Side::Prev),
-                ours: describe(header),
-                theirs: describe(&theirs),
-            });
-        }
-        Ok(())
-    }
-
-    /// Sends `out` to the next rank while receiving `into` from the previous one.
-    fn send_recv(&mut self, op: &str, out: &[u8], into: &mut [u8]) -> Result<()> {
-        let links = self.links.as_mut().expect("connected");
-        let (next, prev) = (&mut links.next, &mut links.prev);
-        let (sent, received) = thread::scope(|scope| {
-            let sending = scope.spawn(|| next.write_all(out));
-            let received = prev.read_exact(into);
-            (sending.join().unwrap_or_else(|_| Err(io::Error::other("send panicked"))), received)
-        });
-        sent.map_err(|e| self.io_error(op, Side::Next, e))?;
-        received.map_err(|e| self.io_error(op, Side::Prev, e))
-    }
-
-    /// Sends `out` to the next rank chunk by chunk while receiving as many bytes from the
-    /// previous one, handing each received chunk to `on_chunk(offset, bytes)`.
-    fn stream<F: FnMut(usize, &[u8])>(
-        &mut self,
-        op: &str,
-        out: &[u8],
-        len: usize,
-        mut on_chunk: F,
-    ) -> Result<()> {
-        let chunk = self.config.chunk_bytes;
-        let links = self.links.as_mut().expect("connected");
-        let (next, prev) = (&mut links.next, &mut links.prev);
-        let mut scratch = vec![0u8; chunk.min(len)];
-        let (sent, received) = thread::scope(|scope| {
-            let sending = scope.spawn(|| out.chunks(chunk).try_for_each(|c| next.write_all(c)));
-            let mut offset = 0;
-            let received = loop {
-                if offset >= len {
-                    break Ok(());
-                }
-                let n = chunk.min(len - offset);
-                if let Err(e) = prev.read_exact(&mut scratch[..n]) {
-                    break Err(e);
-                }
-                on_chunk(offset, &scratch[..n]);
-                offset += n;
-            };
-            (sending.join().unwrap_or_else(|_| Err(io::Error::other("send panicked"))), received)
-        });
-        received.map_err(|e| self.io_error(op, Side::Prev, e))?;
-        sent.map_err(|e| self.io_error(op, Side::Next, e))
     }
 
     /// Reduces `data` element-wise across all ranks, in place; every rank ends with the same
     /// bits.
     pub fn all_reduce<T: Element>(&mut self, data: &mut [T], op: ReduceOp) -> Result<()> {
-        let name = format!("all_reduce({}, {op:?})", T::NAME);
-        self.call(&name, [1, T::CODE, op.code()], data.len() as u64, |c, name| {
-            let n = c.size();
-            if n > 1 {
-                let total = data.len();
-                let bounds = |i: usize| (i * total / n, (i + 1) * total / n);
-                let rank = c.rank();
-                // Reduce-scatter: after step s, segment (rank - s - 1) holds s + 2 ranks' values.
-                for s in 0..n - 1 {
-                    let send = bounds((rank + n - s) % n);
-                    let recv = bounds((rank + 2 * n - s - 1) % n);
-                    c.step(name, data, send, recv, Some(op))?;
+        self.all_reduce_as(data, op, Wire::Native)
+    }
+
+    /// [`Communicator::all_reduce`], with values travelling in the `wire` format: 16-bit
+    /// formats halve the bytes sent while sums still accumulate in the values' own type.
+    pub fn all_reduce_as<T: Element>(&mut self, data: &mut [T], op: ReduceOp, wire: Wire) -> Result<()> {
+        if !T::travels_as(wire) {
+            return Err(CollectiveError::InvalidArgument(format!(
+                "{} values travel only as themselves: the {wire:?} wire format is for float32",
+                T::NAME
+            )));
+        }
+        let name = match wire {
+            Wire::Native => format!("all_reduce({}, {op:?})", T::NAME),
+            _ => format!("all_reduce({}, {op:?}, {wire:?} wire)", T::NAME),
+        };
+        let bytes = std::mem::size_of_val(data);
+        self.call(&name, [1, T::CODE, op.code(), wire.code()], data.len() as u64, |place, links| {
+            // Parts only for buffers worth it, decided the same way on every rank.
+            let parts = if bytes >= SPLIT_BYTES { links.len() } else { links.len().min(1) };
+            match parts {
+                0 => Ok(()),
+                1 => ring_all_reduce(place, &mut links[0], &name, data, op, wire),
+                _ => {
+                    let mut pieces = Vec::with_capacity(parts);
+                    let mut rest = &mut *data;
+                    let total = rest.len();
+                    for p in 0..parts {
+                        let len = (p + 1) * total / parts - p * total / parts;
+                        let (piece, tail) = rest.split_at_mut(len);
+                        pieces.push(piece);
+                        rest = tail;
+                    }
+                    let outcomes: Vec<Result<()>> = thread::scope(|scope| {
+                        let running: Vec<_> = links
+                            .iter_mut()
+                            .zip(pieces)
+                            .map(|(link, piece)| {
+                                let name = &name;
+                                scope.spawn(move || ring_all_reduce(place, link, name, piece, op, wire))
+                            })
+                            .collect();
+                        running
+                            .into_iter()
+                            .map(|r| {
+                                r.join().unwrap_or_else(|_| Err(CollectiveError::Io("ring panicked".into())))
+                            })
+                            .collect()
+                    });
+                    outcomes.into_iter().collect()
                 }
-                // All-gather: pass the reduced segments around.
-                for s in 0..n - 1 {
-                    let send = bounds((rank + 1 + n - s) % n);
-                    let recv = bounds((rank + n - s) % n);
-                    c.step(name, data, send, recv, None)?;
-                }
-            }
+            }?;
             if op == ReduceOp::Mean {
-                T::divide(data, n);
+                T::divide(data, place.size);
             }
             Ok(())
         })
     }
 
-    /// One ring step: sends `data[send]`, receives into `data[recv]` (reducing with `op`, or
-    /// copying when None). The two ranges never overlap.
-    fn step<T: Element>(
+    /// Reduces several buffers as one call (one header, one pipeline), as a fusion buffer
+    /// does: they are copied into one contiguous buffer and back, which costs far less than a
+    /// round of the ring per buffer for the many small tensors of a model.
+    pub fn all_reduce_many<T: Element>(
         &mut self,
-        name: &str,
-        data: &mut [T],
-        send: (usize, usize),
-        recv: (usize, usize),
-        op: Option<ReduceOp>,
+        buffers: &mut [&mut [T]],
+        op: ReduceOp,
+        wire: Wire,
     ) -> Result<()> {
-        let size = std::mem::size_of::<T>();
-        // Split so the sender thread reads one segment while this thread writes the other
-        // (non-empty segments never overlap).
-        let (out, into): (&[T], &mut [T]) = if send.0 == send.1 {
-            (&[], &mut data[recv.0..recv.1])
-        } else if recv.0 == recv.1 {
-            (&data[send.0..send.1], &mut [])
-        } else if send.0 < recv.0 {
-            let (a, b) = data.split_at_mut(recv.0);
-            (&a[send.0..send.1], &mut b[..recv.1 - recv.0])
-        } else {
-            let (a, b) = data.split_at_mut(send.0);
-            (&b[..send.1 - send.0], &mut a[recv.0..recv.1])
-        };
-        let len = std::mem::size_of_val(into);
-        let mut pending: Vec<u8> = Vec::new();
-        let mut values: Vec<T> = Vec::new();
-        let mut reduce_bytes = |offset: usize, bytes: &[u8]| {
-            // Chunks hold whole elements unless the chunk size is not a multiple of the
-            // element size; carry a partial element over to the next chunk.
-            let start = offset - pending.len();
-            pending.extend_from_slice(bytes);
-            let whole = pending.len() / size * size;
-            values.clear();
-            values.resize(whole / size, T::zeroed());
-            bytemuck::cast_slice_mut::<T, u8>(&mut values).copy_from_slice(&pending[..whole]);
-            let target = &mut into[start / size..(start + whole) / size];
-            match op {
-                Some(op) => T::combine(op, target, &values),
-                None => target.copy_from_slice(&values),
-            }
-            pending.drain(..whole);
-        };
-        self.stream(name, bytemuck::cast_slice(out), len, &mut reduce_bytes)
+        if let [only] = buffers {
+            return self.all_reduce_as(only, op, wire);
+        }
+        let mut fused: Vec<T> = Vec::with_capacity(buffers.iter().map(|b| b.len()).sum());
+        buffers.iter().for_each(|b| fused.extend_from_slice(b));
+        self.all_reduce_as(&mut fused, op, wire)?;
+        let mut offset = 0;
+        for b in buffers.iter_mut() {
+            b.copy_from_slice(&fused[offset..offset + b.len()]);
+            offset += b.len();
+        }
+        Ok(())
     }
 
     /// Copies `data` from rank `root` to every rank, chunk by chunk along the ring.
@@ -328,26 +322,15 @@ impl Communicator {
             )));
         }
         let name = format!("broadcast(root {root})");
-        self.call(&name, [2, 0, root as u8], data.len() as u64, |c, name| {
-            let n = c.size();
-            if n == 1 {
-                return Ok(());
-            }
-            let chunk = c.config.chunk_bytes;
-            let last = (root + n - 1) % n;
-            let me = c.rank();
-            for piece in data.chunks_mut(chunk) {
-                let links = c.links.as_mut().expect("connected");
-                if me != root
-                    && let Err(e) = links.prev.read_exact(piece)
-                {
-                    return Err(c.io_error(name, Side::Prev, e));
+        self.call(&name, [2, 0, root as u8, 0], data.len() as u64, |place, links| {
+            let Some(link) = links.first_mut() else { return Ok(()) };
+            let last = (root + place.size - 1) % place.size;
+            for piece in data.chunks_mut(place.chunk_bytes) {
+                if place.rank != root {
+                    link.prev.read_exact(piece).map_err(|e| place.error(&name, Side::Prev, e))?;
                 }
-                let links = c.links.as_mut().expect("connected");
-                if me != last
-                    && let Err(e) = links.next.write_all(piece)
-                {
-                    return Err(c.io_error(name, Side::Next, e));
+                if place.rank != last {
+                    link.next.write_all(piece).map_err(|e| place.error(&name, Side::Next, e))?;
                 }
             }
             Ok(())
@@ -356,21 +339,19 @@ impl Communicator {
 
     /// Every rank's `data` (any length), by rank.
     pub fn all_gather(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
-        self.call("all_gather", [3, 0, 0], 0, |c, name| {
-            let n = c.size();
-            let rank = c.rank();
+        let name = "all_gather";
+        self.call(name, [3, 0, 0, 0], 0, |place, links| {
+            let (n, rank) = (place.size, place.rank);
             let mut items: Vec<Vec<u8>> = vec![Vec::new(); n];
             items[rank] = data.to_vec();
-            for s in 0..n.saturating_sub(1) {
+            let Some(link) = links.first_mut() else { return Ok(items) };
+            for s in 0..n - 1 {
                 let send = (rank + n - s) % n;
                 let recv = (rank + 2 * n - s - 1) % n;
                 let mut len = [0u8; 8];
-                c.send_recv(name, &(items[send].len() as u64).to_le_bytes(), &mut len)?;
+                send_recv(place, link, name, &(items[send].len() as u64).to_le_bytes(), &mut len)?;
                 let mut received = vec![0u8; u64::from_le_bytes(len) as usize];
-                let out = std::mem::take(&mut items[send]);
-                let outcome = c.send_recv(name, &out, &mut received);
-                items[send] = out;
-                outcome?;
+                send_recv(place, link, name, &items[send], &mut received)?;
                 items[recv] = received;
             }
             Ok(items)
@@ -386,9 +367,180 @@ impl Communicator {
 
 impl Drop for Communicator {
     fn drop(&mut self) {
-        if let Some(links) = self.links.take() {
-            let _ = links.next.shutdown(Shutdown::Both);
-            let _ = links.prev.shutdown(Shutdown::Both);
+        self.links.iter().for_each(Link::shutdown);
+    }
+}
+
+fn exchange_header(place: &Place<'_>, link: &mut Link, op: &str, header: &[u8; HEADER]) -> Result<()> {
+    let mut theirs = [0u8; HEADER];
+    send_recv(place, link, op, header, &mut theirs)?;
+    if theirs != *header {
+        let describe = |h: &[u8; HEADER]| {
+            format!(
+                "call #{} ({}, type {}, op {}, wire {}, {} elements)",
+                u64::from_le_bytes(h[8..16].try_into().expect("8 bytes")),
+                match h[0] {
+                    1 => "all_reduce",
+                    2 => "broadcast",
+                    3 => "all_gather",
+                    _ => "unknown",
+                },
+                h[1],
+                h[2],
+                h[3],
+                u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"))
+            )
+        };
+        return Err(CollectiveError::OutOfStep {
+            op: op.to_string(),
+            peer: place.peer(Side::Prev),
+            ours: describe(header),
+            theirs: describe(&theirs),
+        });
+    }
+    Ok(())
+}
+
+/// Sends `out` to the next rank while receiving `into` from the previous one.
+fn send_recv(place: &Place<'_>, link: &mut Link, op: &str, out: &[u8], into: &mut [u8]) -> Result<()> {
+    let Link { next, prev } = link;
+    let (sent, received) = if out.len() <= INLINE_BYTES {
+        (next.write_all(out), prev.read_exact(into))
+    } else {
+        thread::scope(|scope| {
+            let sending = scope.spawn(|| next.write_all(out));
+            let received = prev.read_exact(into);
+            (sending.join().unwrap_or_else(|_| Err(io::Error::other("send panicked"))), received)
+        })
+    };
+    sent.map_err(|e| place.error(op, Side::Next, e))?;
+    received.map_err(|e| place.error(op, Side::Prev, e))
+}
+
+/// The ring all-reduce of `data` over one link, without MEAN's final division.
+fn ring_all_reduce<T: Element>(
+    place: &Place<'_>,
+    link: &mut Link,
+    name: &str,
+    data: &mut [T],
+    op: ReduceOp,
+    wire: Wire,
+) -> Result<()> {
+    let (n, rank, total) = (place.size, place.rank, data.len());
+    let bounds = |i: usize| (i * total / n, (i + 1) * total / n);
+    // Reduce-scatter: after step s, segment (rank - s - 1) holds s + 2 ranks' values.
+    for s in 0..n - 1 {
+        let send = bounds((rank + n - s) % n);
+        let recv = bounds((rank + 2 * n - s - 1) % n);
+        step(place, link, name, data, send, recv, Some(op), wire)?;
+    }
+    // This rank's fully reduced segment travels rounded to the wire format: round its own
+    // copy the same way, so every rank holds the same bits.
+    let (start, end) = bounds((rank + 1) % n);
+    round_to(wire, &mut data[start..end]);
+    // All-gather: pass the reduced segments around.
+    for s in 0..n - 1 {
+        let send = bounds((rank + 1 + n - s) % n);
+        let recv = bounds((rank + n - s) % n);
+        step(place, link, name, data, send, recv, None, wire)?;
+    }
+    Ok(())
+}
+
+/// One ring step: sends `data[send]`, receives into `data[recv]` (reducing with `op`, or
+/// copying when None). The two ranges never overlap.
+#[allow(clippy::too_many_arguments)]
+fn step<T: Element>(
+    place: &Place<'_>,
+    link: &mut Link,
+    name: &str,
+    data: &mut [T],
+    send: (usize, usize),
+    recv: (usize, usize),
+    op: Option<ReduceOp>,
+    wire: Wire,
+) -> Result<()> {
+    // Split so one thread reads one segment while the other writes the other.
+    let (out, into): (&[T], &mut [T]) = if send.0 == send.1 {
+        (&[], &mut data[recv.0..recv.1])
+    } else if recv.0 == recv.1 {
+        (&data[send.0..send.1], &mut [])
+    } else if send.0 < recv.0 {
+        let (a, b) = data.split_at_mut(recv.0);
+        (&a[send.0..send.1], &mut b[..recv.1 - recv.0])
+    } else {
+        let (a, b) = data.split_at_mut(send.0);
+        (&b[..send.1 - send.0], &mut a[recv.0..recv.1])
+    };
+    // Chunks hold whole values, so both sides cut a segment at the same places.
+    let width = wire.width(std::mem::size_of::<T>());
+    let per_chunk = (place.chunk_bytes / width).max(1);
+    let Link { next, prev } = link;
+    let (sent, received) = if out.len() * width <= INLINE_BYTES {
+        (send_values(next, out, per_chunk, wire), recv_values(prev, into, per_chunk, wire, op))
+    } else {
+        thread::scope(|scope| {
+            let sending = scope.spawn(|| send_values(next, out, per_chunk, wire));
+            let received = recv_values(prev, into, per_chunk, wire, op);
+            (sending.join().unwrap_or_else(|_| Err(io::Error::other("send panicked"))), received)
+        })
+    };
+    received.map_err(|e| place.error(name, Side::Prev, e))?;
+    sent.map_err(|e| place.error(name, Side::Next, e))
+}
+
+fn send_values<T: Element>(to: &mut TcpStream, values: &[T], per_chunk: usize, wire: Wire) -> io::Result<()> {
+    if wire == Wire::Native {
+        return values.chunks(per_chunk).try_for_each(|c| to.write_all(bytemuck::cast_slice(c)));
+    }
+    let mut bits = vec![0u16; per_chunk.min(values.len())];
+    values.chunks(per_chunk).try_for_each(|c| {
+        let bits = &mut bits[..c.len()];
+        T::encode(wire, c, bits);
+        to.write_all(bytemuck::cast_slice(bits))
+    })
+}
+
+fn recv_values<T: Element>(
+    from: &mut TcpStream,
+    into: &mut [T],
+    per_chunk: usize,
+    wire: Wire,
+    op: Option<ReduceOp>,
+) -> io::Result<()> {
+    let mut values: Vec<T> = Vec::new();
+    let mut bits: Vec<u16> = Vec::new();
+    for target in into.chunks_mut(per_chunk) {
+        let n = target.len();
+        match (wire, op) {
+            (Wire::Native, None) => from.read_exact(bytemuck::cast_slice_mut(target))?,
+            (Wire::Native, Some(op)) => {
+                values.resize(n, T::zeroed());
+                from.read_exact(bytemuck::cast_slice_mut(&mut values[..n]))?;
+                T::combine(op, target, &values[..n]);
+            }
+            (_, None) => {
+                bits.resize(n, 0);
+                from.read_exact(bytemuck::cast_slice_mut(&mut bits[..n]))?;
+                T::decode(wire, &bits[..n], target);
+            }
+            (_, Some(op)) => {
+                bits.resize(n, 0);
+                values.resize(n, T::zeroed());
+                from.read_exact(bytemuck::cast_slice_mut(&mut bits[..n]))?;
+                T::decode(wire, &bits[..n], &mut values[..n]);
+                T::combine(op, target, &values[..n]);
+            }
         }
+    }
+    Ok(())
+}
+
+/// Rounds `values` to the precision of `wire`, as a receiver decodes them.
+fn round_to<T: Element>(wire: Wire, values: &mut [T]) {
+    if wire != Wire::Native {
+        let mut bits = vec![0u16; values.len()];
+        T::encode(wire, values, &mut bits);
+        T::decode(wire, &bits, values);
     }
 }

@@ -6,13 +6,15 @@ use std::net::TcpListener;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sparktrain_collective::{CollectiveError, Communicator, Config, Element, ReduceOp};
+use sparktrain_collective::{CollectiveError, Communicator, Config, Element, ReduceOp, Wire};
 
 const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
 
-/// Connects `n` ranks; `secret_of(rank)` lets a test give one rank a wrong secret.
-fn connect_ring(
+/// Connects `n` ranks over `streams` parallel rings; `secret_of(rank)` lets a test give one
+/// rank a wrong secret.
+fn connect_rings(
     n: usize,
+    streams: usize,
     timeout: Duration,
     chunk_bytes: usize,
     secret_of: impl Fn(usize) -> Vec<u8>,
@@ -23,15 +25,29 @@ fn connect_ring(
         .into_iter()
         .enumerate()
         .map(|(rank, listener)| {
-            let config = Config { rank, peers: peers.clone(), secret: secret_of(rank), timeout, chunk_bytes };
+            let config =
+                Config { chunk_bytes, streams, ..Config::new(rank, peers.clone(), secret_of(rank), timeout) };
             thread::spawn(move || Communicator::connect(listener, config))
         })
         .collect();
     handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
+fn connect_ring(
+    n: usize,
+    timeout: Duration,
+    chunk_bytes: usize,
+    secret_of: impl Fn(usize) -> Vec<u8>,
+) -> Vec<Result<Communicator, CollectiveError>> {
+    connect_rings(n, 1, timeout, chunk_bytes, secret_of)
+}
+
 fn ring(n: usize, chunk_bytes: usize) -> Vec<Communicator> {
-    connect_ring(n, Duration::from_secs(10), chunk_bytes, |_| SECRET.to_vec())
+    rings(n, 1, chunk_bytes)
+}
+
+fn rings(n: usize, streams: usize, chunk_bytes: usize) -> Vec<Communicator> {
+    connect_rings(n, streams, Duration::from_secs(10), chunk_bytes, |_| SECRET.to_vec())
         .into_iter()
         .map(|c| c.unwrap())
         .collect()
@@ -64,7 +80,21 @@ fn check<T>(n: usize, len: usize, op: ReduceOp, chunk_bytes: usize)
 where
     T: Element + From<i16> + PartialEq + std::fmt::Debug + 'static,
 {
-    let inputs: Vec<Vec<T>> = (0..n).map(|r| (0..len).map(|i| value::<T>(r, i)).collect()).collect();
+    check_with::<T>(n, len, op, rings(n, 1, chunk_bytes), Wire::Native, value::<T>)
+}
+
+/// Reduces `value(rank, i)` over `comms` and compares with a plain reduction.
+fn check_with<T>(
+    n: usize,
+    len: usize,
+    op: ReduceOp,
+    comms: Vec<Communicator>,
+    wire: Wire,
+    value: fn(usize, usize) -> T,
+) where
+    T: Element + PartialEq + std::fmt::Debug + 'static,
+{
+    let inputs: Vec<Vec<T>> = (0..n).map(|r| (0..len).map(|i| value(r, i)).collect()).collect();
     let expected: Vec<T> = (0..len)
         .map(|i| {
             let mut acc = [inputs[0][i]];
@@ -78,14 +108,14 @@ where
         })
         .collect();
     let shared = std::sync::Arc::new(inputs);
-    let results = on_all(ring(n, chunk_bytes), move |c| {
+    let results = on_all(comms, move |c| {
         let mut data = shared[c.rank()].clone();
-        c.all_reduce(&mut data, op).unwrap();
+        c.all_reduce_as(&mut data, op, wire).unwrap();
         data
     });
     for (c, got) in &results {
         // The inputs are small integers, so every order of summation gives the same values.
-        assert_eq!(got, &expected, "{} n={n} len={len} {op:?} rank {}", T::NAME, c.rank());
+        assert_eq!(got, &expected, "{} n={n} len={len} {op:?} {wire:?} rank {}", T::NAME, c.rank());
         let bits: &[u8] = bytemuck_bytes(got);
         assert_eq!(bits, bytemuck_bytes(&results[0].1), "ranks differ");
     }
@@ -112,8 +142,96 @@ fn all_reduce_equals_a_plain_reduction_for_every_type_op_and_size() {
 
 #[test]
 fn all_reduce_of_64_mib_is_exact_and_identical_everywhere() {
-    for n in [2, 4] {
-        check::<f32>(n, 16 << 20, ReduceOp::Sum, 1 << 20);
+    const BYTES: usize = 64 << 20;
+    for n in [2, 3, 4] {
+        for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
+            check::<f32>(n, BYTES / 4, op, 1 << 20);
+            check::<f64>(n, BYTES / 8, op, 1 << 20);
+            check::<i64>(n, BYTES / 8, op, 1 << 20);
+        }
+    }
+}
+
+#[test]
+fn parallel_rings_split_large_buffers_and_agree_with_one_ring() {
+    for n in [2, 3] {
+        // 4 MiB of f32 is split across the rings; 1009 values stay on the first.
+        for len in [1 << 20, 1009] {
+            check_with::<f32>(n, len, ReduceOp::Sum, rings(n, 3, 1 << 16), Wire::Native, value::<f32>);
+            check_with::<f64>(n, len, ReduceOp::Mean, rings(n, 2, 1 << 16), Wire::Native, value::<f64>);
+        }
+    }
+}
+
+/// Small integers: exact in float16 and bfloat16, and so are their sums over 4 ranks.
+fn small(rank: usize, i: usize) -> f32 {
+    ((rank * 7 + i * 13) % 21) as f32 - 10.0
+}
+
+#[test]
+fn sixteen_bit_wire_formats_reduce_exactly_what_they_can_hold() {
+    for n in [2, 3, 4] {
+        for wire in [Wire::F16, Wire::Bf16] {
+            for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+                for len in [0, 1, n - 1, 1009, 300_000] {
+                    check_with::<f32>(n, len, op, rings(n, 1, 1000), wire, small);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn sixteen_bit_wire_formats_round_once_and_agree_bit_for_bit() {
+    let n = 3;
+    let inputs: Vec<Vec<f32>> =
+        (0..n).map(|r| (0..5000).map(|i| ((r * 5000 + i) as f32 * 0.618).sin() * 3.7).collect()).collect();
+    let exact: Vec<f32> = (0..5000).map(|i| inputs.iter().map(|v| v[i]).sum()).collect();
+    for (wire, tolerance) in [(Wire::F16, 4e-3), (Wire::Bf16, 3e-2)] {
+        let shared = std::sync::Arc::new(inputs.clone());
+        let results = on_all(rings(n, 1, 4096), move |c| {
+            let mut data = shared[c.rank()].clone();
+            c.all_reduce_as(&mut data, ReduceOp::Sum, wire).unwrap();
+            data
+        });
+        for (_, got) in &results {
+            assert_eq!(bytemuck_bytes(got), bytemuck_bytes(&results[0].1), "{wire:?}: ranks differ");
+        }
+        // And run after run.
+        let shared = std::sync::Arc::new(inputs.clone());
+        let again = on_all(rings(n, 1, 4096), move |c| {
+            let mut data = shared[c.rank()].clone();
+            c.all_reduce_as(&mut data, ReduceOp::Sum, wire).unwrap();
+            data
+        });
+        assert_eq!(bytemuck_bytes(&again[0].1), bytemuck_bytes(&results[0].1), "{wire:?}: reruns differ");
+        for (got, want) in results[0].1.iter().zip(&exact) {
+            assert!((got - want).abs() <= tolerance * (1.0 + want.abs()), "{wire:?}: {got} vs {want}");
+        }
+    }
+}
+
+#[test]
+fn only_float32_travels_in_sixteen_bits() {
+    let mut comms = ring(1, 1 << 16);
+    let err = comms[0].all_reduce_as(&mut [1i64, 2], ReduceOp::Sum, Wire::Bf16).unwrap_err();
+    assert!(err.to_string().contains("int64 values travel only as themselves"), "{err}");
+}
+
+#[test]
+fn a_fused_list_of_buffers_reduces_like_each_buffer_alone() {
+    let results = on_all(ring(3, 256), |c| {
+        let r = c.rank() as f64;
+        let mut a = vec![r; 3];
+        let mut b: Vec<f64> = vec![];
+        let mut d: Vec<f64> = (0..1000).map(|i| i as f64 * (r + 1.0)).collect();
+        c.all_reduce_many(&mut [&mut a, &mut b, &mut d], ReduceOp::Sum, Wire::Native).unwrap();
+        (a, b, d)
+    });
+    for (_, (a, b, d)) in results {
+        assert_eq!(a, vec![3.0; 3]);
+        assert!(b.is_empty());
+        assert_eq!(d, (0..1000).map(|i| i as f64 * 6.0).collect::<Vec<_>>());
     }
 }
 
@@ -201,6 +319,14 @@ fn ranks_out_of_step_fail_instead_of_mixing_data() {
     });
     for (_, err) in results {
         assert!(err.contains("out of step"), "{err}");
+    }
+    // The same size in another wire format is a different call too.
+    let results = on_all(ring(2, 1 << 16), |c| {
+        let wire = if c.rank() == 0 { Wire::F16 } else { Wire::Native };
+        c.all_reduce_as(&mut [1.0f32; 8], ReduceOp::Sum, wire).unwrap_err().to_string()
+    });
+    for (_, err) in results {
+        assert!(err.contains("out of step") && err.contains("wire 1"), "{err}");
     }
 }
 

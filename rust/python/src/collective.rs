@@ -9,7 +9,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use sparktrain_cluster::JobSecret;
-use sparktrain_collective::{CollectiveError, Communicator as Ring, Config, Element, ReduceOp};
+use sparktrain_collective::{CollectiveError, Communicator as Ring, Config, Element, ReduceOp, Wire};
 
 use crate::{detach, errors};
 
@@ -72,10 +72,23 @@ impl Communicator {
         .map_err(collective_error)
     }
 
-    fn reduce<T: Element>(&self, py: Python<'_>, address: usize, count: usize, op: ReduceOp) -> PyResult<()> {
-        let mut view = Exclusive::<T>::new(address, count)?;
-        // SAFETY: the caller keeps the array alive for the duration of the call.
-        self.run(py, move |ring| ring.all_reduce(unsafe { view.slice() }, op))
+    fn reduce<T: Element>(
+        &self,
+        py: Python<'_>,
+        buffers: &[(usize, usize)],
+        op: ReduceOp,
+        wire: Wire,
+    ) -> PyResult<()> {
+        let mut views = buffers
+            .iter()
+            .map(|&(address, count)| Exclusive::<T>::new(address, count))
+            .collect::<PyResult<Vec<_>>>()?;
+        self.run(py, move |ring| {
+            // SAFETY: the caller keeps the arrays alive for the duration of the call, and
+            // checked that they do not overlap.
+            let mut slices: Vec<&mut [T]> = views.iter_mut().map(|v| unsafe { v.slice() }).collect();
+            ring.all_reduce_many(&mut slices, op, wire)
+        })
     }
 }
 
@@ -84,7 +97,8 @@ impl Communicator {
     /// Connects the ring through the listening socket `listener_fd` (duplicated: the caller
     /// keeps its own), with every rank's `host:port` in `peers`.
     #[new]
-    #[pyo3(signature = (listener_fd, rank, peers, secret, timeout, chunk_bytes=sparktrain_collective::DEFAULT_CHUNK_BYTES))]
+    #[pyo3(signature = (listener_fd, rank, peers, secret, timeout, chunk_bytes=sparktrain_collective::DEFAULT_CHUNK_BYTES, streams=1))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         listener_fd: RawFd,
@@ -93,6 +107,7 @@ impl Communicator {
         secret: &str,
         timeout: f64,
         chunk_bytes: usize,
+        streams: usize,
     ) -> PyResult<Self> {
         let secret = JobSecret::from_hex(secret).map_err(errors::cluster)?;
         let timeout =
@@ -103,26 +118,46 @@ impl Communicator {
             .try_clone_to_owned()
             .map_err(|e| errors::invalid(format!("listener fd {listener_fd}: {e}")))?;
         let listener = TcpListener::from(owned);
-        let config = Config { rank, peers, secret: secret.as_bytes().to_vec(), timeout, chunk_bytes };
+        let config =
+            Config { chunk_bytes, streams, ..Config::new(rank, peers, secret.as_bytes().to_vec(), timeout) };
         let ring = detach(py, || Ring::connect(listener, config)).map_err(collective_error)?;
         Ok(Communicator { ring: Mutex::new(ring) })
     }
 
-    /// Reduces `count` values of `dtype` (float32, float64 or int64) at `address` in place
-    /// across all ranks; `op` is sum, mean, max or min. The caller keeps the memory alive.
+    /// Reduces `counts[i]` values of `dtype` (float32, float64 or int64) at `addresses[i]`
+    /// in place across all ranks, as one fused call; `op` is sum, mean, max or min and `wire`
+    /// native, float16 or bfloat16. The caller keeps the memory alive.
+    #[pyo3(signature = (addresses, counts, dtype, op, wire="native"))]
     fn allreduce_at(
         &self,
         py: Python<'_>,
-        address: usize,
-        count: usize,
+        addresses: Vec<usize>,
+        counts: Vec<usize>,
         dtype: &str,
         op: &str,
+        wire: &str,
     ) -> PyResult<()> {
         let op: ReduceOp = op.parse().map_err(collective_error)?;
+        let wire: Wire = wire.parse().map_err(collective_error)?;
+        if addresses.len() != counts.len() {
+            return Err(errors::invalid("allreduce_at needs one count per address"));
+        }
+        let width = match dtype {
+            "float32" => 4,
+            "float64" | "int64" => 8,
+            _ => 0,
+        };
+        let buffers: Vec<(usize, usize)> = addresses.into_iter().zip(counts).collect();
+        let mut spans: Vec<(usize, usize)> =
+            buffers.iter().filter(|b| b.1 > 0).map(|&(a, n)| (a, a.saturating_add(n * width))).collect();
+        spans.sort_unstable();
+        if spans.windows(2).any(|w| w[1].0 < w[0].1) {
+            return Err(errors::invalid("a fused allreduce's buffers overlap"));
+        }
         match dtype {
-            "float32" => self.reduce::<f32>(py, address, count, op),
-            "float64" => self.reduce::<f64>(py, address, count, op),
-            "int64" => self.reduce::<i64>(py, address, count, op),
+            "float32" => self.reduce::<f32>(py, &buffers, op, wire),
+            "float64" => self.reduce::<f64>(py, &buffers, op, wire),
+            "int64" => self.reduce::<i64>(py, &buffers, op, wire),
             other => Err(errors::invalid(format!("allreduce takes float32, float64 or int64, not {other}"))),
         }
     }

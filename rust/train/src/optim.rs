@@ -1,0 +1,311 @@
+//! Optimizers over flat float32 buffers: the parameters, the all-reduced gradients and the
+//! optimizer's own state are each one contiguous buffer laid out the same way, so one fused
+//! loop updates everything, split across threads, and the state is plain data a checkpoint
+//! saves and restores.
+//!
+//! The update rules follow the usual definitions: SGD with (Nesterov) momentum and Adam/AdamW
+//! as in PyTorch, Adagrad and FTRL-Proximal as in Keras (FTRL is what Keras's WideDeepModel
+//! uses for the wide part).
+
+use std::thread;
+
+use crate::error::{Result, TrainError};
+
+/// Buffers shorter than this per thread are updated on one thread: a thread costs more.
+const VALUES_PER_THREAD: usize = 1 << 16;
+
+/// An optimizer's state: its step count and named buffers, each as long as the parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OptimizerState {
+    /// Updates applied so far.
+    pub step: u64,
+    /// Named per-parameter buffers (moments, accumulators...).
+    pub buffers: Vec<(String, Vec<f32>)>,
+}
+
+/// The update rule and its hyperparameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Rule {
+    /// Stochastic gradient descent; `momentum` 0 disables the velocity buffer.
+    Sgd {
+        /// Step size.
+        lr: f32,
+        /// Velocity decay.
+        momentum: f32,
+        /// Nesterov's look-ahead form.
+        nesterov: bool,
+        /// L2 penalty added to the gradient.
+        weight_decay: f32,
+    },
+    /// Adam; with `decoupled`, AdamW (weight decay applied to the weights, not the gradient).
+    Adam {
+        /// Step size.
+        lr: f32,
+        /// First-moment decay.
+        beta1: f32,
+        /// Second-moment decay.
+        beta2: f32,
+        /// Added to the denominator.
+        eps: f32,
+        /// Weight decay.
+        weight_decay: f32,
+        /// AdamW's decoupled weight decay.
+        decoupled: bool,
+    },
+    /// Adagrad.
+    Adagrad {
+        /// Step size.
+        lr: f32,
+        /// The accumulators' starting value.
+        initial_accumulator: f32,
+        /// Added to the denominator.
+        eps: f32,
+    },
+    /// FTRL-Proximal with learning-rate power -1/2.
+    Ftrl {
+        /// Step size.
+        lr: f32,
+        /// L1 strength: weights whose linear term stays within it are exactly zero.
+        l1: f32,
+        /// L2 strength.
+        l2: f32,
+        /// The accumulators' starting value.
+        initial_accumulator: f32,
+    },
+}
+
+impl Rule {
+    /// SGD without momentum.
+    pub fn sgd(lr: f32) -> Self {
+        Rule::Sgd { lr, momentum: 0.0, nesterov: false, weight_decay: 0.0 }
+    }
+
+    /// Adam with the usual defaults (0.9, 0.999, 1e-8).
+    pub fn adam(lr: f32) -> Self {
+        Rule::Adam { lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0, decoupled: false }
+    }
+
+    /// AdamW with the usual defaults and `weight_decay`.
+    pub fn adamw(lr: f32, weight_decay: f32) -> Self {
+        Rule::Adam { lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay, decoupled: true }
+    }
+
+    /// Adagrad with Keras's defaults (accumulators from 0.1, eps 1e-7).
+    pub fn adagrad(lr: f32) -> Self {
+        Rule::Adagrad { lr, initial_accumulator: 0.1, eps: 1e-7 }
+    }
+
+    /// FTRL with Keras's defaults (accumulators from 0.1).
+    pub fn ftrl(lr: f32, l1: f32, l2: f32) -> Self {
+        Rule::Ftrl { lr, l1, l2, initial_accumulator: 0.1 }
+    }
+
+    fn buffer_names(&self) -> &'static [&'static str] {
+        match self {
+            Rule::Sgd { momentum, .. } if *momentum == 0.0 => &[],
+            Rule::Sgd { .. } => &["velocity"],
+            Rule::Adam { .. } => &["m", "v"],
+            Rule::Adagrad { .. } => &["accumulator"],
+            Rule::Ftrl { .. } => &["accumulator", "linear"],
+        }
+    }
+
+    fn initial_value(&self, buffer: usize) -> f32 {
+        match self {
+            Rule::Adagrad { initial_accumulator, .. } | Rule::Ftrl { initial_accumulator, .. }
+                if buffer == 0 =>
+            {
+                *initial_accumulator
+            }
+            _ => 0.0,
+        }
+    }
+
+    fn learning_rate(&self) -> f32 {
+        match *self {
+            Rule::Sgd { lr, .. }
+            | Rule::Adam { lr, .. }
+            | Rule::Adagrad { lr, .. }
+            | Rule::Ftrl { lr, .. } => lr,
+        }
+    }
+}
+
+/// An optimizer over a flat parameter buffer of fixed length.
+#[derive(Debug, Clone)]
+pub struct Optimizer {
+    rule: Rule,
+    len: usize,
+    step: u64,
+    buffers: Vec<Vec<f32>>,
+    threads: usize,
+}
+
+impl Optimizer {
+    /// An optimizer for `len` parameters, updating on up to `threads` threads.
+    pub fn new(rule: Rule, len: usize, threads: usize) -> Self {
+        let buffers = (0..rule.buffer_names().len()).map(|i| vec![rule.initial_value(i); len]).collect();
+        Optimizer { rule, len, step: 0, buffers, threads: threads.max(1) }
+    }
+
+    /// The rule and hyperparameters.
+    pub fn rule(&self) -> Rule {
+        self.rule
+    }
+
+    /// The current step size.
+    pub fn learning_rate(&self) -> f32 {
+        self.rule.learning_rate()
+    }
+
+    /// Updates applied so far.
+    pub fn steps(&self) -> u64 {
+        self.step
+    }
+
+    /// Applies one update to `params` with `grads`.
+    pub fn step(&mut self, params: &mut [f32], grads: &[f32]) -> Result<()> {
+        if params.len() != self.len || grads.len() != self.len {
+            return Err(TrainError::InvalidArgument(format!(
+                "the optimizer holds state for {} parameters, got {} parameters and {} gradients",
+                self.len,
+                params.len(),
+                grads.len()
+            )));
+        }
+        self.step += 1;
+        let t = self.step as i32;
+        let parts = self.threads.min(self.len / VALUES_PER_THREAD).max(1);
+        match self.rule {
+            Rule::Sgd { lr, momentum, nesterov, weight_decay } => {
+                if momentum == 0.0 {
+                    fused(parts, params, grads, [], |p, g, []| {
+                        for (p, &g) in p.iter_mut().zip(g) {
+                            *p -= lr * (g + weight_decay * *p);
+                        }
+                    })
+                } else {
+                    let [velocity] = self.buffers_mut::<1>();
+                    fused(parts, params, grads, [velocity], |p, g, [v]| {
+                        for ((p, &g), v) in p.iter_mut().zip(g).zip(v.iter_mut()) {
+                            let g = g + weight_decay * *p;
+                            *v = momentum * *v + g;
+                            *p -= lr * if nesterov { g + momentum * *v } else { *v };
+                        }
+                    })
+                }
+            }
+            Rule::Adam { lr, beta1, beta2, eps, weight_decay, decoupled } => {
+                let (c1, c2) = (1.0 - beta1.powi(t), 1.0 - beta2.powi(t));
+                let [m, v] = self.buffers_mut::<2>();
+                fused(parts, params, grads, [m, v], |p, g, [m, v]| {
+                    for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+                        let g = if decoupled { g } else { g + weight_decay * *p };
+                        *m = beta1 * *m + (1.0 - beta1) * g;
+                        *v = beta2 * *v + (1.0 - beta2) * g * g;
+                        if decoupled {
+                            *p -= lr * weight_decay * *p;
+                        }
+                        *p -= lr * (*m / c1) / ((*v / c2).sqrt() + eps);
+                    }
+                })
+            }
+            Rule::Adagrad { lr, eps, .. } => {
+                let [acc] = self.buffers_mut::<1>();
+                fused(parts, params, grads, [acc], |p, g, [acc]| {
+                    for ((p, &g), a) in p.iter_mut().zip(g).zip(acc.iter_mut()) {
+                        *a += g * g;
+                        *p -= lr * g / (a.sqrt() + eps);
+                    }
+                })
+            }
+            Rule::Ftrl { lr, l1, l2, .. } => {
+                let [acc, linear] = self.buffers_mut::<2>();
+                fused(parts, params, grads, [acc, linear], |p, g, [acc, linear]| {
+                    for (((p, &g), a), z) in p.iter_mut().zip(g).zip(acc.iter_mut()).zip(linear.iter_mut()) {
+                        let fresh = *a + g * g;
+                        let sigma = (fresh.sqrt() - a.sqrt()) / lr;
+                        *z += g - sigma * *p;
+                        *a = fresh;
+                        let quadratic = fresh.sqrt() / lr + 2.0 * l2;
+                        *p = if z.abs() > l1 { (l1 * z.signum() - *z) / quadratic } else { 0.0 };
+                    }
+                })
+            }
+        }
+        Ok(())
+    }
+
+    fn buffers_mut<const K: usize>(&mut self) -> [&mut [f32]; K] {
+        let mut it = self.buffers.iter_mut();
+        std::array::from_fn(|_| it.next().expect("the rule's buffers").as_mut_slice())
+    }
+
+    /// The state to save in a checkpoint.
+    pub fn state(&self) -> OptimizerState {
+        OptimizerState {
+            step: self.step,
+            buffers: self
+                .rule
+                .buffer_names()
+                .iter()
+                .map(|n| n.to_string())
+                .zip(self.buffers.clone())
+                .collect(),
+        }
+    }
+
+    /// Restores a saved state; its buffers must be this optimizer's, by name and length.
+    pub fn load_state(&mut self, state: OptimizerState) -> Result<()> {
+        let names: Vec<&str> = state.buffers.iter().map(|(n, _)| n.as_str()).collect();
+        if names != self.rule.buffer_names() {
+            return Err(TrainError::StateMismatch(format!(
+                "optimizer buffers {names:?}, expected {:?}",
+                self.rule.buffer_names()
+            )));
+        }
+        if let Some((name, b)) = state.buffers.iter().find(|(_, b)| b.len() != self.len) {
+            return Err(TrainError::StateMismatch(format!(
+                "optimizer buffer '{name}' holds {} values for {} parameters",
+                b.len(),
+                self.len
+            )));
+        }
+        self.step = state.step;
+        self.buffers = state.buffers.into_iter().map(|(_, b)| b).collect();
+        Ok(())
+    }
+}
+
+/// Runs `update` over `parts` aligned slices of the parameters, gradients and state buffers,
+/// one thread per part.
+fn fused<const K: usize>(
+    parts: usize,
+    params: &mut [f32],
+    grads: &[f32],
+    states: [&mut [f32]; K],
+    update: impl Fn(&mut [f32], &[f32], [&mut [f32]; K]) + Sync,
+) {
+    if parts <= 1 {
+        return update(params, grads, states);
+    }
+    let total = params.len();
+    thread::scope(|scope| {
+        let (mut params, mut grads, mut states) = (params, grads, states);
+        for i in 0..parts {
+            let len = (i + 1) * total / parts - i * total / parts;
+            let (p, p_rest) = params.split_at_mut(len);
+            let (g, g_rest) = grads.split_at(len);
+            let mut rests = Vec::with_capacity(K);
+            let heads = states.map(|s| {
+                let (head, rest) = s.split_at_mut(len);
+                rests.push(rest);
+                head
+            });
+            let update = &update;
+            scope.spawn(move || update(p, g, heads));
+            (params, grads) = (p_rest, g_rest);
+            states = rests.try_into().unwrap_or_else(|_| unreachable!("K rests"));
+        }
+    });
+}

@@ -1,0 +1,131 @@
+//! The optimizers against their update rules written out by hand, and the properties
+//! checkpoints and multi-threading rely on: a restored state continues exactly, and threads
+//! change nothing.
+
+use sparktrain_train::{Optimizer, Rule};
+
+fn grads_at(params: &[f32]) -> Vec<f32> {
+    // The gradient of sum((p - 3)^2) / 2 plus a little per-index wobble.
+    params.iter().enumerate().map(|(i, p)| p - 3.0 + (i % 7) as f32 * 0.01).collect()
+}
+
+fn run(rule: Rule, len: usize, steps: usize, threads: usize) -> (Vec<f32>, Optimizer) {
+    let mut params: Vec<f32> = (0..len).map(|i| (i % 11) as f32 * 0.1 - 0.5).collect();
+    let mut opt = Optimizer::new(rule, len, threads);
+    for _ in 0..steps {
+        let g = grads_at(&params);
+        opt.step(&mut params, &g).unwrap();
+    }
+    (params, opt)
+}
+
+fn all_rules() -> Vec<Rule> {
+    vec![
+        Rule::sgd(0.1),
+        Rule::Sgd { lr: 0.05, momentum: 0.9, nesterov: false, weight_decay: 0.01 },
+        Rule::Sgd { lr: 0.05, momentum: 0.9, nesterov: true, weight_decay: 0.0 },
+        Rule::adam(0.05),
+        Rule::adamw(0.05, 0.01),
+        Rule::adagrad(0.5),
+        Rule::ftrl(0.5, 0.01, 0.01),
+    ]
+}
+
+#[test]
+fn sgd_with_momentum_follows_the_rule() {
+    let mut p = [1.0f32];
+    let mut opt =
+        Optimizer::new(Rule::Sgd { lr: 0.1, momentum: 0.9, nesterov: false, weight_decay: 0.0 }, 1, 1);
+    opt.step(&mut p, &[2.0]).unwrap(); // v = 2, p = 1 - 0.2
+    assert!((p[0] - 0.8).abs() < 1e-7);
+    opt.step(&mut p, &[1.0]).unwrap(); // v = 0.9 * 2 + 1 = 2.8, p = 0.8 - 0.28
+    assert!((p[0] - 0.52).abs() < 1e-6);
+}
+
+#[test]
+fn adam_moves_each_weight_by_the_learning_rate_on_its_first_step() {
+    let mut p = [0.0f32, 0.0, 0.0];
+    let mut opt = Optimizer::new(Rule::adam(0.01), 3, 1);
+    opt.step(&mut p, &[5.0, -0.001, 300.0]).unwrap();
+    for (got, want) in p.iter().zip([-0.01, 0.01, -0.01]) {
+        assert!((got - want).abs() < 1e-4, "{got} vs {want}");
+    }
+}
+
+#[test]
+fn adamw_decays_weights_even_without_gradient() {
+    let mut p = [2.0f32];
+    let mut opt = Optimizer::new(Rule::adamw(0.1, 0.5), 1, 1);
+    opt.step(&mut p, &[0.0]).unwrap();
+    assert!((p[0] - 2.0 * (1.0 - 0.1 * 0.5)).abs() < 1e-6, "{}", p[0]);
+}
+
+#[test]
+fn adagrad_follows_the_rule() {
+    let mut p = [1.0f32];
+    let mut opt = Optimizer::new(Rule::adagrad(0.1), 1, 1);
+    opt.step(&mut p, &[0.3]).unwrap(); // acc = 0.1 + 0.09
+    let want = 1.0 - 0.1 * 0.3 / (0.19f32.sqrt() + 1e-7);
+    assert!((p[0] - want).abs() < 1e-7);
+}
+
+#[test]
+fn ftrl_follows_the_rule_and_l1_makes_exact_zeros() {
+    let mut p = [0.0f32];
+    let mut opt = Optimizer::new(Rule::ftrl(0.1, 0.0, 0.0), 1, 1);
+    opt.step(&mut p, &[0.5]).unwrap();
+    // acc 0.1 -> 0.35, z = 0.5 - 0 (p was 0), p = -z / (sqrt(0.35) / 0.1)
+    let want = -0.5 / (0.35f32.sqrt() / 0.1);
+    assert!((p[0] - want).abs() < 1e-7, "{} vs {want}", p[0]);
+
+    let mut p = [0.7f32, -0.2];
+    let mut opt = Optimizer::new(Rule::ftrl(0.1, 10.0, 0.0), 2, 1);
+    opt.step(&mut p, &[0.5, -0.4]).unwrap();
+    assert_eq!(p, [0.0, 0.0]);
+}
+
+#[test]
+fn every_rule_minimizes_a_quadratic() {
+    for rule in all_rules() {
+        let (params, _) = run(rule, 50, 400, 1);
+        let g = grads_at(&params);
+        let worst = g.iter().map(|g| g.abs()).fold(0.0, f32::max);
+        // AdamW and FTRL's penalties pull the optimum a little towards zero.
+        assert!(worst < 0.2, "{rule:?}: largest gradient left {worst}");
+    }
+}
+
+#[test]
+fn threads_change_nothing() {
+    for rule in all_rules() {
+        let (one, _) = run(rule, 300_001, 3, 1);
+        let (four, _) = run(rule, 300_001, 3, 4);
+        assert!(one.iter().zip(&four).all(|(a, b)| a.to_bits() == b.to_bits()), "{rule:?}");
+    }
+}
+
+#[test]
+fn a_restored_state_continues_exactly() {
+    for rule in all_rules() {
+        let (straight, _) = run(rule, 40, 6, 1);
+        let (mut params, first) = run(rule, 40, 3, 1);
+        let mut resumed = Optimizer::new(rule, 40, 1);
+        resumed.load_state(first.state()).unwrap();
+        for _ in 0..3 {
+            let g = grads_at(&params);
+            resumed.step(&mut params, &g).unwrap();
+        }
+        assert_eq!(params, straight, "{rule:?}");
+        assert_eq!(resumed.steps(), 6);
+    }
+}
+
+#[test]
+fn a_state_that_does_not_fit_is_refused() {
+    let (_, adam) = run(Rule::adam(0.1), 10, 1, 1);
+    let mut other = Optimizer::new(Rule::adam(0.1), 11, 1);
+    let err = other.load_state(adam.state()).unwrap_err().to_string();
+    assert!(err.contains("'m' holds 10 values for 11 parameters"), "{err}");
+    let mut sgd = Optimizer::new(Rule::sgd(0.1), 10, 1);
+    assert!(sgd.load_state(adam.state()).is_err());
+}

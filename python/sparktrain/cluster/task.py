@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import pickle
+import random
 import re
 import shutil
 import signal
@@ -73,8 +74,28 @@ def reserve_ports(host: str) -> tuple[socket.socket, socket.socket]:
     data = socket.create_server((address, 0), backlog=128)
     tf = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     tf.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    tf.bind((address, 0))
+    _bind_outside_ephemeral_range(tf, address)
     return data, tf
+
+
+def _bind_outside_ephemeral_range(sock: socket.socket, address: str) -> None:
+    """Binds ``sock`` to a free port the kernel never picks for outgoing connections.
+
+    TensorFlow binds its port itself, seconds after the trainer releases it (importing
+    TensorFlow takes that long). A port from the ephemeral range could meanwhile become the
+    local end of any outgoing connection on the host; a port outside it stays free."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(v) for v in f.read().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    ports = range(20000, low) if low > 21000 else range(high + 1, 65536)
+    rng = random.Random()
+    for _ in range(100 if len(ports) else 0):
+        with contextlib.suppress(OSError):
+            sock.bind((address, rng.choice(ports)))
+            return
+    sock.bind((address, 0))
 
 
 class _OutputPump:

@@ -11,6 +11,9 @@ pub enum TrainError {
     /// A restored state does not fit the model or optimizer it is loaded into.
     #[error("the saved state does not fit: {0}")]
     StateMismatch(String),
+    /// Reading the input failed (the error names the file, and the offset where it applies).
+    #[error(transparent)]
+    Input(#[from] sparktrain_dataset::Error),
     /// The tensor engine failed.
     #[error("tensor engine: {0}")]
     Tensor(#[from] candle_core::Error),

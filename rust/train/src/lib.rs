@@ -1,5 +1,7 @@
 //! Synchronous data-parallel training on candle, as pure Rust.
 //!
+//! - [`features`]: the feature spec and the encoding of Arrow batches for a model;
+//! - [`input`]: a worker's shard of a dataset, shuffled and batched on a background thread;
 //! - [`params`]: a model's variables in name order, flattened for the all-reduce;
 //! - [`model`]: logistic regression and the MLP;
 //! - [`loss`]: binary and softmax cross-entropy that stay finite for any logit;
@@ -7,13 +9,18 @@
 //! - [`step`]: [`DataParallel`], the all-reduced step every worker takes together.
 
 pub mod error;
+pub mod features;
+pub mod input;
 pub mod loss;
 pub mod model;
 pub mod optim;
 pub mod params;
+mod rng;
 pub mod step;
 
 pub use error::{Result, TrainError};
+pub use features::{Categorical, Crossed, Encoded, FeatureSpec};
+pub use input::{Input, InputOptions, Shard, plan_shard};
 pub use loss::Loss;
 pub use model::{LogisticRegression, Mlp, Model};
 pub use optim::{Optimizer, OptimizerState, Rule};

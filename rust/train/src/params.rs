@@ -8,6 +8,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{Device, Shape, Tensor, Var};
 
 use crate::error::{Result, TrainError};
+use crate::rng::SplitMix;
 
 /// Named float32 variables, in name order.
 #[derive(Default)]
@@ -102,16 +103,6 @@ impl Parameters {
 /// every machine (a SplitMix64 stream, not the engine's random generator).
 pub fn glorot_uniform(fan_in: usize, fan_out: usize, seed: u64) -> Vec<f32> {
     let limit = (6.0 / (fan_in + fan_out) as f64).sqrt();
-    let mut state = seed;
-    (0..fan_in * fan_out)
-        .map(|_| {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            let unit = (z >> 11) as f64 / (1u64 << 53) as f64;
-            ((unit * 2.0 - 1.0) * limit) as f32
-        })
-        .collect()
+    let mut rng = SplitMix::new(seed);
+    (0..fan_in * fan_out).map(|_| ((rng.unit() * 2.0 - 1.0) * limit) as f32).collect()
 }

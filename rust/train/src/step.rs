@@ -9,10 +9,11 @@
 //!   on every worker at once when the total count is zero, so uneven shards never hang.
 //! - All-reduced values are bit-identical on every worker, so weights never drift apart.
 
-use candle_core::Tensor;
+use candle_core::{Device, Tensor};
 use sparktrain_collective::{Communicator, ReduceOp};
 
 use crate::error::{Result, TrainError};
+use crate::features::Encoded;
 use crate::loss::Loss;
 use crate::model::Model;
 use crate::optim::Optimizer;
@@ -26,6 +27,16 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// The dense features and labels of an encoded batch (the models here take dense
+    /// features; embedding ids feed the models that have embeddings).
+    pub fn from_encoded(encoded: &Encoded) -> Result<Self> {
+        let width = encoded.dense.len().checked_div(encoded.rows).unwrap_or(0);
+        Ok(Batch {
+            features: Tensor::from_slice(&encoded.dense, (encoded.rows, width), &Device::Cpu)?,
+            labels: Tensor::from_slice(&encoded.labels, encoded.rows, &Device::Cpu)?,
+        })
+    }
+
     /// How many examples the batch holds.
     pub fn rows(&self) -> Result<usize> {
         Ok(self.features.dim(0)?)

@@ -1,0 +1,246 @@
+//! The feature spec: which columns feed a model and how, and the encoding of Arrow batches
+//! into the dense values, embedding ids and labels a model takes.
+//!
+//! - Dense columns (any numeric type) become float32 values; a missing value is 0.
+//! - Categorical columns (integers, strings or bytes) are hashed into a fixed number of
+//!   buckets; crossed columns hash a tuple of columns together. Every categorical and crossed
+//!   column owns a range of one shared id space, so one embedding table serves them all.
+//! - The hash (SplitMix64 over the value, FNV-1a for bytes) is fixed, so every worker, the
+//!   exported model and later predictions agree on ids.
+
+use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::datatypes::{DataType, Float32Type, Int64Type, Schema, UInt64Type};
+use arrow::record_batch::RecordBatch;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, TrainError};
+use crate::rng::mix;
+
+/// Buckets given to a categorical column when the spec is inferred.
+pub const DEFAULT_BUCKETS: u32 = 10_000;
+
+/// A categorical column hashed into `buckets` ids.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Categorical {
+    /// The column.
+    pub name: String,
+    /// How many ids its values are hashed into.
+    pub buckets: u32,
+}
+
+/// Several categorical columns hashed together into `buckets` ids.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Crossed {
+    /// The columns, in order.
+    pub names: Vec<String>,
+    /// How many ids their value tuples are hashed into.
+    pub buckets: u32,
+}
+
+/// Which columns feed the model, and the label.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeatureSpec {
+    /// Numeric columns taken as float32 values.
+    pub dense: Vec<String>,
+    /// Columns hashed into embedding ids.
+    #[serde(default)]
+    pub categorical: Vec<Categorical>,
+    /// Column tuples hashed into embedding ids.
+    #[serde(default)]
+    pub crossed: Vec<Crossed>,
+    /// The label column (0/1 or a class id).
+    pub label: String,
+}
+
+/// A batch encoded for a model.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Encoded {
+    /// Examples in the batch.
+    pub rows: usize,
+    /// `rows × dense` values, row after row.
+    pub dense: Vec<f32>,
+    /// `rows × (categorical + crossed)` ids in the shared id space, row after row.
+    pub ids: Vec<u32>,
+    /// One label per row.
+    pub labels: Vec<f32>,
+}
+
+impl FeatureSpec {
+    /// A spec for `schema`: `label` is the label; floating-point columns are dense; integer,
+    /// string and binary columns are categorical with `buckets` each. Other columns (lists,
+    /// structs...) are refused by name; leave them out of the data or write the spec by hand.
+    pub fn infer(schema: &Schema, label: &str, buckets: u32) -> Result<Self> {
+        if schema.field_with_name(label).is_err() {
+            return Err(TrainError::InvalidArgument(format!(
+                "the label column '{label}' is not in the data (columns: {})",
+                schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let mut spec =
+            FeatureSpec { dense: vec![], categorical: vec![], crossed: vec![], label: label.into() };
+        for field in schema.fields().iter().filter(|f| f.name() != label) {
+            let name = field.name().clone();
+            match field.data_type() {
+                DataType::Float16 | DataType::Float32 | DataType::Float64 => spec.dense.push(name),
+                t if t.is_integer() || is_bytes(t) => spec.categorical.push(Categorical { name, buckets }),
+                other => {
+                    return Err(TrainError::InvalidArgument(format!(
+                        "column '{name}' has type {other}, which is neither numeric, string nor bytes: \
+                         write the feature spec by hand without it"
+                    )));
+                }
+            }
+        }
+        Ok(spec)
+    }
+
+    /// How many dense values each example has.
+    pub fn dense_width(&self) -> usize {
+        self.dense.len()
+    }
+
+    /// How many ids each example has (one per categorical and crossed column).
+    pub fn id_width(&self) -> usize {
+        self.categorical.len() + self.crossed.len()
+    }
+
+    /// The size of the shared id space.
+    pub fn id_space(&self) -> usize {
+        self.id_ranges().iter().map(|r| r.1 as usize).sum()
+    }
+
+    /// (offset, buckets) of each categorical then crossed column in the shared id space.
+    fn id_ranges(&self) -> Vec<(u32, u32)> {
+        let buckets =
+            self.categorical.iter().map(|c| c.buckets).chain(self.crossed.iter().map(|c| c.buckets));
+        let mut offset = 0u32;
+        buckets
+            .map(|b| {
+                let range = (offset, b);
+                offset += b;
+                range
+            })
+            .collect()
+    }
+
+    /// Checks the spec against itself: buckets, duplicate names, a shared id space that fits.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(c) = self.categorical.iter().find(|c| c.buckets == 0) {
+            return Err(TrainError::InvalidArgument(format!(
+                "categorical column '{}' has 0 buckets",
+                c.name
+            )));
+        }
+        if let Some(c) = self.crossed.iter().find(|c| c.buckets == 0 || c.names.len() < 2) {
+            return Err(TrainError::InvalidArgument(format!(
+                "crossed column {:?} needs at least two columns and one bucket",
+                c.names
+            )));
+        }
+        let total: u64 = self.categorical.iter().map(|c| c.buckets as u64).sum::<u64>()
+            + self.crossed.iter().map(|c| c.buckets as u64).sum::<u64>();
+        if total > u32::MAX as u64 {
+            return Err(TrainError::InvalidArgument(format!(
+                "{total} embedding ids in all do not fit in 32 bits"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Encodes `batch`, whose columns are found by name.
+    pub fn encode(&self, batch: &RecordBatch) -> Result<Encoded> {
+        self.validate()?;
+        let rows = batch.num_rows();
+        let column = |name: &str| -> Result<&ArrayRef> {
+            batch.column_by_name(name).ok_or_else(|| {
+                TrainError::InvalidArgument(format!("the feature column '{name}' is not in the data"))
+            })
+        };
+        let mut out = Encoded { rows, ..Encoded::default() };
+
+        let dense: Vec<Vec<f32>> =
+            self.dense.iter().map(|name| floats(name, column(name)?, 0.0)).collect::<Result<_>>()?;
+        out.dense = (0..rows).flat_map(|r| dense.iter().map(move |c| c[r])).collect();
+
+        let hashes = |name: &str| hash_column(name, column(name)?);
+        let categorical: Vec<Vec<u64>> =
+            self.categorical.iter().map(|c| hashes(&c.name)).collect::<Result<_>>()?;
+        let crossed: Vec<Vec<u64>> = self
+            .crossed
+            .iter()
+            .map(|c| {
+                let parts: Vec<Vec<u64>> = c.names.iter().map(|n| hashes(n)).collect::<Result<_>>()?;
+                Ok((0..rows).map(|r| parts.iter().fold(0x5171_u64, |h, p| mix(h ^ p[r]))).collect())
+            })
+            .collect::<Result<_>>()?;
+        let ranges = self.id_ranges();
+        out.ids = (0..rows)
+            .flat_map(|r| {
+                categorical
+                    .iter()
+                    .chain(&crossed)
+                    .zip(&ranges)
+                    .map(move |(h, (offset, buckets))| offset + (h[r] % *buckets as u64) as u32)
+            })
+            .collect();
+
+        let labels = column(&self.label)?;
+        if let Some(row) = (0..rows).find(|&r| labels.is_null(r)) {
+            return Err(TrainError::InvalidArgument(format!(
+                "the label column '{}' is empty in row {row}",
+                self.label
+            )));
+        }
+        out.labels = floats(&self.label, labels, f32::NAN)?;
+        Ok(out)
+    }
+}
+
+fn is_bytes(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Binary | DataType::LargeBinary
+    )
+}
+
+/// A numeric column as float32, nulls as `missing`.
+fn floats(name: &str, array: &ArrayRef, missing: f32) -> Result<Vec<f32>> {
+    if !array.data_type().is_numeric() && array.data_type() != &DataType::Boolean {
+        return Err(TrainError::InvalidArgument(format!(
+            "column '{name}' has type {}, not a number",
+            array.data_type()
+        )));
+    }
+    let cast = arrow::compute::cast(array, &DataType::Float32)
+        .map_err(|e| TrainError::InvalidArgument(format!("column '{name}': {e}")))?;
+    let values = cast.as_primitive::<Float32Type>();
+    Ok((0..values.len()).map(|i| if values.is_null(i) { missing } else { values.value(i) }).collect())
+}
+
+/// Every value of a categorical column hashed to 64 bits; nulls get a hash of their own.
+fn hash_column(name: &str, array: &ArrayRef) -> Result<Vec<u64>> {
+    const NULL: u64 = 0x6e75_6c6c;
+    let t = array.data_type();
+    let hashed: Vec<u64> = if t.is_signed_integer() {
+        let cast = arrow::compute::cast(array, &DataType::Int64).expect("integers widen to int64");
+        let v = cast.as_primitive::<Int64Type>();
+        (0..v.len()).map(|i| if v.is_null(i) { NULL } else { mix(v.value(i) as u64) }).collect()
+    } else if t.is_unsigned_integer() {
+        let cast = arrow::compute::cast(array, &DataType::UInt64).expect("integers widen to uint64");
+        let v = cast.as_primitive::<UInt64Type>();
+        (0..v.len()).map(|i| if v.is_null(i) { NULL } else { mix(v.value(i)) }).collect()
+    } else if is_bytes(t) {
+        let cast = arrow::compute::cast(array, &DataType::LargeBinary).expect("strings are bytes");
+        let v = cast.as_binary::<i64>();
+        (0..v.len()).map(|i| if v.is_null(i) { NULL } else { mix(fnv1a(v.value(i))) }).collect()
+    } else {
+        return Err(TrainError::InvalidArgument(format!(
+            "categorical column '{name}' has type {t}: use integers, strings or bytes"
+        )));
+    };
+    Ok(hashed)
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}

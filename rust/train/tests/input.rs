@@ -1,0 +1,172 @@
+//! The feature spec and the input pipeline over real TFRecord files: inference, encoding,
+//! sharding that gives every row to exactly one worker, shuffling that repeats with its seed,
+//! and errors that name the column or file at fault.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Float32Array, Int64Array, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::record_batch::RecordBatch;
+use sparktrain_dataset::ExampleFileWriter;
+use sparktrain_storage::FileStatus;
+use sparktrain_train::{Batch, Categorical, Crossed, FeatureSpec, Input, InputOptions, plan_shard};
+
+fn table(rows: std::ops::Range<i64>) -> RecordBatch {
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        ("label", Arc::new(Int64Array::from_iter_values(rows.clone().map(|i| i % 2)))),
+        ("price", Arc::new(Float32Array::from_iter_values(rows.clone().map(|i| i as f32 * 0.5)))),
+        ("shop", Arc::new(Int64Array::from_iter_values(rows.clone().map(|i| i % 7)))),
+        ("city", Arc::new(StringArray::from_iter_values(rows.clone().map(|i| format!("city{}", i % 3))))),
+        ("row", Arc::new(Float32Array::from_iter_values(rows.map(|i| i as f32)))),
+    ];
+    RecordBatch::try_from_iter(columns).unwrap()
+}
+
+fn write_files(dir: &std::path::Path, sizes: &[i64]) -> String {
+    let mut start = 0;
+    for (i, &n) in sizes.iter().enumerate() {
+        let url = dir.join(format!("part-{i:05}.tfrecord")).to_string_lossy().into_owned();
+        let mut w = ExampleFileWriter::create(&url, None, false, HashMap::new()).unwrap();
+        w.write_batch(&table(start..start + n)).unwrap();
+        w.commit().unwrap();
+        start += n;
+    }
+    dir.to_string_lossy().into_owned()
+}
+
+#[test]
+fn a_spec_is_inferred_from_the_column_types() {
+    let schema = table(0..1).schema();
+    let spec = FeatureSpec::infer(&schema, "label", 100).unwrap();
+    assert_eq!(spec.dense, vec!["price", "row"]);
+    assert_eq!(spec.categorical.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), vec!["shop", "city"]);
+    let err = FeatureSpec::infer(&schema, "clicked", 100).unwrap_err().to_string();
+    assert!(err.contains("'clicked' is not in the data"), "{err}");
+    let lists = Schema::new(vec![
+        Field::new("label", DataType::Int64, false),
+        Field::new("tags", DataType::new_list(DataType::Int32, true), true),
+    ]);
+    let err = FeatureSpec::infer(&lists, "label", 100).unwrap_err().to_string();
+    assert!(err.contains("column 'tags'"), "{err}");
+}
+
+#[test]
+fn encoding_hashes_into_each_columns_own_id_range() {
+    let spec = FeatureSpec {
+        dense: vec!["price".into()],
+        categorical: vec![
+            Categorical { name: "shop".into(), buckets: 5 },
+            Categorical { name: "city".into(), buckets: 4 },
+        ],
+        crossed: vec![Crossed { names: vec!["shop".into(), "city".into()], buckets: 11 }],
+        label: "label".into(),
+    };
+    let e = spec.encode(&table(0..42)).unwrap();
+    assert_eq!((e.rows, e.dense.len(), e.ids.len(), e.labels.len()), (42, 42, 126, 42));
+    assert_eq!(e.dense[3], 1.5);
+    assert_eq!(e.labels[..4], [0.0, 1.0, 0.0, 1.0]);
+    for row in e.ids.chunks(3) {
+        assert!(row[0] < 5 && (5..9).contains(&row[1]) && (9..20).contains(&row[2]), "{row:?}");
+    }
+    // Equal values get equal ids, in every batch and process: rows 0 and 21 agree on shop
+    // (0) and city (0).
+    assert_eq!(e.ids[..3], e.ids[63..66]);
+    assert_eq!(spec.id_space(), 20);
+
+    let json = serde_json::to_string(&spec).unwrap();
+    assert_eq!(serde_json::from_str::<FeatureSpec>(&json).unwrap(), spec);
+
+    let mut columns: Vec<(&str, ArrayRef)> = vec![("label", Arc::new(Int64Array::from(vec![Some(1), None])))];
+    columns.push(("price", Arc::new(Float32Array::from(vec![None, Some(2.0)]))));
+    let holes = RecordBatch::try_from_iter(columns).unwrap();
+    let dense_only = FeatureSpec {
+        dense: vec!["price".into()],
+        categorical: vec![],
+        crossed: vec![],
+        label: "label".into(),
+    };
+    let err = dense_only.encode(&holes).unwrap_err().to_string();
+    assert!(err.contains("'label' is empty in row 1"), "{err}");
+}
+
+fn status(url: &str, size: u64) -> FileStatus {
+    FileStatus { url: url.into(), size, is_dir: false, modified_ms: 0 }
+}
+
+#[test]
+fn whole_files_are_balanced_by_size_and_few_files_are_interleaved() {
+    let files = [status("a", 100), status("b", 60), status("c", 50), status("d", 40), status("e", 10)];
+    let shards: Vec<_> = (0..2).map(|w| plan_shard(&files, 2, w)).collect();
+    // Largest first, each to the lighter worker: a | b, c | d | e, so 140 and 120 bytes.
+    assert_eq!(shards[0].files, vec!["a", "d"]);
+    assert_eq!(shards[1].files, vec!["b", "c", "e"]);
+    assert!(shards.iter().all(|s| s.interleave.is_none()));
+    let few = plan_shard(&files[..1], 3, 2);
+    assert_eq!((few.files, few.interleave), (vec!["a".to_string()], Some((3, 2))));
+}
+
+fn rows_of(input: &Input, epoch: u64) -> (Vec<usize>, Vec<f32>) {
+    let mut sizes = Vec::new();
+    let mut rows = Vec::new();
+    for batch in input.epoch(epoch) {
+        let batch = batch.unwrap();
+        sizes.push(batch.rows);
+        // "row" is the last dense column.
+        rows.extend(batch.dense.chunks(2).map(|d| d[1]));
+        let tensors = Batch::from_encoded(&batch).unwrap();
+        assert_eq!(tensors.features.dims(), [batch.rows, 2]);
+    }
+    (sizes, rows)
+}
+
+#[test]
+fn every_row_goes_to_exactly_one_worker_each_epoch_shuffled_by_seed() {
+    let dir = tempfile::tempdir().unwrap();
+    for (sizes, workers) in [(vec![300i64, 200, 120, 80], 2), (vec![500], 3)] {
+        let sub = dir.path().join(format!("{}-{workers}", sizes.len()));
+        std::fs::create_dir(&sub).unwrap();
+        let path = write_files(&sub, &sizes);
+        let total: i64 = sizes.iter().sum();
+        let schema = table(0..1).schema();
+        let spec = FeatureSpec::infer(&schema, "label", 50).unwrap();
+        let options = InputOptions { batch_size: 64, shuffle_buffer: 100, seed: 9, prefetch: 2 };
+        let inputs: Vec<Input> = (0..workers)
+            .map(|w| Input::open(&path, spec.clone(), workers, w, options.clone()).unwrap())
+            .collect();
+        for epoch in 0..2 {
+            let mut all: Vec<f32> = Vec::new();
+            for input in &inputs {
+                let (sizes, rows) = rows_of(input, epoch);
+                assert!(sizes[..sizes.len() - 1].iter().all(|&s| s == 64), "{sizes:?}");
+                all.extend(rows);
+            }
+            all.sort_by(f32::total_cmp);
+            assert_eq!(all, (0..total).map(|i| i as f32).collect::<Vec<_>>(), "epoch {epoch}");
+        }
+        let first = rows_of(&inputs[0], 0).1;
+        assert_eq!(first, rows_of(&inputs[0], 0).1, "the same seed and epoch repeat");
+        assert_ne!(first, rows_of(&inputs[0], 1).1, "another epoch, another order");
+    }
+}
+
+#[test]
+fn a_damaged_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_files(dir.path(), &[50, 50]);
+    let victim = dir.path().join("part-00001.tfrecord");
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&victim, bytes).unwrap();
+    let spec = FeatureSpec::infer(&table(0..1).schema(), "label", 50).unwrap();
+    let options = InputOptions { shuffle_buffer: 0, ..InputOptions::default() };
+    let input = Input::open(&format!("{path}/part-00000.tfrecord"), spec.clone(), 1, 0, options.clone());
+    assert!(input.unwrap().epoch(0).all(|b| b.is_ok()));
+    // The damage is found while sampling the schema, or else while reading.
+    let err = match Input::open(&path, spec, 1, 0, options) {
+        Err(e) => e.to_string(),
+        Ok(input) => input.epoch(0).find_map(|b| b.err()).expect("the damage is found").to_string(),
+    };
+    assert!(err.contains("part-00001.tfrecord") && err.contains("offset"), "{err}");
+}

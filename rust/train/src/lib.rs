@@ -1,13 +1,17 @@
 //! Synchronous data-parallel training on candle, as pure Rust.
 //!
+//! - [`batch`]: a batch as tensors;
 //! - [`features`]: the feature spec and the encoding of Arrow batches for a model;
 //! - [`input`]: a worker's shard of a dataset, shuffled and batched on a background thread;
 //! - [`params`]: a model's variables in name order, flattened for the all-reduce;
 //! - [`model`]: logistic regression and the MLP;
+//! - [`embedding`]: Wide&Deep and DeepFM over embeddings of categorical features;
 //! - [`loss`]: binary and softmax cross-entropy that stay finite for any logit;
 //! - [`optim`]: SGD, Adam/AdamW, Adagrad and FTRL over flat buffers, with savable state;
 //! - [`step`]: [`DataParallel`], the all-reduced step every worker takes together.
 
+pub mod batch;
+pub mod embedding;
 pub mod error;
 pub mod features;
 pub mod input;
@@ -18,6 +22,8 @@ pub mod params;
 mod rng;
 pub mod step;
 
+pub use batch::Batch;
+pub use embedding::{DeepFm, EmbeddingConfig, WideDeep};
 pub use error::{Result, TrainError};
 pub use features::{Categorical, Crossed, Encoded, FeatureSpec};
 pub use input::{Input, InputOptions, Shard, plan_shard};
@@ -25,4 +31,4 @@ pub use loss::Loss;
 pub use model::{LogisticRegression, Mlp, Model};
 pub use optim::{Optimizer, OptimizerState, Rule};
 pub use params::Parameters;
-pub use step::{Batch, DataParallel, StepStats};
+pub use step::{DataParallel, StepStats};

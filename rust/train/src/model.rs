@@ -3,25 +3,32 @@
 
 use candle_core::{Tensor, Var};
 
+use crate::batch::Batch;
 use crate::error::{Result, TrainError};
 use crate::params::{Parameters, glorot_uniform};
 
-/// A model maps a `[batch, inputs]` float32 tensor to `[batch, outputs]` logits.
+/// A model maps a batch to `[rows, outputs]` logits.
 pub trait Model: Send {
     /// The logits of a batch.
-    fn forward(&self, features: &Tensor) -> Result<Tensor>;
+    fn forward(&self, batch: &Batch) -> Result<Tensor>;
     /// The trainable variables.
     fn parameters(&self) -> &Parameters;
 }
 
 /// `x W + b`.
-struct Dense {
+pub(crate) struct Dense {
     weight: Var,
     bias: Var,
 }
 
 impl Dense {
-    fn new(params: &mut Parameters, name: &str, inputs: usize, outputs: usize, seed: u64) -> Result<Self> {
+    pub(crate) fn new(
+        params: &mut Parameters,
+        name: &str,
+        inputs: usize,
+        outputs: usize,
+        seed: u64,
+    ) -> Result<Self> {
         let weight = params.add(
             &format!("{name}/kernel"),
             (inputs, outputs),
@@ -31,16 +38,16 @@ impl Dense {
         Ok(Dense { weight, bias })
     }
 
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(x.matmul(self.weight.as_tensor())?.broadcast_add(self.bias.as_tensor())?)
     }
 }
 
-fn check_inputs(features: &Tensor, inputs: usize) -> Result<()> {
+pub(crate) fn check_inputs(features: &Tensor, inputs: usize) -> Result<()> {
     let (_, width) = features.dims2()?;
     if width != inputs {
         return Err(TrainError::InvalidArgument(format!(
-            "the model takes {inputs} features per example, the batch has {width}"
+            "the model takes {inputs} dense features per example, the batch has {width}"
         )));
     }
     Ok(())
@@ -63,9 +70,9 @@ impl LogisticRegression {
 }
 
 impl Model for LogisticRegression {
-    fn forward(&self, features: &Tensor) -> Result<Tensor> {
-        check_inputs(features, self.inputs)?;
-        self.dense.forward(features)
+    fn forward(&self, batch: &Batch) -> Result<Tensor> {
+        check_inputs(&batch.dense, self.inputs)?;
+        self.dense.forward(&batch.dense)
     }
 
     fn parameters(&self) -> &Parameters {
@@ -73,10 +80,43 @@ impl Model for LogisticRegression {
     }
 }
 
+/// Dense layers with ReLU between them, the last one without.
+pub(crate) struct Tower(Vec<Dense>);
+
+impl Tower {
+    /// `inputs` → each of `hidden` → `outputs`, its layers named `{name}_{i}`.
+    pub(crate) fn new(
+        params: &mut Parameters,
+        name: &str,
+        inputs: usize,
+        hidden: &[usize],
+        outputs: usize,
+        seed: u64,
+    ) -> Result<Self> {
+        let widths: Vec<usize> =
+            std::iter::once(inputs).chain(hidden.iter().copied()).chain([outputs]).collect();
+        let layers = widths
+            .windows(2)
+            .enumerate()
+            .map(|(i, w)| Dense::new(params, &format!("{name}_{i}"), w[0], w[1], seed.wrapping_add(i as u64)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Tower(layers))
+    }
+
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (last, hidden) = self.0.split_last().expect("at least one layer");
+        let mut x = x.clone();
+        for layer in hidden {
+            x = layer.forward(&x)?.relu()?;
+        }
+        last.forward(&x)
+    }
+}
+
 /// Dense layers with ReLU between them.
 pub struct Mlp {
     params: Parameters,
-    layers: Vec<Dense>,
+    tower: Tower,
     inputs: usize,
 }
 
@@ -84,28 +124,15 @@ impl Mlp {
     /// `inputs` → each of `hidden` → `outputs`, initialized from `seed`.
     pub fn new(inputs: usize, hidden: &[usize], outputs: usize, seed: u64) -> Result<Self> {
         let mut params = Parameters::new();
-        let widths: Vec<usize> =
-            std::iter::once(inputs).chain(hidden.iter().copied()).chain([outputs]).collect();
-        let layers = widths
-            .windows(2)
-            .enumerate()
-            .map(|(i, w)| {
-                Dense::new(&mut params, &format!("dense_{i}"), w[0], w[1], seed.wrapping_add(i as u64))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Mlp { params, layers, inputs })
+        let tower = Tower::new(&mut params, "dense", inputs, hidden, outputs, seed)?;
+        Ok(Mlp { params, tower, inputs })
     }
 }
 
 impl Model for Mlp {
-    fn forward(&self, features: &Tensor) -> Result<Tensor> {
-        check_inputs(features, self.inputs)?;
-        let (last, hidden) = self.layers.split_last().expect("at least one layer");
-        let mut x = features.clone();
-        for layer in hidden {
-            x = layer.forward(&x)?.relu()?;
-        }
-        last.forward(&x)
+    fn forward(&self, batch: &Batch) -> Result<Tensor> {
+        check_inputs(&batch.dense, self.inputs)?;
+        self.tower.forward(&batch.dense)
     }
 
     fn parameters(&self) -> &Parameters {

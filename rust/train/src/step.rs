@@ -9,39 +9,13 @@
 //!   on every worker at once when the total count is zero, so uneven shards never hang.
 //! - All-reduced values are bit-identical on every worker, so weights never drift apart.
 
-use candle_core::{Device, Tensor};
 use sparktrain_collective::{Communicator, ReduceOp};
 
+use crate::batch::Batch;
 use crate::error::{Result, TrainError};
-use crate::features::Encoded;
 use crate::loss::Loss;
 use crate::model::Model;
 use crate::optim::Optimizer;
-
-/// One worker's batch: `[rows, inputs]` float32 features and `[rows]` labels.
-pub struct Batch {
-    /// The features.
-    pub features: Tensor,
-    /// The labels (0/1 floats or class ids, as the loss wants).
-    pub labels: Tensor,
-}
-
-impl Batch {
-    /// The dense features and labels of an encoded batch (the models here take dense
-    /// features; embedding ids feed the models that have embeddings).
-    pub fn from_encoded(encoded: &Encoded) -> Result<Self> {
-        let width = encoded.dense.len().checked_div(encoded.rows).unwrap_or(0);
-        Ok(Batch {
-            features: Tensor::from_slice(&encoded.dense, (encoded.rows, width), &Device::Cpu)?,
-            labels: Tensor::from_slice(&encoded.labels, encoded.rows, &Device::Cpu)?,
-        })
-    }
-
-    /// How many examples the batch holds.
-    pub fn rows(&self) -> Result<usize> {
-        Ok(self.features.dim(0)?)
-    }
-}
 
 /// What one step did, over all workers.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -102,7 +76,7 @@ impl<M: Model> DataParallel<M> {
         };
         if rows > 0 {
             let batch = batch.expect("rows > 0");
-            let logits = self.model.forward(&batch.features)?;
+            let logits = self.model.forward(batch)?;
             let loss = self.loss.compute(&logits, &batch.labels)?;
             let grads = loss.backward()?;
             // Weighted by the example count, so that the sum over workers divided by the

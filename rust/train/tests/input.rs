@@ -115,7 +115,7 @@ fn rows_of(input: &Input, epoch: u64) -> (Vec<usize>, Vec<f32>) {
         // "row" is the last dense column.
         rows.extend(batch.dense.chunks(2).map(|d| d[1]));
         let tensors = Batch::from_encoded(&batch).unwrap();
-        assert_eq!(tensors.features.dims(), [batch.rows, 2]);
+        assert_eq!(tensors.dense.dims(), [batch.rows, 2]);
     }
     (sizes, rows)
 }

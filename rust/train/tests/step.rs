@@ -70,7 +70,8 @@ fn batch(range: std::ops::Range<usize>) -> Batch {
     let features: Vec<f32> = rows.iter().flat_map(|(x, _)| *x).collect();
     let labels: Vec<f32> = rows.iter().map(|(_, y)| *y).collect();
     Batch {
-        features: Tensor::from_vec(features, (rows.len(), INPUTS), &Device::Cpu).unwrap(),
+        dense: Tensor::from_vec(features, (rows.len(), INPUTS), &Device::Cpu).unwrap(),
+        ids: None,
         labels: Tensor::from_vec(labels, rows.len(), &Device::Cpu).unwrap(),
     }
 }
@@ -140,7 +141,8 @@ fn uneven_shards_end_together_and_drained_workers_add_nothing() {
     // The mean is weighted by example count: one worker on each step's union ends the same.
     let mut alone = trainer(LogisticRegression::new(INPUTS, 1, 1).unwrap(), Rule::sgd(0.1), None);
     let union = |a: Batch, b: Batch| Batch {
-        features: Tensor::cat(&[&a.features, &b.features], 0).unwrap(),
+        dense: Tensor::cat(&[&a.dense, &b.dense], 0).unwrap(),
+        ids: None,
         labels: Tensor::cat(&[&a.labels, &b.labels], 0).unwrap(),
     };
     alone.step(Some(&union(batch(0..10), batch(100..110)))).unwrap();
@@ -161,7 +163,7 @@ fn logistic_regression_learns_a_linear_rule() {
             losses.push(dp.step(Some(&batch(start..start + 32))).unwrap().unwrap().loss);
         }
         let test = batch(50_000..52_000);
-        let logits = dp.model().forward(&test.features).unwrap().flatten_all().unwrap();
+        let logits = dp.model().forward(&test).unwrap().flatten_all().unwrap();
         let predicted: Vec<f32> = logits.to_vec1::<f32>().unwrap();
         let labels: Vec<f32> = test.labels.to_vec1::<f32>().unwrap();
         let right = predicted.iter().zip(&labels).filter(|(p, y)| (**p > 0.0) == (**y > 0.5)).count();

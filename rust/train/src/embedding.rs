@@ -1,0 +1,198 @@
+//! Models over embeddings of the feature spec's shared id space: Wide&Deep and DeepFM.
+//!
+//! Both have a first-order part (one learned weight per id, summed, plus a linear layer over
+//! the dense features) and a deep part (each example's embeddings, concatenated with its
+//! dense features, through an MLP). DeepFM adds factorization-machine interactions between
+//! the embeddings, which it shares with its deep part.
+
+use candle_core::{D, Tensor, Var};
+
+use crate::batch::Batch;
+use crate::error::{Result, TrainError};
+use crate::features::FeatureSpec;
+use crate::model::{Dense, Model, Tower, check_inputs};
+use crate::params::Parameters;
+use crate::rng::SplitMix;
+
+/// The shape of an embedding model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbeddingConfig {
+    /// Values per embedding.
+    pub dim: usize,
+    /// Hidden layer widths of the deep part.
+    pub hidden: Vec<usize>,
+    /// The seed of the initial weights.
+    pub seed: u64,
+}
+
+impl Default for EmbeddingConfig {
+    fn default() -> Self {
+        EmbeddingConfig { dim: 8, hidden: vec![256, 128], seed: 0 }
+    }
+}
+
+/// A table of `dim`-wide rows, one per id.
+struct Embedding {
+    table: Var,
+    rows: usize,
+    dim: usize,
+}
+
+impl Embedding {
+    fn new(
+        params: &mut Parameters,
+        name: &str,
+        rows: usize,
+        dim: usize,
+        scale: f32,
+        seed: u64,
+    ) -> Result<Self> {
+        let mut rng = SplitMix::new(seed);
+        let values = (0..rows * dim).map(|_| ((rng.unit() * 2.0 - 1.0) as f32) * scale).collect();
+        let table = params.add(name, (rows, dim), values)?;
+        Ok(Embedding { table, rows, dim })
+    }
+
+    /// `[batch, ids, dim]`: each id's row.
+    fn lookup(&self, ids: &Tensor) -> Result<Tensor> {
+        let (batch, width) = ids.dims2()?;
+        let flat = ids.flatten_all()?;
+        if batch * width > 0 {
+            let top = flat.max_all()?.to_scalar::<u32>()? as usize;
+            if top >= self.rows {
+                return Err(TrainError::InvalidArgument(format!(
+                    "id {top} is outside the embedding table of {} rows: the data does not match the feature spec",
+                    self.rows
+                )));
+            }
+        }
+        Ok(self.table.as_tensor().index_select(&flat, 0)?.reshape((batch, width, self.dim))?)
+    }
+}
+
+/// The parts both models share.
+struct Parts {
+    params: Parameters,
+    dense_width: usize,
+    id_width: usize,
+    /// One weight per id.
+    first_order: Embedding,
+    /// A linear layer over the dense features (its bias is the model's bias).
+    linear: Option<Dense>,
+    bias: Option<Var>,
+    embeddings: Embedding,
+    tower: Tower,
+}
+
+impl Parts {
+    fn new(spec: &FeatureSpec, config: &EmbeddingConfig) -> Result<Self> {
+        spec.validate()?;
+        if spec.id_width() == 0 {
+            return Err(TrainError::InvalidArgument(
+                "embedding models need at least one categorical or crossed column".into(),
+            ));
+        }
+        let (ids, dense_width, seed) = (spec.id_space(), spec.dense_width(), config.seed);
+        let mut params = Parameters::new();
+        let first_order = Embedding::new(&mut params, "wide/ids", ids, 1, 0.0, seed)?;
+        let (linear, bias) = if dense_width > 0 {
+            (Some(Dense::new(&mut params, "wide/dense", dense_width, 1, seed ^ 1)?), None)
+        } else {
+            (None, Some(params.add("wide/bias", 1, vec![0.0])?))
+        };
+        let embeddings = Embedding::new(&mut params, "deep/embeddings", ids, config.dim, 0.05, seed ^ 2)?;
+        let inputs = spec.id_width() * config.dim + dense_width;
+        let tower = Tower::new(&mut params, "deep/dense", inputs, &config.hidden, 1, seed ^ 3)?;
+        Ok(Parts {
+            params,
+            dense_width,
+            id_width: spec.id_width(),
+            first_order,
+            linear,
+            bias,
+            embeddings,
+            tower,
+        })
+    }
+
+    /// The batch's ids, checked against the spec.
+    fn ids<'a>(&self, batch: &'a Batch) -> Result<&'a Tensor> {
+        check_inputs(&batch.dense, self.dense_width)?;
+        let ids = batch.ids.as_ref().ok_or_else(|| {
+            TrainError::InvalidArgument("the batch has no embedding ids; the model needs them".into())
+        })?;
+        let (_, width) = ids.dims2()?;
+        if width != self.id_width {
+            return Err(TrainError::InvalidArgument(format!(
+                "the model takes {} ids per example, the batch has {width}",
+                self.id_width
+            )));
+        }
+        Ok(ids)
+    }
+
+    /// `[batch, 1]`: the summed id weights plus the linear part over dense features.
+    fn first_order(&self, batch: &Batch, ids: &Tensor) -> Result<Tensor> {
+        let wide = self.first_order.lookup(ids)?.sum(1)?;
+        Ok(match (&self.linear, &self.bias) {
+            (Some(linear), _) => (wide + linear.forward(&batch.dense)?)?,
+            (None, Some(bias)) => wide.broadcast_add(bias.as_tensor())?,
+            (None, None) => wide,
+        })
+    }
+
+    /// `[batch, 1]`: the MLP over the embeddings `e` (`[batch, ids, dim]`) and dense features.
+    fn deep(&self, batch: &Batch, e: &Tensor) -> Result<Tensor> {
+        let (rows, width, dim) = e.dims3()?;
+        let flat = e.reshape((rows, width * dim))?;
+        let inputs = if self.dense_width > 0 { Tensor::cat(&[&flat, &batch.dense], 1)? } else { flat };
+        self.tower.forward(&inputs)
+    }
+}
+
+/// Wide&Deep: a linear model over ids and dense features plus an MLP over embeddings.
+pub struct WideDeep(Parts);
+
+impl WideDeep {
+    /// A model for the columns of `spec`.
+    pub fn new(spec: &FeatureSpec, config: &EmbeddingConfig) -> Result<Self> {
+        Ok(WideDeep(Parts::new(spec, config)?))
+    }
+}
+
+impl Model for WideDeep {
+    fn forward(&self, batch: &Batch) -> Result<Tensor> {
+        let ids = self.0.ids(batch)?;
+        let e = self.0.embeddings.lookup(ids)?;
+        Ok((self.0.first_order(batch, ids)? + self.0.deep(batch, &e)?)?)
+    }
+
+    fn parameters(&self) -> &Parameters {
+        &self.0.params
+    }
+}
+
+/// DeepFM: Wide&Deep's parts plus pairwise interactions between the embeddings.
+pub struct DeepFm(Parts);
+
+impl DeepFm {
+    /// A model for the columns of `spec`.
+    pub fn new(spec: &FeatureSpec, config: &EmbeddingConfig) -> Result<Self> {
+        Ok(DeepFm(Parts::new(spec, config)?))
+    }
+}
+
+impl Model for DeepFm {
+    fn forward(&self, batch: &Batch) -> Result<Tensor> {
+        let ids = self.0.ids(batch)?;
+        let e = self.0.embeddings.lookup(ids)?;
+        // Σ_{i<j} <e_i, e_j> = ((Σ e_i)² - Σ e_i²) / 2, summed over the embedding's values.
+        let sum = e.sum(1)?;
+        let pairs = ((sum.sqr()? - e.sqr()?.sum(1)?)? * 0.5)?.sum_keepdim(D::Minus1)?;
+        Ok(((self.0.first_order(batch, ids)? + pairs)? + self.0.deep(batch, &e)?)?)
+    }
+
+    fn parameters(&self) -> &Parameters {
+        &self.0.params
+    }
+}

@@ -14,6 +14,9 @@ pub enum TrainError {
     /// Reading the input failed (the error names the file, and the offset where it applies).
     #[error(transparent)]
     Input(#[from] sparktrain_dataset::Error),
+    /// Writing or reading a checkpoint failed (the message names the file).
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
     /// The tensor engine failed.
     #[error("tensor engine: {0}")]
     Tensor(#[from] candle_core::Error),

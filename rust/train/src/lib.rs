@@ -1,6 +1,7 @@
 //! Synchronous data-parallel training on candle, as pure Rust.
 //!
 //! - [`batch`]: a batch as tensors;
+//! - [`checkpoint`]: the chief's sharded, atomic checkpoints on any storage URL;
 //! - [`features`]: the feature spec and the encoding of Arrow batches for a model;
 //! - [`input`]: a worker's shard of a dataset, shuffled and batched on a background thread;
 //! - [`params`]: a model's variables in name order, flattened for the all-reduce;
@@ -11,6 +12,7 @@
 //! - [`step`]: [`DataParallel`], the all-reduced step every worker takes together.
 
 pub mod batch;
+pub mod checkpoint;
 pub mod embedding;
 pub mod error;
 pub mod features;
@@ -23,6 +25,7 @@ mod rng;
 pub mod step;
 
 pub use batch::Batch;
+pub use checkpoint::{CheckpointOptions, Progress, Restored};
 pub use embedding::{DeepFm, EmbeddingConfig, WideDeep};
 pub use error::{Result, TrainError};
 pub use features::{Categorical, Crossed, Encoded, FeatureSpec};

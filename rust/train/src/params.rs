@@ -42,6 +42,11 @@ impl Parameters {
         self.vars.iter().map(|(k, v)| (k.as_str(), v))
     }
 
+    /// Names and shapes, in name order: how [`Parameters::flat`] lays values out.
+    pub fn layout(&self) -> Vec<(String, Vec<usize>)> {
+        self.vars.iter().map(|(k, v)| (k.clone(), v.dims().to_vec())).collect()
+    }
+
     /// How many values all the variables hold together.
     pub fn len(&self) -> usize {
         self.vars.values().map(|v| v.elem_count()).sum()

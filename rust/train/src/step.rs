@@ -12,6 +12,7 @@
 use sparktrain_collective::{Communicator, ReduceOp};
 
 use crate::batch::Batch;
+use crate::checkpoint::{self, CheckpointOptions, Progress};
 use crate::error::{Result, TrainError};
 use crate::loss::Loss;
 use crate::model::Model;
@@ -64,6 +65,29 @@ impl<M: Model> DataParallel<M> {
     /// The weights, flat in variable-name order.
     pub fn weights(&self) -> &[f32] {
         &self.weights
+    }
+
+    /// Writes a checkpoint under `model_dir` (the chief's job); returns its folder.
+    pub fn save_checkpoint(
+        &self,
+        model_dir: &str,
+        progress: Progress,
+        options: &CheckpointOptions,
+    ) -> Result<String> {
+        let layout = self.model.parameters().layout();
+        checkpoint::save(model_dir, &layout, &self.weights, &self.optimizer.state(), progress, options)
+    }
+
+    /// Loads the latest checkpoint under `model_dir`, if any, into the weights and the
+    /// optimizer; returns how far that training had come. Every worker reads the same files.
+    pub fn restore(&mut self, model_dir: &str) -> Result<Option<Progress>> {
+        let Some(restored) = checkpoint::restore(model_dir, &self.model.parameters().layout())? else {
+            return Ok(None);
+        };
+        self.optimizer.load_state(restored.optimizer)?;
+        self.model.parameters().set_flat(&restored.weights)?;
+        self.weights = restored.weights;
+        Ok(Some(restored.progress))
     }
 
     /// One synchronous step with this worker's `batch` (None once its data has run out).

@@ -1,0 +1,260 @@
+//! The chief's checkpoints: weights, optimizer state and input position, on any storage URL.
+//!
+//! Layout under `model_dir`:
+//! - `ckpt-<step>/shard-<i>-of-<n>.safetensors`: every weight and optimizer buffer as flat
+//!   float32 pieces, at most `max_shard_bytes` per file (1 GiB by default), a large tensor cut
+//!   across files, so that models over 4 GB store fine on HDFS;
+//! - `ckpt-<step>/manifest.json`: shapes, where each piece lives, and the progress;
+//! - `checkpoint.json`: the latest checkpoint and those kept, written last.
+//!
+//! Every file appears atomically, and `checkpoint.json` only names a checkpoint once all of
+//! its files are in place, so a job killed mid-save resumes from the previous one.
+
+use std::collections::HashMap;
+
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, TrainError};
+use crate::optim::OptimizerState;
+
+/// The default largest shard file.
+pub const MAX_SHARD_BYTES: u64 = 1 << 30;
+
+const INDEX: &str = "checkpoint.json";
+const MANIFEST: &str = "manifest.json";
+
+/// How far training had come.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Steps taken.
+    pub step: u64,
+    /// The epoch under way.
+    pub epoch: u64,
+    /// Batches this worker had taken in that epoch.
+    pub batches_in_epoch: u64,
+}
+
+/// How checkpoints are written.
+#[derive(Debug, Clone)]
+pub struct CheckpointOptions {
+    /// The largest shard file.
+    pub max_shard_bytes: u64,
+    /// Checkpoints kept; older ones are deleted.
+    pub keep: usize,
+}
+
+impl Default for CheckpointOptions {
+    fn default() -> Self {
+        CheckpointOptions { max_shard_bytes: MAX_SHARD_BYTES, keep: 3 }
+    }
+}
+
+/// A tensor's name and shape.
+pub type Layout = Vec<(String, Vec<usize>)>;
+
+/// What a checkpoint gives back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Restored {
+    /// How far training had come.
+    pub progress: Progress,
+    /// The weights, flat in the layout's order.
+    pub weights: Vec<f32>,
+    /// The optimizer's state.
+    pub optimizer: OptimizerState,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Index {
+    latest: String,
+    kept: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Manifest {
+    progress: Progress,
+    optimizer_step: u64,
+    optimizer_buffers: Vec<String>,
+    shards: Vec<String>,
+    tensors: Vec<Entry>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Entry {
+    name: String,
+    shape: Vec<usize>,
+    /// (shard index, key in the shard, values).
+    pieces: Vec<(usize, String, usize)>,
+}
+
+fn storage(e: sparktrain_storage::StorageError) -> TrainError {
+    TrainError::Checkpoint(e.to_string())
+}
+
+/// Writes a checkpoint of `weights` (flat in `layout`'s order), `optimizer` and `progress`
+/// under `model_dir`; returns its folder.
+pub fn save(
+    model_dir: &str,
+    layout: &Layout,
+    weights: &[f32],
+    optimizer: &OptimizerState,
+    progress: Progress,
+    options: &CheckpointOptions,
+) -> Result<String> {
+    let total: usize = layout.iter().map(|(_, s)| s.iter().product::<usize>()).sum();
+    if total != weights.len() {
+        return Err(TrainError::InvalidArgument(format!(
+            "{} weights for a layout of {total}",
+            weights.len()
+        )));
+    }
+    let mut tensors: Vec<(String, Vec<usize>, &[f32])> = Vec::new();
+    let mut offset = 0;
+    for (name, shape) in layout {
+        let n: usize = shape.iter().product();
+        tensors.push((name.clone(), shape.clone(), &weights[offset..offset + n]));
+        offset += n;
+    }
+    for (buffer, values) in &optimizer.buffers {
+        let mut offset = 0;
+        for (name, shape) in layout {
+            let n: usize = shape.iter().product();
+            tensors.push((format!("optimizer/{buffer}/{name}"), shape.clone(), &values[offset..offset + n]));
+            offset += n;
+        }
+    }
+
+    // Pack pieces into shards of at most `cap` values, cutting tensors where they overflow.
+    let cap = (options.max_shard_bytes / 4).max(1) as usize;
+    let mut shards: Vec<Vec<(String, &[f32])>> = vec![Vec::new()];
+    let mut filled = 0;
+    let mut entries = Vec::with_capacity(tensors.len());
+    for (name, shape, mut data) in tensors {
+        let mut pieces = Vec::new();
+        loop {
+            if filled == cap {
+                shards.push(Vec::new());
+                filled = 0;
+            }
+            let take = data.len().min(cap - filled);
+            let key = format!("{name}#{}", pieces.len());
+            shards.last_mut().expect("a shard").push((key.clone(), &data[..take]));
+            pieces.push((shards.len() - 1, key, take));
+            filled += take;
+            data = &data[take..];
+            if data.is_empty() {
+                break;
+            }
+        }
+        entries.push(Entry { name, shape, pieces });
+    }
+
+    let folder_name = format!("ckpt-{:010}", progress.step);
+    let folder = sparktrain_storage::join_url(model_dir, &folder_name);
+    let n = shards.len();
+    let shard_names: Vec<String> = (0..n).map(|i| format!("shard-{i:05}-of-{n:05}.safetensors")).collect();
+    for (pieces, file) in shards.iter().zip(&shard_names) {
+        let views = pieces
+            .iter()
+            .map(|(key, values)| {
+                let view = TensorView::new(Dtype::F32, vec![values.len()], bytemuck::cast_slice(values))
+                    .map_err(|e| TrainError::Checkpoint(format!("{key}: {e}")))?;
+                Ok((key.clone(), view))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let bytes = safetensors::serialize(views, None).map_err(|e| TrainError::Checkpoint(e.to_string()))?;
+        sparktrain_storage::write(&sparktrain_storage::join_url(&folder, file), &bytes, true)
+            .map_err(storage)?;
+    }
+    let manifest = Manifest {
+        progress,
+        optimizer_step: optimizer.step,
+        optimizer_buffers: optimizer.buffers.iter().map(|(b, _)| b.clone()).collect(),
+        shards: shard_names,
+        tensors: entries,
+    };
+    let json = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
+    sparktrain_storage::write(&sparktrain_storage::join_url(&folder, MANIFEST), &json, true)
+        .map_err(storage)?;
+
+    // Publish, then prune what is no longer kept.
+    let mut kept = read_index(model_dir)?.map(|i| i.kept).unwrap_or_default();
+    kept.retain(|k| k != &folder_name);
+    kept.push(folder_name.clone());
+    let dropped: Vec<String> = kept.drain(..kept.len().saturating_sub(options.keep.max(1))).collect();
+    let index = Index { latest: folder_name, kept };
+    let json = serde_json::to_vec_pretty(&index).expect("an index serializes");
+    sparktrain_storage::write(&sparktrain_storage::join_url(model_dir, INDEX), &json, true)
+        .map_err(storage)?;
+    for old in dropped {
+        sparktrain_storage::delete(&sparktrain_storage::join_url(model_dir, &old), true).map_err(storage)?;
+    }
+    Ok(folder)
+}
+
+fn read_index(model_dir: &str) -> Result<Option<Index>> {
+    let url = sparktrain_storage::join_url(model_dir, INDEX);
+    if !sparktrain_storage::exists(&url).map_err(storage)? {
+        return Ok(None);
+    }
+    let bytes = sparktrain_storage::read(&url).map_err(storage)?;
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| TrainError::Checkpoint(format!("{url}: {e}")))
+}
+
+/// The latest checkpoint under `model_dir`, or None when there is none; its tensors must
+/// match `layout`.
+pub fn restore(model_dir: &str, layout: &Layout) -> Result<Option<Restored>> {
+    let Some(index) = read_index(model_dir)? else { return Ok(None) };
+    let folder = sparktrain_storage::join_url(model_dir, &index.latest);
+    let manifest_url = sparktrain_storage::join_url(&folder, MANIFEST);
+    let manifest: Manifest =
+        serde_json::from_slice(&sparktrain_storage::read(&manifest_url).map_err(storage)?)
+            .map_err(|e| TrainError::Checkpoint(format!("{manifest_url}: {e}")))?;
+    let saved: HashMap<&str, &Entry> = manifest.tensors.iter().map(|e| (e.name.as_str(), e)).collect();
+
+    let mut shards: Vec<Option<Vec<u8>>> = vec![None; manifest.shards.len()];
+    let mut load = |entry: &Entry, out: &mut Vec<f32>| -> Result<()> {
+        for (shard, key, len) in &entry.pieces {
+            let url = sparktrain_storage::join_url(&folder, &manifest.shards[*shard]);
+            let bytes = match &mut shards[*shard] {
+                Some(b) => b,
+                slot => slot.insert(sparktrain_storage::read(&url).map_err(storage)?),
+            };
+            let file =
+                SafeTensors::deserialize(bytes).map_err(|e| TrainError::Checkpoint(format!("{url}: {e}")))?;
+            let view = file.tensor(key).map_err(|e| TrainError::Checkpoint(format!("{url}: {key}: {e}")))?;
+            if view.dtype() != Dtype::F32 || view.data().len() != len * 4 {
+                return Err(TrainError::Checkpoint(format!("{url}: {key} is not {len} float32 values")));
+            }
+            out.extend(view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        }
+        Ok(())
+    };
+    let find = |name: &str, shape: &Vec<usize>| -> Result<&Entry> {
+        match saved.get(name) {
+            Some(e) if &e.shape == shape => Ok(e),
+            Some(e) => Err(TrainError::StateMismatch(format!(
+                "{folder}: '{name}' has shape {:?} there, the model has {shape:?}",
+                e.shape
+            ))),
+            None => Err(TrainError::StateMismatch(format!("{folder} has no tensor '{name}'"))),
+        }
+    };
+    let mut weights = Vec::new();
+    for (name, shape) in layout {
+        load(find(name, shape)?, &mut weights)?;
+    }
+    let mut buffers = Vec::new();
+    for buffer in &manifest.optimizer_buffers {
+        let mut values = Vec::new();
+        for (name, shape) in layout {
+            load(find(&format!("optimizer/{buffer}/{name}"), shape)?, &mut values)?;
+        }
+        buffers.push((buffer.clone(), values));
+    }
+    Ok(Some(Restored {
+        progress: manifest.progress,
+        weights,
+        optimizer: OptimizerState { step: manifest.optimizer_step, buffers },
+    }))
+}

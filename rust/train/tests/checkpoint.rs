@@ -1,0 +1,88 @@
+//! Checkpoints on local files and on a real HDFS (MiniDFS): a run resumed from a checkpoint
+//! ends with exactly the weights of an uninterrupted run, tensors larger than a shard are cut
+//! across files, only the last few checkpoints are kept, and a model that does not fit the
+//! checkpoint is refused by name.
+
+#[path = "../../storage/tests/common/mod.rs"]
+mod common;
+
+use candle_core::{Device, Tensor};
+use sparktrain_train::{Batch, CheckpointOptions, DataParallel, Loss, Mlp, Model, Optimizer, Progress, Rule};
+
+fn batch(step: usize) -> Batch {
+    let rows = 16;
+    let dense: Vec<f32> =
+        (0..rows * 3).map(|i| (((step * 131 + i * 17) % 23) as f32 - 11.0) / 11.0).collect();
+    let labels: Vec<f32> = dense.chunks(3).map(|x| (x[0] + x[1] * x[2] > 0.0) as u8 as f32).collect();
+    Batch {
+        dense: Tensor::from_vec(dense, (rows, 3), &Device::Cpu).unwrap(),
+        ids: None,
+        labels: Tensor::from_vec(labels, rows, &Device::Cpu).unwrap(),
+    }
+}
+
+fn trainer() -> DataParallel<Mlp> {
+    let model = Mlp::new(3, &[32, 16], 1, 11).unwrap();
+    let optimizer = Optimizer::new(Rule::adam(0.01), model.parameters().len(), 1);
+    DataParallel::new(model, Loss::BinaryCrossEntropy, optimizer, None).unwrap()
+}
+
+fn resume_matches_an_uninterrupted_run(model_dir: &str) {
+    let mut straight = trainer();
+    for s in 0..12 {
+        straight.step(Some(&batch(s))).unwrap();
+    }
+    // 256-byte shards: the 3x32 kernel (384 bytes) and Adam's moments are cut across files.
+    let options = CheckpointOptions { max_shard_bytes: 256, keep: 2 };
+    let mut first = trainer();
+    for s in 0..6 {
+        first.step(Some(&batch(s))).unwrap();
+        if s % 2 == 1 {
+            let progress = Progress { step: s as u64 + 1, epoch: 0, batches_in_epoch: s as u64 + 1 };
+            first.save_checkpoint(model_dir, progress, &options).unwrap();
+        }
+    }
+    let names: Vec<String> = sparktrain_storage::list(model_dir)
+        .unwrap()
+        .into_iter()
+        .map(|f| f.url.rsplit('/').next().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["checkpoint.json", "ckpt-0000000004", "ckpt-0000000006"], "only the last 2 are kept");
+    let shards = sparktrain_storage::list(&format!("{model_dir}/ckpt-0000000006")).unwrap();
+    assert!(shards.len() > 10, "{} files", shards.len());
+
+    let mut resumed = trainer();
+    let progress = resumed.restore(model_dir).unwrap().expect("a checkpoint");
+    assert_eq!(progress, Progress { step: 6, epoch: 0, batches_in_epoch: 6 });
+    assert_eq!(resumed.optimizer().steps(), 6);
+    for s in 6..12 {
+        resumed.step(Some(&batch(s))).unwrap();
+    }
+    assert_eq!(resumed.weights(), straight.weights());
+}
+
+#[test]
+fn resuming_from_a_local_checkpoint_matches_an_uninterrupted_run() {
+    let dir = tempfile::tempdir().unwrap();
+    resume_matches_an_uninterrupted_run(&dir.path().join("model").to_string_lossy());
+}
+
+#[test]
+fn resuming_from_an_hdfs_checkpoint_matches_an_uninterrupted_run() {
+    let dir = common::test_dir("train-checkpoint");
+    resume_matches_an_uninterrupted_run(&format!("{}/model", dir.url));
+}
+
+#[test]
+fn no_checkpoint_is_none_and_another_model_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let model_dir = dir.path().to_string_lossy().into_owned();
+    let mut t = trainer();
+    assert_eq!(t.restore(&model_dir).unwrap(), None);
+    t.save_checkpoint(&model_dir, Progress::default(), &CheckpointOptions::default()).unwrap();
+    let model = Mlp::new(3, &[8], 1, 11).unwrap();
+    let optimizer = Optimizer::new(Rule::adam(0.01), model.parameters().len(), 1);
+    let mut other = DataParallel::new(model, Loss::BinaryCrossEntropy, optimizer, None).unwrap();
+    let err = other.restore(&model_dir).unwrap_err().to_string();
+    assert!(err.contains("'dense_0/bias' has shape [32] there, the model has [8]"), "{err}");
+}

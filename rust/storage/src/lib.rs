@@ -136,6 +136,15 @@ pub fn write(url: &str, data: &[u8], overwrite: bool) -> Result<u64> {
     writer.commit()
 }
 
+/// The local file system path that `url` names (a bare path or a `file:` URL), or None for
+/// a remote file system, where writes only appear when a file is committed.
+pub fn local_path(url: &str) -> Result<Option<String>> {
+    Ok(match Location::parse(url)? {
+        Location::Local { path, .. } => Some(path),
+        _ => None,
+    })
+}
+
 /// The status of one file or folder; [`StorageError::NotFound`] if there is none.
 pub fn status(url: &str) -> Result<FileStatus> {
     let loc = Location::parse(url)?;

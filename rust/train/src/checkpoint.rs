@@ -88,7 +88,7 @@ struct Entry {
 }
 
 fn storage(e: sparktrain_storage::StorageError) -> TrainError {
-    TrainError::Checkpoint(e.to_string())
+    TrainError::Output(format!("checkpoint: {e}"))
 }
 
 /// Writes a checkpoint of `weights` (flat in `layout`'s order), `optimizer` and `progress`
@@ -158,11 +158,11 @@ pub fn save(
             .iter()
             .map(|(key, values)| {
                 let view = TensorView::new(Dtype::F32, vec![values.len()], bytemuck::cast_slice(values))
-                    .map_err(|e| TrainError::Checkpoint(format!("{key}: {e}")))?;
+                    .map_err(|e| TrainError::Output(format!("{key}: {e}")))?;
                 Ok((key.clone(), view))
             })
             .collect::<Result<Vec<_>>>()?;
-        let bytes = safetensors::serialize(views, None).map_err(|e| TrainError::Checkpoint(e.to_string()))?;
+        let bytes = safetensors::serialize(views, None).map_err(|e| TrainError::Output(e.to_string()))?;
         sparktrain_storage::write(&sparktrain_storage::join_url(&folder, file), &bytes, true)
             .map_err(storage)?;
     }
@@ -198,7 +198,7 @@ fn read_index(model_dir: &str) -> Result<Option<Index>> {
         return Ok(None);
     }
     let bytes = sparktrain_storage::read(&url).map_err(storage)?;
-    serde_json::from_slice(&bytes).map(Some).map_err(|e| TrainError::Checkpoint(format!("{url}: {e}")))
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| TrainError::Output(format!("{url}: {e}")))
 }
 
 /// The latest checkpoint under `model_dir`, or None when there is none; its tensors must
@@ -209,7 +209,7 @@ pub fn restore(model_dir: &str, layout: &Layout) -> Result<Option<Restored>> {
     let manifest_url = sparktrain_storage::join_url(&folder, MANIFEST);
     let manifest: Manifest =
         serde_json::from_slice(&sparktrain_storage::read(&manifest_url).map_err(storage)?)
-            .map_err(|e| TrainError::Checkpoint(format!("{manifest_url}: {e}")))?;
+            .map_err(|e| TrainError::Output(format!("{manifest_url}: {e}")))?;
     let saved: HashMap<&str, &Entry> = manifest.tensors.iter().map(|e| (e.name.as_str(), e)).collect();
 
     let mut shards: Vec<Option<Vec<u8>>> = vec![None; manifest.shards.len()];
@@ -221,10 +221,10 @@ pub fn restore(model_dir: &str, layout: &Layout) -> Result<Option<Restored>> {
                 slot => slot.insert(sparktrain_storage::read(&url).map_err(storage)?),
             };
             let file =
-                SafeTensors::deserialize(bytes).map_err(|e| TrainError::Checkpoint(format!("{url}: {e}")))?;
-            let view = file.tensor(key).map_err(|e| TrainError::Checkpoint(format!("{url}: {key}: {e}")))?;
+                SafeTensors::deserialize(bytes).map_err(|e| TrainError::Output(format!("{url}: {e}")))?;
+            let view = file.tensor(key).map_err(|e| TrainError::Output(format!("{url}: {key}: {e}")))?;
             if view.dtype() != Dtype::F32 || view.data().len() != len * 4 {
-                return Err(TrainError::Checkpoint(format!("{url}: {key} is not {len} float32 values")));
+                return Err(TrainError::Output(format!("{url}: {key} is not {len} float32 values")));
             }
             out.extend(view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
         }

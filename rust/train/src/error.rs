@@ -14,9 +14,10 @@ pub enum TrainError {
     /// Reading the input failed (the error names the file, and the offset where it applies).
     #[error(transparent)]
     Input(#[from] sparktrain_dataset::Error),
-    /// Writing or reading a checkpoint failed (the message names the file).
-    #[error("checkpoint: {0}")]
-    Checkpoint(String),
+    /// Writing or reading a checkpoint, event file or export failed (the message names the
+    /// file).
+    #[error("{0}")]
+    Output(String),
     /// The tensor engine failed.
     #[error("tensor engine: {0}")]
     Tensor(#[from] candle_core::Error),

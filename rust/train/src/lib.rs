@@ -9,6 +9,7 @@
 //! - [`embedding`]: Wide&Deep and DeepFM over embeddings of categorical features;
 //! - [`loss`]: binary and softmax cross-entropy that stay finite for any logit;
 //! - [`optim`]: SGD, Adam/AdamW, Adagrad and FTRL over flat buffers, with savable state;
+//! - [`tensorboard`]: scalar event files TensorBoard reads, rolled on HDFS;
 //! - [`step`]: [`DataParallel`], the all-reduced step every worker takes together.
 
 pub mod batch;
@@ -23,6 +24,7 @@ pub mod optim;
 pub mod params;
 mod rng;
 pub mod step;
+pub mod tensorboard;
 
 pub use batch::Batch;
 pub use checkpoint::{CheckpointOptions, Progress, Restored};
@@ -35,3 +37,4 @@ pub use model::{LogisticRegression, Mlp, Model};
 pub use optim::{Optimizer, OptimizerState, Rule};
 pub use params::Parameters;
 pub use step::{DataParallel, StepStats};
+pub use tensorboard::EventWriter;

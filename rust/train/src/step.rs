@@ -15,6 +15,7 @@ use crate::batch::Batch;
 use crate::checkpoint::{self, CheckpointOptions, Progress};
 use crate::error::{Result, TrainError};
 use crate::loss::Loss;
+use crate::metrics::{Evaluation, Metrics};
 use crate::model::Model;
 use crate::optim::Optimizer;
 
@@ -65,6 +66,18 @@ impl<M: Model> DataParallel<M> {
     /// The weights, flat in variable-name order.
     pub fn weights(&self) -> &[f32] {
         &self.weights
+    }
+
+    /// Evaluates the model on this worker's `batches`, together with every other worker
+    /// (call on all of them, with their own shares); the figures cover all the data.
+    pub fn evaluate<'a>(&mut self, batches: impl IntoIterator<Item = &'a Batch>) -> Result<Metrics> {
+        let mut evaluation = Evaluation::new(self.loss);
+        for batch in batches {
+            if batch.rows()? > 0 {
+                evaluation.add(&self.model.forward(batch)?, &batch.labels)?;
+            }
+        }
+        evaluation.finish(self.ring.as_mut())
     }
 
     /// Writes a checkpoint under `model_dir` (the chief's job); returns its folder.

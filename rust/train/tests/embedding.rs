@@ -2,19 +2,18 @@
 //! linear model cannot express), train identically on one or two workers, and refuse ids
 //! that do not match their feature spec.
 
-use std::net::TcpListener;
+mod support;
+
 use std::sync::Arc;
-use std::thread;
-use std::time::Duration;
 
 use arrow::array::{ArrayRef, Float32Array, Int64Array, StringArray};
 use arrow::record_batch::RecordBatch;
 use candle_core::{Device, Tensor};
-use sparktrain_collective::{Communicator, Config};
 use sparktrain_train::{
     Batch, Categorical, DataParallel, DeepFm, EmbeddingConfig, FeatureSpec, Loss, Model, Optimizer, Rule,
     WideDeep,
 };
+use support::on_workers;
 
 fn spec() -> FeatureSpec {
     FeatureSpec {
@@ -76,29 +75,16 @@ fn both_models_learn_an_interaction_of_categorical_features() {
 #[test]
 fn two_workers_train_wide_deep_like_one_with_their_union() {
     let rule = Rule::Sgd { lr: 0.1, momentum: 0.9, nesterov: false, weight_decay: 0.0 };
-    let listeners: Vec<TcpListener> = (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    let peers: Vec<String> = listeners.iter().map(|l| l.local_addr().unwrap().to_string()).collect();
-    let workers: Vec<_> = listeners
-        .into_iter()
-        .enumerate()
-        .map(|(w, listener)| {
-            let config = Config::new(w, peers.clone(), b"secret".to_vec(), Duration::from_secs(20));
-            thread::spawn(move || {
-                let ring = Communicator::connect(listener, config).unwrap();
-                let model =
-                    WideDeep::new(&spec(), &EmbeddingConfig { dim: 4, hidden: vec![16], seed: 5 }).unwrap();
-                let optimizer = Optimizer::new(rule, model.parameters().len(), 1);
-                let mut dp =
-                    DataParallel::new(model, Loss::BinaryCrossEntropy, optimizer, Some(ring)).unwrap();
-                for s in 0..10u64 {
-                    let start = s * 32 + w as u64 * 16;
-                    dp.step(Some(&batch(start..start + 16))).unwrap();
-                }
-                dp.weights().to_vec()
-            })
-        })
-        .collect();
-    let together: Vec<Vec<f32>> = workers.into_iter().map(|h| h.join().unwrap()).collect();
+    let together = on_workers(2, move |w, ring| {
+        let model = WideDeep::new(&spec(), &EmbeddingConfig { dim: 4, hidden: vec![16], seed: 5 }).unwrap();
+        let optimizer = Optimizer::new(rule, model.parameters().len(), 1);
+        let mut dp = DataParallel::new(model, Loss::BinaryCrossEntropy, optimizer, ring).unwrap();
+        for s in 0..10u64 {
+            let start = s * 32 + w as u64 * 16;
+            dp.step(Some(&batch(start..start + 16))).unwrap();
+        }
+        dp.weights().to_vec()
+    });
     assert_eq!(together[0], together[1]);
     let model = WideDeep::new(&spec(), &config()).unwrap();
     let optimizer = Optimizer::new(rule, model.parameters().len(), 1);

@@ -149,6 +149,16 @@ impl FeatureSpec {
 
     /// Encodes `batch`, whose columns are found by name.
     pub fn encode(&self, batch: &RecordBatch) -> Result<Encoded> {
+        self.encode_with(batch, true)
+    }
+
+    /// Encodes the features of `batch` for scoring: the label column may be absent (the
+    /// labels are then zeros).
+    pub fn encode_inputs(&self, batch: &RecordBatch) -> Result<Encoded> {
+        self.encode_with(batch, false)
+    }
+
+    fn encode_with(&self, batch: &RecordBatch, need_label: bool) -> Result<Encoded> {
         self.validate()?;
         let rows = batch.num_rows();
         let column = |name: &str| -> Result<&ArrayRef> {
@@ -184,6 +194,10 @@ impl FeatureSpec {
             })
             .collect();
 
+        if !need_label && batch.column_by_name(&self.label).is_none() {
+            out.labels = vec![0.0; rows];
+            return Ok(out);
+        }
         let labels = column(&self.label)?;
         if let Some(row) = (0..rows).find(|&r| labels.is_null(r)) {
             return Err(TrainError::InvalidArgument(format!(

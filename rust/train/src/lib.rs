@@ -2,6 +2,7 @@
 //!
 //! - [`batch`]: a batch as tensors;
 //! - [`checkpoint`]: the chief's sharded, atomic checkpoints on any storage URL;
+//! - [`export`]: the self-contained model folder, and scoring Arrow batches with it;
 //! - [`features`]: the feature spec and the encoding of Arrow batches for a model;
 //! - [`input`]: a worker's shard of a dataset, shuffled and batched on a background thread;
 //! - [`params`]: a model's variables in name order, flattened for the all-reduce;
@@ -17,6 +18,7 @@ pub mod batch;
 pub mod checkpoint;
 pub mod embedding;
 pub mod error;
+pub mod export;
 pub mod features;
 pub mod input;
 pub mod loss;
@@ -32,6 +34,7 @@ pub use batch::Batch;
 pub use checkpoint::{CheckpointOptions, Progress, Restored};
 pub use embedding::{DeepFm, EmbeddingConfig, WideDeep};
 pub use error::{Result, TrainError};
+pub use export::{Exported, ModelKind};
 pub use features::{Categorical, Crossed, Encoded, FeatureSpec};
 pub use input::{Input, InputOptions, Shard, plan_shard};
 pub use loss::Loss;

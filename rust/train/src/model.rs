@@ -15,6 +15,16 @@ pub trait Model: Send {
     fn parameters(&self) -> &Parameters;
 }
 
+impl Model for Box<dyn Model> {
+    fn forward(&self, batch: &Batch) -> Result<Tensor> {
+        (**self).forward(batch)
+    }
+
+    fn parameters(&self) -> &Parameters {
+        (**self).parameters()
+    }
+}
+
 /// `x W + b`.
 pub(crate) struct Dense {
     weight: Var,

@@ -1,0 +1,193 @@
+//! The exported model: a self-contained folder that scores new data without the training
+//! code's configuration.
+//!
+//! - `model.json`: the model's kind and shape, the loss it was trained with, and the feature
+//!   spec (so ids hash the same way at prediction time);
+//! - `model.safetensors`: every weight under its variable name and shape.
+//!
+//! Both files appear atomically; `model.json` is written last.
+
+use std::collections::HashMap;
+
+use arrow::record_batch::RecordBatch;
+use candle_core::{D, Tensor};
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use serde::{Deserialize, Serialize};
+
+use crate::batch::Batch;
+use crate::embedding::{DeepFm, EmbeddingConfig, WideDeep};
+use crate::error::{Result, TrainError};
+use crate::features::FeatureSpec;
+use crate::loss::Loss;
+use crate::model::{LogisticRegression, Mlp, Model};
+
+const CONFIG: &str = "model.json";
+const WEIGHTS: &str = "model.safetensors";
+
+/// Which model, with its shape; with a feature spec, enough to build it again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ModelKind {
+    /// [`LogisticRegression`] over the dense features.
+    LogisticRegression {
+        /// Logits per example.
+        outputs: usize,
+    },
+    /// [`Mlp`] over the dense features.
+    Mlp {
+        /// Hidden layer widths.
+        hidden: Vec<usize>,
+        /// Logits per example.
+        outputs: usize,
+    },
+    /// [`WideDeep`].
+    WideDeep {
+        /// Values per embedding.
+        dim: usize,
+        /// Hidden layer widths.
+        hidden: Vec<usize>,
+    },
+    /// [`DeepFm`].
+    DeepFm {
+        /// Values per embedding.
+        dim: usize,
+        /// Hidden layer widths.
+        hidden: Vec<usize>,
+    },
+}
+
+impl ModelKind {
+    /// Builds the model for `features`, its weights drawn from `seed`.
+    pub fn build(&self, features: &FeatureSpec, seed: u64) -> Result<Box<dyn Model>> {
+        let inputs = features.dense_width();
+        Ok(match self {
+            ModelKind::LogisticRegression { outputs } => {
+                Box::new(LogisticRegression::new(inputs, *outputs, seed)?)
+            }
+            ModelKind::Mlp { hidden, outputs } => Box::new(Mlp::new(inputs, hidden, *outputs, seed)?),
+            ModelKind::WideDeep { dim, hidden } => Box::new(WideDeep::new(
+                features,
+                &EmbeddingConfig { dim: *dim, hidden: hidden.clone(), seed },
+            )?),
+            ModelKind::DeepFm { dim, hidden } => {
+                Box::new(DeepFm::new(features, &EmbeddingConfig { dim: *dim, hidden: hidden.clone(), seed })?)
+            }
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Config {
+    format: u32,
+    model: ModelKind,
+    loss: String,
+    features: FeatureSpec,
+}
+
+fn loss_name(loss: Loss) -> &'static str {
+    match loss {
+        Loss::BinaryCrossEntropy => "binary_cross_entropy",
+        Loss::SoftmaxCrossEntropy => "softmax_cross_entropy",
+    }
+}
+
+/// Writes `model` (of `kind`, trained with `loss` on `features`) into the folder `dir`.
+pub fn export(
+    dir: &str,
+    kind: &ModelKind,
+    features: &FeatureSpec,
+    loss: Loss,
+    model: &dyn Model,
+) -> Result<()> {
+    let fail =
+        |file: &str, e: &dyn std::fmt::Display| TrainError::Output(format!("export {dir}/{file}: {e}"));
+    let mut tensors = Vec::new();
+    for (name, var) in model.parameters().iter() {
+        let values = var.flatten_all()?.to_vec1::<f32>()?;
+        tensors.push((name.to_string(), var.dims().to_vec(), values));
+    }
+    let views = tensors
+        .iter()
+        .map(|(name, shape, values)| {
+            TensorView::new(Dtype::F32, shape.clone(), bytemuck::cast_slice(values))
+                .map(|v| (name.clone(), v))
+                .map_err(|e| fail(WEIGHTS, &e))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bytes = safetensors::serialize(views, None).map_err(|e| fail(WEIGHTS, &e))?;
+    sparktrain_storage::write(&sparktrain_storage::join_url(dir, WEIGHTS), &bytes, true)
+        .map_err(|e| fail(WEIGHTS, &e))?;
+    let config =
+        Config { format: 1, model: kind.clone(), loss: loss_name(loss).into(), features: features.clone() };
+    let json = serde_json::to_vec_pretty(&config).expect("a config serializes");
+    sparktrain_storage::write(&sparktrain_storage::join_url(dir, CONFIG), &json, true)
+        .map_err(|e| fail(CONFIG, &e))?;
+    Ok(())
+}
+
+/// A model loaded from an export folder, ready to score Arrow batches.
+pub struct Exported {
+    model: Box<dyn Model>,
+    features: FeatureSpec,
+    loss: Loss,
+}
+
+impl Exported {
+    /// Loads the export folder `dir`.
+    pub fn load(dir: &str) -> Result<Self> {
+        let read = |file: &str| {
+            sparktrain_storage::read(&sparktrain_storage::join_url(dir, file))
+                .map_err(|e| TrainError::Output(format!("load {dir}/{file}: {e}")))
+        };
+        let config: Config = serde_json::from_slice(&read(CONFIG)?)
+            .map_err(|e| TrainError::Output(format!("load {dir}/{CONFIG}: {e}")))?;
+        let loss = match config.loss.as_str() {
+            "binary_cross_entropy" => Loss::BinaryCrossEntropy,
+            "softmax_cross_entropy" => Loss::SoftmaxCrossEntropy,
+            other => return Err(TrainError::Output(format!("load {dir}/{CONFIG}: unknown loss '{other}'"))),
+        };
+        let model = config.model.build(&config.features, 0)?;
+        let bytes = read(WEIGHTS)?;
+        let file = SafeTensors::deserialize(&bytes)
+            .map_err(|e| TrainError::Output(format!("load {dir}/{WEIGHTS}: {e}")))?;
+        let saved: HashMap<String, TensorView<'_>> = file.tensors().into_iter().collect();
+        let mut flat = Vec::with_capacity(model.parameters().len());
+        for (name, shape) in model.parameters().layout() {
+            let view = saved.get(&name).ok_or_else(|| {
+                TrainError::StateMismatch(format!("{dir}/{WEIGHTS} has no tensor '{name}'"))
+            })?;
+            if view.dtype() != Dtype::F32 || view.shape() != shape.as_slice() {
+                return Err(TrainError::StateMismatch(format!(
+                    "{dir}/{WEIGHTS}: '{name}' is {:?} {:?}, the model needs F32 {shape:?}",
+                    view.dtype(),
+                    view.shape()
+                )));
+            }
+            flat.extend(view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        }
+        model.parameters().set_flat(&flat)?;
+        Ok(Exported { model, features: config.features, loss })
+    }
+
+    /// The feature spec the model was trained on.
+    pub fn features(&self) -> &FeatureSpec {
+        &self.features
+    }
+
+    /// Scores `batch`: one probability per row for a binary model, one per class per row
+    /// (row after row) for a softmax model. The label column may be absent.
+    pub fn predict(&self, batch: &RecordBatch) -> Result<Vec<f32>> {
+        let encoded = self.features.encode_inputs(batch)?;
+        let logits = self.model.forward(&Batch::from_encoded(&encoded)?)?;
+        let scores = match self.loss {
+            Loss::BinaryCrossEntropy => (logits.neg()?.exp()? + 1.0)?.recip()?.flatten_all()?,
+            Loss::SoftmaxCrossEntropy => softmax(&logits)?.flatten_all()?,
+        };
+        Ok(scores.to_vec1::<f32>()?)
+    }
+}
+
+fn softmax(logits: &Tensor) -> Result<Tensor> {
+    let shifted = logits.broadcast_sub(&logits.max_keepdim(D::Minus1)?)?.exp()?;
+    Ok(shifted.broadcast_div(&shifted.sum_keepdim(D::Minus1)?)?)
+}

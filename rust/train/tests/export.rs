@@ -1,0 +1,111 @@
+//! The export folder, locally and on a real HDFS (MiniDFS): a trained model loads back and
+//! scores Arrow batches (without their label) exactly as it scored them in training, and a
+//! damaged folder is named.
+
+#[path = "../../storage/tests/common/mod.rs"]
+mod common;
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Float32Array, Int64Array, StringArray};
+use arrow::record_batch::RecordBatch;
+use sparktrain_train::{
+    Batch, Categorical, DataParallel, Exported, FeatureSpec, Loss, Model, ModelKind, Optimizer, Rule,
+};
+
+fn spec() -> FeatureSpec {
+    FeatureSpec {
+        dense: vec!["x".into(), "y".into()],
+        categorical: vec![
+            Categorical { name: "shop".into(), buckets: 32 },
+            Categorical { name: "city".into(), buckets: 8 },
+        ],
+        crossed: vec![],
+        label: "label".into(),
+    }
+}
+
+fn table(start: i64, with_label: bool, classes: i64) -> RecordBatch {
+    let rows = start..start + 50;
+    let mut columns: Vec<(&str, ArrayRef)> = vec![
+        ("x", Arc::new(Float32Array::from_iter_values(rows.clone().map(|i| (i % 13) as f32 / 13.0)))),
+        ("y", Arc::new(Float32Array::from_iter_values(rows.clone().map(|i| (i % 7) as f32 / 7.0)))),
+        ("shop", Arc::new(Int64Array::from_iter_values(rows.clone().map(|i| i % 5)))),
+        ("city", Arc::new(StringArray::from_iter_values(rows.clone().map(|i| format!("c{}", i % 3))))),
+    ];
+    if with_label {
+        columns.push(("label", Arc::new(Int64Array::from_iter_values(rows.map(|i| (i * 7 % 11) % classes)))));
+    }
+    RecordBatch::try_from_iter(columns).unwrap()
+}
+
+fn export_and_score(dir: &str, kind: ModelKind, loss: Loss, classes: i64) {
+    let model = kind.build(&spec(), 3).unwrap();
+    let optimizer = Optimizer::new(Rule::adam(0.05), model.parameters().len(), 1);
+    let mut dp = DataParallel::new(model, loss, optimizer, None).unwrap();
+    for s in 0..5 {
+        dp.step(Some(&Batch::from_encoded(&spec().encode(&table(s * 50, true, classes)).unwrap()).unwrap()))
+            .unwrap();
+    }
+    sparktrain_train::export::export(dir, &kind, &spec(), loss, dp.model()).unwrap();
+
+    let loaded = Exported::load(dir).unwrap();
+    assert_eq!(loaded.features(), &spec());
+    let scores = loaded.predict(&table(1000, false, classes)).unwrap();
+    let logits = dp
+        .model()
+        .forward(&Batch::from_encoded(&spec().encode(&table(1000, true, classes)).unwrap()).unwrap());
+    let logits = logits.unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    match loss {
+        Loss::BinaryCrossEntropy => {
+            assert_eq!(scores.len(), 50);
+            for (s, z) in scores.iter().zip(&logits) {
+                assert!((s - 1.0 / (1.0 + (-z).exp())).abs() < 1e-6, "{s} vs sigmoid({z})");
+            }
+        }
+        Loss::SoftmaxCrossEntropy => {
+            assert_eq!(scores.len(), 50 * classes as usize);
+            for row in scores.chunks(classes as usize) {
+                assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5, "{row:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn exported_models_score_as_they_did_in_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+    export_and_score(
+        &url("wd"),
+        ModelKind::WideDeep { dim: 4, hidden: vec![8] },
+        Loss::BinaryCrossEntropy,
+        2,
+    );
+    export_and_score(&url("fm"), ModelKind::DeepFm { dim: 4, hidden: vec![8] }, Loss::BinaryCrossEntropy, 2);
+    export_and_score(
+        &url("mlp"),
+        ModelKind::Mlp { hidden: vec![8], outputs: 3 },
+        Loss::SoftmaxCrossEntropy,
+        3,
+    );
+    let lr = ModelKind::LogisticRegression { outputs: 1 };
+    export_and_score(&url("lr"), lr, Loss::BinaryCrossEntropy, 2);
+}
+
+#[test]
+fn an_export_on_hdfs_loads_back() {
+    let dir = common::test_dir("train-export");
+    let kind = ModelKind::WideDeep { dim: 4, hidden: vec![8] };
+    export_and_score(&format!("{}/export", dir.url), kind, Loss::BinaryCrossEntropy, 2);
+}
+
+#[test]
+fn a_damaged_export_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = dir.path().to_string_lossy().into_owned();
+    export_and_score(&url, ModelKind::Mlp { hidden: vec![4], outputs: 1 }, Loss::BinaryCrossEntropy, 2);
+    std::fs::write(dir.path().join("model.json"), b"{ not json").unwrap();
+    let err = Exported::load(&url).err().expect("refused").to_string();
+    assert!(err.contains("model.json"), "{err}");
+}

@@ -16,6 +16,7 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
+use crate::groups::GroupState;
 use crate::optim::OptimizerState;
 
 /// The default largest shard file.
@@ -60,8 +61,8 @@ pub struct Restored {
     pub progress: Progress,
     /// The weights, flat in the layout's order.
     pub weights: Vec<f32>,
-    /// The optimizer's state.
-    pub optimizer: OptimizerState,
+    /// The optimizers' states, group by group.
+    pub optimizer: Vec<GroupState>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -73,10 +74,19 @@ struct Index {
 #[derive(Serialize, Deserialize)]
 struct Manifest {
     progress: Progress,
-    optimizer_step: u64,
-    optimizer_buffers: Vec<String>,
+    groups: Vec<SavedGroup>,
     shards: Vec<String>,
     tensors: Vec<Entry>,
+}
+
+/// An optimizer group: its step, its parameters and its buffers' names. A buffer's values
+/// for parameter `p` are saved as the tensor `optimizer/<buffer>/<p>`.
+#[derive(Serialize, Deserialize)]
+struct SavedGroup {
+    group: String,
+    step: u64,
+    tensors: Vec<String>,
+    buffers: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -91,13 +101,13 @@ fn storage(e: sparktrain_storage::StorageError) -> TrainError {
     TrainError::Output(format!("checkpoint: {e}"))
 }
 
-/// Writes a checkpoint of `weights` (flat in `layout`'s order), `optimizer` and `progress`
-/// under `model_dir`; returns its folder.
+/// Writes a checkpoint of `weights` (flat in `layout`'s order), the optimizer groups' states
+/// and `progress` under `model_dir`; returns its folder.
 pub fn save(
     model_dir: &str,
     layout: &Layout,
     weights: &[f32],
-    optimizer: &OptimizerState,
+    optimizer: &[GroupState],
     progress: Progress,
     options: &CheckpointOptions,
 ) -> Result<String> {
@@ -115,12 +125,24 @@ pub fn save(
         tensors.push((name.clone(), shape.clone(), &weights[offset..offset + n]));
         offset += n;
     }
-    for (buffer, values) in &optimizer.buffers {
-        let mut offset = 0;
-        for (name, shape) in layout {
-            let n: usize = shape.iter().product();
-            tensors.push((format!("optimizer/{buffer}/{name}"), shape.clone(), &values[offset..offset + n]));
-            offset += n;
+    let shapes: HashMap<&str, &Vec<usize>> = layout.iter().map(|(n, s)| (n.as_str(), s)).collect();
+    for group in optimizer {
+        for (buffer, values) in &group.state.buffers {
+            let mut offset = 0;
+            for name in &group.tensors {
+                let shape = shapes.get(name.as_str()).ok_or_else(|| {
+                    TrainError::InvalidArgument(format!(
+                        "optimizer group '{}' names no parameter '{name}'",
+                        group.group
+                    ))
+                })?;
+                let n: usize = shape.iter().product();
+                let piece = values.get(offset..offset + n).ok_or_else(|| {
+                    TrainError::InvalidArgument(format!("optimizer buffer '{buffer}' is too short"))
+                })?;
+                tensors.push((format!("optimizer/{buffer}/{name}"), (*shape).clone(), piece));
+                offset += n;
+            }
         }
     }
 
@@ -166,13 +188,16 @@ pub fn save(
         sparktrain_storage::write(&sparktrain_storage::join_url(&folder, file), &bytes, true)
             .map_err(storage)?;
     }
-    let manifest = Manifest {
-        progress,
-        optimizer_step: optimizer.step,
-        optimizer_buffers: optimizer.buffers.iter().map(|(b, _)| b.clone()).collect(),
-        shards: shard_names,
-        tensors: entries,
-    };
+    let groups = optimizer
+        .iter()
+        .map(|g| SavedGroup {
+            group: g.group.clone(),
+            step: g.state.step,
+            tensors: g.tensors.clone(),
+            buffers: g.state.buffers.iter().map(|(b, _)| b.clone()).collect(),
+        })
+        .collect();
+    let manifest = Manifest { progress, groups, shards: shard_names, tensors: entries };
     let json = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
     sparktrain_storage::write(&sparktrain_storage::join_url(&folder, MANIFEST), &json, true)
         .map_err(storage)?;
@@ -244,17 +269,27 @@ pub fn restore(model_dir: &str, layout: &Layout) -> Result<Option<Restored>> {
     for (name, shape) in layout {
         load(find(name, shape)?, &mut weights)?;
     }
-    let mut buffers = Vec::new();
-    for buffer in &manifest.optimizer_buffers {
-        let mut values = Vec::new();
-        for (name, shape) in layout {
-            load(find(&format!("optimizer/{buffer}/{name}"), shape)?, &mut values)?;
+    let shapes: HashMap<&str, &Vec<usize>> = layout.iter().map(|(n, s)| (n.as_str(), s)).collect();
+    let mut groups = Vec::new();
+    for group in &manifest.groups {
+        let mut buffers = Vec::new();
+        for buffer in &group.buffers {
+            let mut values = Vec::new();
+            for name in &group.tensors {
+                let shape = shapes.get(name.as_str()).ok_or_else(|| {
+                    TrainError::StateMismatch(format!(
+                        "{folder}: the optimizer trained '{name}', the model has none"
+                    ))
+                })?;
+                load(find(&format!("optimizer/{buffer}/{name}"), shape)?, &mut values)?;
+            }
+            buffers.push((buffer.clone(), values));
         }
-        buffers.push((buffer.clone(), values));
+        groups.push(GroupState {
+            group: group.group.clone(),
+            tensors: group.tensors.clone(),
+            state: OptimizerState { step: group.step, buffers },
+        });
     }
-    Ok(Some(Restored {
-        progress: manifest.progress,
-        weights,
-        optimizer: OptimizerState { step: manifest.optimizer_step, buffers },
-    }))
+    Ok(Some(Restored { progress: manifest.progress, weights, optimizer: groups }))
 }

@@ -7,7 +7,7 @@
 
 use candle_core::{D, Tensor, Var};
 
-use crate::batch::Batch;
+use crate::batch::{Batch, Lookup};
 use crate::error::{Result, TrainError};
 use crate::features::FeatureSpec;
 use crate::model::{Dense, Model, Tower, check_inputs};
@@ -31,56 +31,26 @@ impl Default for EmbeddingConfig {
     }
 }
 
-/// A table of `dim`-wide rows, one per id.
-struct Embedding {
-    table: Var,
-    rows: usize,
-    dim: usize,
+/// Adds a table of `rows × dim` values drawn uniformly from `[-scale, scale)`.
+fn table(params: &mut Parameters, name: &str, rows: usize, dim: usize, scale: f32, seed: u64) -> Result<()> {
+    let mut rng = SplitMix::new(seed);
+    let values = (0..rows * dim).map(|_| ((rng.unit() * 2.0 - 1.0) as f32) * scale).collect();
+    params.add_table(name, rows, dim, values)
 }
 
-impl Embedding {
-    fn new(
-        params: &mut Parameters,
-        name: &str,
-        rows: usize,
-        dim: usize,
-        scale: f32,
-        seed: u64,
-    ) -> Result<Self> {
-        let mut rng = SplitMix::new(seed);
-        let values = (0..rows * dim).map(|_| ((rng.unit() * 2.0 - 1.0) as f32) * scale).collect();
-        let table = params.add(name, (rows, dim), values)?;
-        Ok(Embedding { table, rows, dim })
-    }
-
-    /// `[batch, ids, dim]`: each id's row.
-    fn lookup(&self, ids: &Tensor) -> Result<Tensor> {
-        let (batch, width) = ids.dims2()?;
-        let flat = ids.flatten_all()?;
-        if batch * width > 0 {
-            let top = flat.max_all()?.to_scalar::<u32>()? as usize;
-            if top >= self.rows {
-                return Err(TrainError::InvalidArgument(format!(
-                    "id {top} is outside the embedding table of {} rows: the data does not match the feature spec",
-                    self.rows
-                )));
-            }
-        }
-        Ok(self.table.as_tensor().index_select(&flat, 0)?.reshape((batch, width, self.dim))?)
-    }
-}
+/// The table of one weight per id.
+const FIRST_ORDER: &str = "wide/ids";
+/// The table of embeddings.
+const EMBEDDINGS: &str = "deep/embeddings";
 
 /// The parts both models share.
 struct Parts {
     params: Parameters,
     dense_width: usize,
     id_width: usize,
-    /// One weight per id.
-    first_order: Embedding,
     /// A linear layer over the dense features (its bias is the model's bias).
     linear: Option<Dense>,
     bias: Option<Var>,
-    embeddings: Embedding,
     tower: Tower,
 }
 
@@ -94,46 +64,38 @@ impl Parts {
         }
         let (ids, dense_width, seed) = (spec.id_space(), spec.dense_width(), config.seed);
         let mut params = Parameters::new();
-        let first_order = Embedding::new(&mut params, "wide/ids", ids, 1, 0.0, seed)?;
+        table(&mut params, FIRST_ORDER, ids, 1, 0.0, seed)?;
         let (linear, bias) = if dense_width > 0 {
             (Some(Dense::new(&mut params, "wide/dense", dense_width, 1, seed ^ 1)?), None)
         } else {
             (None, Some(params.add("wide/bias", 1, vec![0.0])?))
         };
-        let embeddings = Embedding::new(&mut params, "deep/embeddings", ids, config.dim, 0.05, seed ^ 2)?;
+        table(&mut params, EMBEDDINGS, ids, config.dim, 0.05, seed ^ 2)?;
         let inputs = spec.id_width() * config.dim + dense_width;
         let tower = Tower::new(&mut params, "deep/dense", inputs, &config.hidden, 1, seed ^ 3)?;
-        Ok(Parts {
-            params,
-            dense_width,
-            id_width: spec.id_width(),
-            first_order,
-            linear,
-            bias,
-            embeddings,
-            tower,
+        Ok(Parts { params, dense_width, id_width: spec.id_width(), linear, bias, tower })
+    }
+
+    /// The batch's rows of the tables, checked against the spec.
+    fn lookup<'a>(&self, batch: &Batch, lookup: Option<&'a Lookup>) -> Result<&'a Lookup> {
+        check_inputs(&batch.dense, self.dense_width)?;
+        if batch.ids.is_none() || batch.id_width != self.id_width {
+            return Err(TrainError::InvalidArgument(format!(
+                "the model takes {} ids per example, the batch has {}",
+                self.id_width,
+                if batch.ids.is_some() { batch.id_width } else { 0 }
+            )));
+        }
+        lookup.ok_or_else(|| {
+            TrainError::InvalidArgument(
+                "the batch's embedding rows were not gathered (Lookup::gather)".into(),
+            )
         })
     }
 
-    /// The batch's ids, checked against the spec.
-    fn ids<'a>(&self, batch: &'a Batch) -> Result<&'a Tensor> {
-        check_inputs(&batch.dense, self.dense_width)?;
-        let ids = batch.ids.as_ref().ok_or_else(|| {
-            TrainError::InvalidArgument("the batch has no embedding ids; the model needs them".into())
-        })?;
-        let (_, width) = ids.dims2()?;
-        if width != self.id_width {
-            return Err(TrainError::InvalidArgument(format!(
-                "the model takes {} ids per example, the batch has {width}",
-                self.id_width
-            )));
-        }
-        Ok(ids)
-    }
-
     /// `[batch, 1]`: the summed id weights plus the linear part over dense features.
-    fn first_order(&self, batch: &Batch, ids: &Tensor) -> Result<Tensor> {
-        let wide = self.first_order.lookup(ids)?.sum(1)?;
+    fn first_order(&self, batch: &Batch, lookup: &Lookup) -> Result<Tensor> {
+        let wide = lookup.embed(FIRST_ORDER)?.sum(1)?;
         Ok(match (&self.linear, &self.bias) {
             (Some(linear), _) => (wide + linear.forward(&batch.dense)?)?,
             (None, Some(bias)) => wide.broadcast_add(bias.as_tensor())?,
@@ -161,14 +123,18 @@ impl WideDeep {
 }
 
 impl Model for WideDeep {
-    fn forward(&self, batch: &Batch) -> Result<Tensor> {
-        let ids = self.0.ids(batch)?;
-        let e = self.0.embeddings.lookup(ids)?;
-        Ok((self.0.first_order(batch, ids)? + self.0.deep(batch, &e)?)?)
+    fn forward(&self, batch: &Batch, lookup: Option<&Lookup>) -> Result<Tensor> {
+        let lookup = self.0.lookup(batch, lookup)?;
+        let e = lookup.embed(EMBEDDINGS)?;
+        Ok((self.0.first_order(batch, lookup)? + self.0.deep(batch, &e)?)?)
     }
 
     fn parameters(&self) -> &Parameters {
         &self.0.params
+    }
+
+    fn parameters_mut(&mut self) -> &mut Parameters {
+        &mut self.0.params
     }
 }
 
@@ -183,16 +149,20 @@ impl DeepFm {
 }
 
 impl Model for DeepFm {
-    fn forward(&self, batch: &Batch) -> Result<Tensor> {
-        let ids = self.0.ids(batch)?;
-        let e = self.0.embeddings.lookup(ids)?;
+    fn forward(&self, batch: &Batch, lookup: Option<&Lookup>) -> Result<Tensor> {
+        let lookup = self.0.lookup(batch, lookup)?;
+        let e = lookup.embed(EMBEDDINGS)?;
         // Σ_{i<j} <e_i, e_j> = ((Σ e_i)² - Σ e_i²) / 2, summed over the embedding's values.
         let sum = e.sum(1)?;
         let pairs = ((sum.sqr()? - e.sqr()?.sum(1)?)? * 0.5)?.sum_keepdim(D::Minus1)?;
-        Ok(((self.0.first_order(batch, ids)? + pairs)? + self.0.deep(batch, &e)?)?)
+        Ok(((self.0.first_order(batch, lookup)? + pairs)? + self.0.deep(batch, &e)?)?)
     }
 
     fn parameters(&self) -> &Parameters {
         &self.0.params
+    }
+
+    fn parameters_mut(&mut self) -> &mut Parameters {
+        &mut self.0.params
     }
 }

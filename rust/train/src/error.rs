@@ -14,6 +14,15 @@ pub enum TrainError {
     /// Reading the input failed (the error names the file, and the offset where it applies).
     #[error(transparent)]
     Input(#[from] sparktrain_dataset::Error),
+    /// Reading input rows failed somewhere other than a TFRecord file (a Parquet file, the
+    /// Spark feed); `input` names it.
+    #[error("reading {input}: {message}")]
+    Read {
+        /// The file or socket.
+        input: String,
+        /// What went wrong.
+        message: String,
+    },
     /// Writing or reading a checkpoint, event file or export failed (the message names the
     /// file).
     #[error("{0}")]

@@ -14,12 +14,13 @@ use candle_core::{D, Tensor};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
 
-use crate::batch::Batch;
+use crate::batch::{Batch, Lookup};
 use crate::embedding::{DeepFm, EmbeddingConfig, WideDeep};
 use crate::error::{Result, TrainError};
 use crate::features::FeatureSpec;
 use crate::loss::Loss;
 use crate::model::{LogisticRegression, Mlp, Model};
+use crate::params::Entry;
 
 const CONFIG: &str = "model.json";
 const WEIGHTS: &str = "model.safetensors";
@@ -91,27 +92,31 @@ fn loss_name(loss: Loss) -> &'static str {
     }
 }
 
-/// Writes `model` (of `kind`, trained with `loss` on `features`) into the folder `dir`.
+/// Writes a model (of `kind`, trained with `loss` on `features`) whose parameters `entries`
+/// hold `weights` into the folder `dir`.
 pub fn export(
     dir: &str,
     kind: &ModelKind,
     features: &FeatureSpec,
     loss: Loss,
-    model: &dyn Model,
+    entries: &[Entry],
+    weights: &[f32],
 ) -> Result<()> {
     let fail =
         |file: &str, e: &dyn std::fmt::Display| TrainError::Output(format!("export {dir}/{file}: {e}"));
-    let mut tensors = Vec::new();
-    for (name, var) in model.parameters().iter() {
-        let values = var.flatten_all()?.to_vec1::<f32>()?;
-        tensors.push((name.to_string(), var.dims().to_vec(), values));
-    }
-    let views = tensors
+    let views = entries
         .iter()
-        .map(|(name, shape, values)| {
-            TensorView::new(Dtype::F32, shape.clone(), bytemuck::cast_slice(values))
-                .map(|v| (name.clone(), v))
-                .map_err(|e| fail(WEIGHTS, &e))
+        .map(|e| {
+            let values = weights.get(e.offset..e.offset + e.len()).ok_or_else(|| {
+                TrainError::InvalidArgument(format!(
+                    "{} weights do not hold parameter '{}'",
+                    weights.len(),
+                    e.name
+                ))
+            })?;
+            TensorView::new(Dtype::F32, e.shape.clone(), bytemuck::cast_slice(values))
+                .map(|v| (e.name.clone(), v))
+                .map_err(|err| fail(WEIGHTS, &err))
         })
         .collect::<Result<Vec<_>>>()?;
     let bytes = safetensors::serialize(views, None).map_err(|e| fail(WEIGHTS, &e))?;
@@ -128,6 +133,8 @@ pub fn export(
 /// A model loaded from an export folder, ready to score Arrow batches.
 pub struct Exported {
     model: Box<dyn Model>,
+    entries: Vec<Entry>,
+    weights: Vec<f32>,
     features: FeatureSpec,
     loss: Loss,
 }
@@ -146,14 +153,16 @@ impl Exported {
             "softmax_cross_entropy" => Loss::SoftmaxCrossEntropy,
             other => return Err(TrainError::Output(format!("load {dir}/{CONFIG}: unknown loss '{other}'"))),
         };
-        let model = config.model.build(&config.features, 0)?;
+        let mut model = config.model.build(&config.features, 0)?;
+        model.parameters_mut().release_tables();
+        let entries = model.parameters().entries();
         let bytes = read(WEIGHTS)?;
         let file = SafeTensors::deserialize(&bytes)
             .map_err(|e| TrainError::Output(format!("load {dir}/{WEIGHTS}: {e}")))?;
         let saved: HashMap<String, TensorView<'_>> = file.tensors().into_iter().collect();
-        let mut flat = Vec::with_capacity(model.parameters().len());
-        for (name, shape) in model.parameters().layout() {
-            let view = saved.get(&name).ok_or_else(|| {
+        let mut flat = Vec::with_capacity(entries.iter().map(Entry::len).sum());
+        for Entry { name, shape, .. } in &entries {
+            let view = saved.get(name).ok_or_else(|| {
                 TrainError::StateMismatch(format!("{dir}/{WEIGHTS} has no tensor '{name}'"))
             })?;
             if view.dtype() != Dtype::F32 || view.shape() != shape.as_slice() {
@@ -166,7 +175,12 @@ impl Exported {
             flat.extend(view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
         }
         model.parameters().set_flat(&flat)?;
-        Ok(Exported { model, features: config.features, loss })
+        Ok(Exported { model, entries, weights: flat, features: config.features, loss })
+    }
+
+    /// The loss the model was trained with.
+    pub fn loss(&self) -> Loss {
+        self.loss
     }
 
     /// The feature spec the model was trained on.
@@ -178,7 +192,9 @@ impl Exported {
     /// (row after row) for a softmax model. The label column may be absent.
     pub fn predict(&self, batch: &RecordBatch) -> Result<Vec<f32>> {
         let encoded = self.features.encode_inputs(batch)?;
-        let logits = self.model.forward(&Batch::from_encoded(&encoded)?)?;
+        let batch = Batch::from_encoded(&encoded)?;
+        let lookup = Lookup::gather(&batch, &self.entries, &self.weights)?;
+        let logits = self.model.forward(&batch, lookup.as_ref())?;
         let scores = match self.loss {
             Loss::BinaryCrossEntropy => (logits.neg()?.exp()? + 1.0)?.recip()?.flatten_all()?,
             Loss::SoftmaxCrossEntropy => softmax(&logits)?.flatten_all()?,

@@ -94,6 +94,23 @@ impl FeatureSpec {
         Ok(spec)
     }
 
+    /// Every column the spec reads (the label included), each once.
+    pub fn columns(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let names = self
+            .dense
+            .iter()
+            .chain(self.categorical.iter().map(|c| &c.name))
+            .chain(self.crossed.iter().flat_map(|c| &c.names))
+            .chain([&self.label]);
+        for name in names {
+            if !out.contains(name) {
+                out.push(name.clone());
+            }
+        }
+        out
+    }
+
     /// How many dense values each example has.
     pub fn dense_width(&self) -> usize {
         self.dense.len()

@@ -1,26 +1,46 @@
-//! The input pipeline: a worker's shard of a TFRecord dataset on any storage URL, shuffled,
-//! encoded by the feature spec and cut into fixed-size batches on a background thread.
+//! The input pipeline: a worker's share of the training data, shuffled, encoded by the
+//! feature spec and cut into fixed-size batches on a background thread.
 //!
-//! - **Sharding.** With at least as many files as workers, each worker reads whole files,
-//!   assigned largest first to the worker with the fewest bytes so far (the same plan on
-//!   every worker). With fewer files, every worker reads every file and keeps every N-th
-//!   record, so no worker sits idle.
-//! - **Shuffling.** Files are read in a fresh order each epoch, and rows pass through a
-//!   shuffle buffer; both draw from a seed, the epoch and the worker, so reruns repeat.
-//! - **Epochs.** [`Input::epoch`] streams one pass over the shard; the last batch may be
-//!   short. Prefetching runs a few batches ahead of training.
+//! Rows come from one of three [`Plan`]s:
+//!
+//! - **Static files** (TFRecord or Parquet, any storage URL). With at least as many files as
+//!   workers, each worker reads whole files, assigned largest first to the worker with the
+//!   fewest bytes so far (the same plan on every worker). With fewer files, every worker reads
+//!   every file and keeps every N-th record, so no worker sits idle.
+//! - **A work queue**: the driver hands out one file at a time to whichever worker asks
+//!   (see [`WorkQueue`]), so fast workers read more and the epoch ends when the queue is empty.
+//! - **A feed**: an Arrow IPC stream on a local socket (the task's partition of a Spark
+//!   DataFrame), read again for every epoch.
+//!
+//! Files are read in a fresh order each epoch and rows pass through a shuffle buffer; both
+//! draw from the seed, the epoch and the worker, so a rerun (or a resumed run skipping the
+//! batches it already took) sees the same batches. The last batch of an epoch may be short.
 
-use std::sync::Arc;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
+use std::time::Duration;
 
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{Schema, SchemaRef};
+use arrow::ipc::reader::StreamReader;
+use arrow::record_batch::{RecordBatch, RecordBatchReader};
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use sparktrain_dataset::{DatasetReader, ReadOptions};
 use sparktrain_storage::FileStatus;
 
 use crate::error::{Result, TrainError};
 use crate::features::{Encoded, FeatureSpec};
 use crate::rng::SplitMix;
+
+/// Rows per batch read from a file, before rows are regrouped into training batches.
+const READ_BATCH: usize = 4096;
+
+/// How long a read from the feed socket waits: the task behind it may be computing its
+/// Spark partition, but a task that stops serving is named after this long.
+const FEED_READ_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// How a worker's batches are made.
 #[derive(Debug, Clone)]
@@ -41,7 +61,7 @@ impl Default for InputOptions {
     }
 }
 
-/// What one worker reads.
+/// What one worker reads from static files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shard {
     /// File URLs, in the order of the plan.
@@ -71,35 +91,87 @@ pub fn plan_shard(files: &[FileStatus], workers: usize, worker: usize) -> Shard 
     Shard { files: mine, interleave: None }
 }
 
+/// Hands out input files one at a time, shared by all workers (the driver holds it).
+pub trait WorkQueue: Send + Sync {
+    /// The next file of `epoch` for this worker, or None when that epoch's files are all
+    /// taken.
+    fn next(&self, epoch: u64) -> Result<Option<String>>;
+}
+
+/// Where a worker's rows come from.
+pub enum Plan {
+    /// A fixed share of files.
+    Files(Shard),
+    /// Files pulled from the driver as the worker needs them.
+    Queue(Arc<dyn WorkQueue>),
+    /// An Arrow IPC stream on a Unix socket; each epoch reconnects. The first connection is
+    /// opened early to learn the schema and serves the first epoch.
+    Feed {
+        /// The socket.
+        path: PathBuf,
+        /// The stream opened to read the schema, not yet consumed.
+        first: Arc<Mutex<Option<StreamReader<UnixStream>>>>,
+    },
+}
+
+/// The storage format of an input file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    TfRecord,
+    Parquet,
+}
+
+/// Parquet by name (`.parquet`, `.parq`), else TFRecord (compressed or not).
+fn format_of(url: &str) -> Format {
+    let name = url.rsplit('/').next().unwrap_or(url);
+    if name.ends_with(".parquet") || name.ends_with(".parq") { Format::Parquet } else { Format::TfRecord }
+}
+
 /// A dataset opened for one worker.
 pub struct Input {
-    shard: Shard,
+    plan: Plan,
     schema: SchemaRef,
-    spec: Arc<FeatureSpec>,
     options: InputOptions,
     worker: usize,
 }
 
 impl Input {
-    /// Opens the dataset at `path_or_glob` for `worker` of `workers`; the schema is inferred
-    /// once from a sample of the files.
-    pub fn open(
-        path_or_glob: &str,
-        spec: FeatureSpec,
-        workers: usize,
-        worker: usize,
-        options: InputOptions,
-    ) -> Result<Self> {
+    /// Opens the files at `path_or_glob` for `worker` of `workers`, planning its static share.
+    pub fn open(path_or_glob: &str, workers: usize, worker: usize, options: InputOptions) -> Result<Self> {
         if workers == 0 || worker >= workers {
             return Err(TrainError::InvalidArgument(format!("worker {worker} of {workers}")));
         }
+        let (files, schema) = inspect(path_or_glob)?;
+        let shard = plan_shard(&files, workers, worker);
+        Input::new(Plan::Files(shard), schema, worker, options)
+    }
+
+    /// Opens the files at `path_or_glob` (for their schema) for a worker that takes its
+    /// files from `queue`.
+    pub fn queued(
+        path_or_glob: &str,
+        queue: Arc<dyn WorkQueue>,
+        worker: usize,
+        options: InputOptions,
+    ) -> Result<Self> {
+        let (_, schema) = inspect(path_or_glob)?;
+        Input::new(Plan::Queue(queue), schema, worker, options)
+    }
+
+    /// Connects to the Arrow IPC stream served on the Unix socket `path`.
+    pub fn feed(path: impl AsRef<Path>, worker: usize, options: InputOptions) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let reader = connect_feed(&path)?;
+        let schema = reader.schema();
+        let plan = Plan::Feed { path, first: Arc::new(Mutex::new(Some(reader))) };
+        Input::new(plan, schema, worker, options)
+    }
+
+    fn new(plan: Plan, schema: SchemaRef, worker: usize, options: InputOptions) -> Result<Self> {
         if options.batch_size == 0 {
             return Err(TrainError::InvalidArgument("batch_size must be at least 1".into()));
         }
-        spec.validate()?;
-        let dataset = DatasetReader::open(path_or_glob, ReadOptions::default())?;
-        let shard = plan_shard(dataset.files(), workers, worker);
-        Ok(Input { shard, schema: dataset.schema().clone(), spec: Arc::new(spec), options, worker })
+        Ok(Input { plan, schema, options, worker })
     }
 
     /// The schema of the data.
@@ -107,42 +179,186 @@ impl Input {
         &self.schema
     }
 
-    /// The files this worker reads.
-    pub fn shard(&self) -> &Shard {
-        &self.shard
+    /// The plan this worker reads by.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
     }
 
-    /// Starts one pass over the shard.
-    pub fn epoch(&self, epoch: u64) -> Epoch {
-        let (sender, receiver) = sync_channel(self.options.prefetch.max(1));
+    /// The options.
+    pub fn options(&self) -> &InputOptions {
+        &self.options
+    }
+
+    /// Starts one pass over this worker's share, encoding rows with `spec`.
+    pub fn epoch(&self, epoch: u64, spec: &Arc<FeatureSpec>) -> Result<Epoch> {
+        spec.validate()?;
+        let columns = spec.columns();
         let mut rng =
             SplitMix::new(self.options.seed ^ epoch.wrapping_mul(0x1000_0001) ^ (self.worker as u64) << 40);
-        let mut files = self.shard.files.clone();
-        if self.options.shuffle_buffer > 1 {
-            // Fisher-Yates; the interleaved shard keeps one order on every worker.
-            if self.shard.interleave.is_none() {
-                for i in (1..files.len()).rev() {
-                    files.swap(i, rng.below(i + 1));
+        let (batches, interleave): (Batches, _) = match &self.plan {
+            Plan::Files(shard) => {
+                let mut files = shard.files.clone();
+                // Fisher-Yates; the interleaved share keeps one order on every worker.
+                if self.options.shuffle_buffer > 1 && shard.interleave.is_none() {
+                    for i in (1..files.len()).rev() {
+                        files.swap(i, rng.below(i + 1));
+                    }
                 }
+                let schema = self.schema.clone();
+                let batches = files.into_iter().map(move |url| file_batches(&url, &schema, &columns));
+                (Box::new(FlattenFiles::new(batches)), shard.interleave)
             }
-        }
-        let job = Reading {
-            files,
-            interleave: self.shard.interleave,
-            schema: self.schema.clone(),
-            spec: self.spec.clone(),
-            options: self.options.clone(),
-            rng,
+            Plan::Queue(queue) => {
+                let (queue, schema) = (queue.clone(), self.schema.clone());
+                let batches = std::iter::from_fn(move || match queue.next(epoch) {
+                    Ok(Some(url)) => Some(file_batches(&url, &schema, &columns)),
+                    Ok(None) => None,
+                    Err(e) => Some(Err(e)),
+                });
+                (Box::new(FlattenFiles::new(batches)), None)
+            }
+            Plan::Feed { path, first } => {
+                let held = first.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let reader = match held {
+                    Some(r) => r,
+                    None => connect_feed(path)?,
+                };
+                let name = path.display().to_string();
+                let batches = reader.map(move |b| {
+                    b.map_err(|e| TrainError::Read { input: name.clone(), message: e.to_string() })
+                });
+                (Box::new(batches), None)
+            }
         };
-        let thread = thread::Builder::new()
-            .name("sparktrain-input".into())
-            .spawn(move || job.run(&sender))
-            .expect("spawning the input thread");
-        Epoch { receiver, thread: Some(thread) }
+        let job = Reading { batches, interleave, spec: spec.clone(), options: self.options.clone(), rng };
+        let (sender, receiver) = sync_channel(self.options.prefetch.max(1));
+        let thread =
+            thread::Builder::new()
+                .name("sparktrain-input".into())
+                .spawn(move || job.run(&sender))
+                .map_err(|e| TrainError::InvalidArgument(format!("cannot start the input thread: {e}")))?;
+        Ok(Epoch { receiver, thread: Some(thread) })
     }
 }
 
-/// One pass over a shard: batches in the order the pipeline made them.
+/// The files of `path_or_glob` and their schema: Parquet's own, or for TFRecord files one
+/// inferred from a sample spread over all of them.
+fn inspect(path_or_glob: &str) -> Result<(Vec<FileStatus>, SchemaRef)> {
+    let files = sparktrain_dataset::input_files(path_or_glob)?;
+    let formats: Vec<Format> = files.iter().map(|f| format_of(&f.url)).collect();
+    if formats.iter().any(|f| *f != formats[0]) {
+        return Err(TrainError::InvalidArgument(format!(
+            "{path_or_glob} mixes Parquet and TFRecord files; give one format"
+        )));
+    }
+    let schema = match formats[0] {
+        Format::TfRecord => DatasetReader::open(path_or_glob, ReadOptions::default())?.schema().clone(),
+        Format::Parquet => {
+            let first = files.iter().find(|f| f.size > 0).unwrap_or(&files[0]);
+            parquet_reader(&first.url, None)?.schema()
+        }
+    };
+    Ok((files, schema))
+}
+
+type Batches = Box<dyn Iterator<Item = Result<RecordBatch>> + Send>;
+
+/// The batches of one file, reading only `columns` (those present).
+fn file_batches(url: &str, schema: &SchemaRef, columns: &[String]) -> Result<Batches> {
+    match format_of(url) {
+        Format::TfRecord => {
+            let wanted: Vec<_> =
+                schema.fields().iter().filter(|f| columns.contains(f.name())).cloned().collect();
+            let options = ReadOptions {
+                schema: Some(Arc::new(Schema::new(wanted))),
+                batch_size: READ_BATCH,
+                ..ReadOptions::default()
+            };
+            let reader = DatasetReader::open(url, options)?;
+            Ok(Box::new(reader.map(|b| b.map_err(TrainError::from))))
+        }
+        Format::Parquet => {
+            let reader = parquet_reader(url, Some(columns))?;
+            let url = url.to_string();
+            Ok(Box::new(reader.map(move |b| {
+                b.map_err(|e| TrainError::Read { input: url.clone(), message: e.to_string() })
+            })))
+        }
+    }
+}
+
+/// A Parquet file read whole into memory (storage readers are sequential), keeping the
+/// top-level columns named in `columns` when given.
+fn parquet_reader(
+    url: &str,
+    columns: Option<&[String]>,
+) -> Result<parquet::arrow::arrow_reader::ParquetRecordBatchReader> {
+    let fail =
+        |e: &dyn std::fmt::Display| TrainError::Read { input: url.to_string(), message: e.to_string() };
+    let bytes = bytes::Bytes::from(sparktrain_storage::read(url).map_err(sparktrain_dataset::Error::from)?);
+    let mut builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| fail(&e))?;
+    if let Some(columns) = columns {
+        let roots: Vec<usize> = builder
+            .schema()
+            .fields()
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| columns.contains(f.name()))
+            .map(|(i, _)| i)
+            .collect();
+        let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+        builder = builder.with_projection(mask);
+    }
+    builder.with_batch_size(READ_BATCH).build().map_err(|e| fail(&e))
+}
+
+fn connect_feed(path: &Path) -> Result<StreamReader<UnixStream>> {
+    let fail = |e: &dyn std::fmt::Display| TrainError::Read {
+        input: path.display().to_string(),
+        message: format!("the input feed: {e}"),
+    };
+    let stream = UnixStream::connect(path).map_err(|e| fail(&e))?;
+    stream.set_read_timeout(Some(FEED_READ_TIMEOUT)).map_err(|e| fail(&e))?;
+    let reader = StreamReader::try_new(stream, None).map_err(|e| fail(&e))?;
+    Ok(reader)
+}
+
+/// The batches of several files, one file after the other; a file that fails to open ends
+/// the stream with its error.
+struct FlattenFiles<I> {
+    files: I,
+    current: Option<Batches>,
+    failed: bool,
+}
+
+impl<I> FlattenFiles<I> {
+    fn new(files: I) -> Self {
+        FlattenFiles { files, current: None, failed: false }
+    }
+}
+
+impl<I: Iterator<Item = Result<Batches>>> Iterator for FlattenFiles<I> {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.failed {
+            if let Some(batch) = self.current.as_mut().and_then(Iterator::next) {
+                self.failed = batch.is_err();
+                return Some(batch);
+            }
+            match self.files.next()? {
+                Ok(batches) => self.current = Some(batches),
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        None
+    }
+}
+
+/// One pass over a worker's share: batches in the order the pipeline made them.
 pub struct Epoch {
     receiver: Receiver<Result<Encoded>>,
     thread: Option<JoinHandle<()>>,
@@ -163,44 +379,34 @@ impl Iterator for Epoch {
 }
 
 struct Reading {
-    files: Vec<String>,
+    batches: Batches,
     interleave: Option<(usize, usize)>,
-    schema: SchemaRef,
     spec: Arc<FeatureSpec>,
     options: InputOptions,
     rng: SplitMix,
 }
 
 impl Reading {
-    /// Reads every file, sending batches until done or the receiver is gone.
+    /// Reads every batch, sending training batches until done or the receiver is gone.
     fn run(mut self, out: &SyncSender<Result<Encoded>>) {
         let mut pool = Rows::new(self.spec.dense_width(), self.spec.id_width());
         let mut record = 0usize;
         let capacity = self.options.shuffle_buffer.max(self.options.batch_size);
-        for url in std::mem::take(&mut self.files) {
-            let read =
-                ReadOptions { schema: Some(self.schema.clone()), batch_size: 4096, ..ReadOptions::default() };
-            let reader = match DatasetReader::open(&url, read) {
-                Ok(r) => r,
-                Err(e) => return drop(out.send(Err(e.into()))),
+        while let Some(batch) = self.batches.next() {
+            let encoded = match batch.and_then(|b| self.spec.encode(&b)) {
+                Ok(e) => e,
+                Err(e) => return drop(out.send(Err(e))),
             };
-            for batch in reader {
-                let encoded = batch.map_err(TrainError::from).and_then(|b| self.spec.encode(&b));
-                let encoded = match encoded {
-                    Ok(e) => e,
-                    Err(e) => return drop(out.send(Err(e))),
-                };
-                for row in 0..encoded.rows {
-                    record += 1;
-                    if let Some((n, w)) = self.interleave
-                        && (record - 1) % n != w
-                    {
-                        continue;
-                    }
-                    pool.push(&encoded, row);
-                    if pool.len() >= capacity && !self.emit(&mut pool, out) {
-                        return;
-                    }
+            for row in 0..encoded.rows {
+                record += 1;
+                if let Some((n, w)) = self.interleave
+                    && (record - 1) % n != w
+                {
+                    continue;
+                }
+                pool.push(&encoded, row);
+                if pool.len() >= capacity && !self.emit(&mut pool, out) {
+                    return;
                 }
             }
         }

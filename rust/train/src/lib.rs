@@ -1,18 +1,22 @@
 //! Synchronous data-parallel training on candle, as pure Rust.
 //!
-//! - [`batch`]: a batch as tensors;
+//! - [`batch`]: a batch as tensors, and the embedding rows it touches;
 //! - [`checkpoint`]: the chief's sharded, atomic checkpoints on any storage URL;
 //! - [`export`]: the self-contained model folder, and scoring Arrow batches with it;
 //! - [`features`]: the feature spec and the encoding of Arrow batches for a model;
-//! - [`input`]: a worker's shard of a dataset, shuffled and batched on a background thread;
-//! - [`params`]: a model's variables in name order, flattened for the all-reduce;
+//! - [`groups`]: which optimizer trains which parameters (FTRL for the wide part);
+//! - [`input`]: a worker's share of the data (static files, a driver's work queue or the
+//!   Spark feed), shuffled and batched on a background thread;
+//! - [`params`]: a model's variables and embedding tables in name order, flattened;
 //! - [`metrics`]: loss, accuracy and AUC summed over every worker's share;
 //! - [`model`]: logistic regression and the MLP;
 //! - [`embedding`]: Wide&Deep and DeepFM over embeddings of categorical features;
 //! - [`loss`]: binary and softmax cross-entropy that stay finite for any logit;
 //! - [`optim`]: SGD, Adam/AdamW, Adagrad and FTRL over flat buffers, with savable state;
 //! - [`tensorboard`]: scalar event files TensorBoard reads, rolled on HDFS;
-//! - [`step`]: [`DataParallel`], the all-reduced step every worker takes together.
+//! - [`step`]: [`DataParallel`], the all-reduced step every worker takes together;
+//! - [`trainer`]: [`Trainer`], the training loop with the chief's checkpoints, event files,
+//!   evaluation and export.
 
 pub mod batch;
 pub mod checkpoint;
@@ -20,6 +24,7 @@ pub mod embedding;
 pub mod error;
 pub mod export;
 pub mod features;
+pub mod groups;
 pub mod input;
 pub mod loss;
 pub mod metrics;
@@ -29,18 +34,21 @@ pub mod params;
 mod rng;
 pub mod step;
 pub mod tensorboard;
+pub mod trainer;
 
-pub use batch::Batch;
+pub use batch::{Batch, Lookup};
 pub use checkpoint::{CheckpointOptions, Progress, Restored};
 pub use embedding::{DeepFm, EmbeddingConfig, WideDeep};
 pub use error::{Result, TrainError};
 pub use export::{Exported, ModelKind};
 pub use features::{Categorical, Crossed, Encoded, FeatureSpec};
-pub use input::{Input, InputOptions, Shard, plan_shard};
+pub use groups::{GroupState, OptimizerConfig, Optimizers};
+pub use input::{Input, InputOptions, Plan, Shard, WorkQueue, plan_shard};
 pub use loss::Loss;
 pub use metrics::{Evaluation, Metrics};
 pub use model::{LogisticRegression, Mlp, Model};
-pub use optim::{Optimizer, OptimizerState, Rule};
-pub use params::Parameters;
-pub use step::{DataParallel, StepStats};
+pub use optim::{Optimizer, OptimizerState, Rule, Segment};
+pub use params::{Entry, Parameters};
+pub use step::{DataParallel, SharedRing, StepStats, shared};
 pub use tensorboard::EventWriter;
+pub use trainer::{EvalLine, FitOptions, FitSummary, LogLine, Trainer, TrainerConfig};

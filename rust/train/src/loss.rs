@@ -5,11 +5,13 @@
 //! exponential overflows (candle's own binary cross-entropy returns inf at |logit| = 40).
 
 use candle_core::{D, DType, Tensor};
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
 
 /// Which loss a model trains with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Loss {
     /// Binary cross-entropy on one logit per example; labels are 0/1 floats.
     BinaryCrossEntropy,

@@ -15,7 +15,7 @@ use crate::loss::Loss;
 pub const AUC_BUCKETS: usize = 10_000;
 
 /// The figures of an evaluation.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Metrics {
     /// Examples evaluated, over all workers.
     pub examples: u64,

@@ -9,6 +9,8 @@
 
 use std::thread;
 
+use serde::{Deserialize, Serialize};
+
 use crate::error::{Result, TrainError};
 
 /// Buffers shorter than this per thread are updated on one thread: a thread costs more.
@@ -23,8 +25,20 @@ pub struct OptimizerState {
     pub buffers: Vec<(String, Vec<f32>)>,
 }
 
+/// A part of the parameters that one update touches, with where its gradients are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    /// The first parameter (and state value).
+    pub param: usize,
+    /// The first gradient.
+    pub grad: usize,
+    /// How many values.
+    pub len: usize,
+}
+
 /// The update rule and its hyperparameters.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "name", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Rule {
     /// Stochastic gradient descent; `momentum` 0 disables the velocity buffer.
     Sgd {
@@ -100,6 +114,18 @@ impl Rule {
         Rule::Ftrl { lr, l1, l2, initial_accumulator: 0.1 }
     }
 
+    /// Whether updating only the rows a batch touched equals a dense update with zero
+    /// gradients elsewhere: true for SGD without momentum or weight decay, Adagrad and FTRL.
+    /// Momentum and Adam would also move untouched rows (their moments decay), so their
+    /// sparse updates are the "lazy" variant (as PyTorch's SparseAdam).
+    pub fn sparse_exact(&self) -> bool {
+        match *self {
+            Rule::Sgd { momentum, weight_decay, .. } => momentum == 0.0 && weight_decay == 0.0,
+            Rule::Adam { .. } => false,
+            Rule::Adagrad { .. } | Rule::Ftrl { .. } => true,
+        }
+    }
+
     fn buffer_names(&self) -> &'static [&'static str] {
         match self {
             Rule::Sgd { momentum, .. } if *momentum == 0.0 => &[],
@@ -165,28 +191,56 @@ impl Optimizer {
 
     /// Applies one update to `params` with `grads`.
     pub fn step(&mut self, params: &mut [f32], grads: &[f32]) -> Result<()> {
-        if params.len() != self.len || grads.len() != self.len {
+        if grads.len() != self.len {
             return Err(TrainError::InvalidArgument(format!(
-                "the optimizer holds state for {} parameters, got {} parameters and {} gradients",
+                "the optimizer holds state for {} parameters, got {} gradients",
                 self.len,
-                params.len(),
                 grads.len()
             )));
         }
+        self.advance();
+        self.update(params, grads, &[Segment { param: 0, grad: 0, len: self.len }])
+    }
+
+    /// Starts the next step: the updates that follow use its step count (Adam's bias
+    /// correction).
+    pub fn advance(&mut self) {
         self.step += 1;
-        let t = self.step as i32;
-        let parts = self.threads.min(self.len / VALUES_PER_THREAD).max(1);
+    }
+
+    /// Updates the parts of `params` that `segments` name, each with its slice of `grads`, as
+    /// the current step (see [`Optimizer::advance`]); the rest of `params` and of the
+    /// optimizer's state stays as it is. Call it once per part within a step. That is
+    /// how a table's touched rows are updated alone: exactly what a dense update with zero
+    /// gradients elsewhere would do for SGD without momentum, Adagrad and FTRL, and the
+    /// "lazy" form for momentum and Adam (see [`Rule::sparse_exact`]).
+    pub fn update(&mut self, params: &mut [f32], grads: &[f32], segments: &[Segment]) -> Result<()> {
+        if params.len() != self.len {
+            return Err(TrainError::InvalidArgument(format!(
+                "the optimizer holds state for {} parameters, got {}",
+                self.len,
+                params.len()
+            )));
+        }
+        if let Some(s) = segments.iter().find(|s| s.param + s.len > self.len || s.grad + s.len > grads.len())
+        {
+            return Err(TrainError::InvalidArgument(format!(
+                "segment {s:?} is outside {} parameters or {} gradients",
+                self.len,
+                grads.len()
+            )));
+        }
+        let t = self.step.max(1) as i32;
         match self.rule {
             Rule::Sgd { lr, momentum, nesterov, weight_decay } => {
                 if momentum == 0.0 {
-                    fused(parts, params, grads, [], |p, g, []| {
+                    self.apply(params, grads, segments, |p, g, []| {
                         for (p, &g) in p.iter_mut().zip(g) {
                             *p -= lr * (g + weight_decay * *p);
                         }
                     })
                 } else {
-                    let [velocity] = self.buffers_mut::<1>();
-                    fused(parts, params, grads, [velocity], |p, g, [v]| {
+                    self.apply(params, grads, segments, |p, g, [v]| {
                         for ((p, &g), v) in p.iter_mut().zip(g).zip(v.iter_mut()) {
                             let g = g + weight_decay * *p;
                             *v = momentum * *v + g;
@@ -197,8 +251,7 @@ impl Optimizer {
             }
             Rule::Adam { lr, beta1, beta2, eps, weight_decay, decoupled } => {
                 let (c1, c2) = (1.0 - beta1.powi(t), 1.0 - beta2.powi(t));
-                let [m, v] = self.buffers_mut::<2>();
-                fused(parts, params, grads, [m, v], |p, g, [m, v]| {
+                self.apply(params, grads, segments, |p, g, [m, v]| {
                     for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
                         let g = if decoupled { g } else { g + weight_decay * *p };
                         *m = beta1 * *m + (1.0 - beta1) * g;
@@ -210,30 +263,43 @@ impl Optimizer {
                     }
                 })
             }
-            Rule::Adagrad { lr, eps, .. } => {
-                let [acc] = self.buffers_mut::<1>();
-                fused(parts, params, grads, [acc], |p, g, [acc]| {
-                    for ((p, &g), a) in p.iter_mut().zip(g).zip(acc.iter_mut()) {
-                        *a += g * g;
-                        *p -= lr * g / (a.sqrt() + eps);
-                    }
-                })
-            }
-            Rule::Ftrl { lr, l1, l2, .. } => {
-                let [acc, linear] = self.buffers_mut::<2>();
-                fused(parts, params, grads, [acc, linear], |p, g, [acc, linear]| {
-                    for (((p, &g), a), z) in p.iter_mut().zip(g).zip(acc.iter_mut()).zip(linear.iter_mut()) {
-                        let fresh = *a + g * g;
-                        let sigma = (fresh.sqrt() - a.sqrt()) / lr;
-                        *z += g - sigma * *p;
-                        *a = fresh;
-                        let quadratic = fresh.sqrt() / lr + 2.0 * l2;
-                        *p = if z.abs() > l1 { (l1 * z.signum() - *z) / quadratic } else { 0.0 };
-                    }
-                })
-            }
+            Rule::Adagrad { lr, eps, .. } => self.apply(params, grads, segments, |p, g, [acc]| {
+                for ((p, &g), a) in p.iter_mut().zip(g).zip(acc.iter_mut()) {
+                    *a += g * g;
+                    *p -= lr * g / (a.sqrt() + eps);
+                }
+            }),
+            Rule::Ftrl { lr, l1, l2, .. } => self.apply(params, grads, segments, |p, g, [acc, linear]| {
+                for (((p, &g), a), z) in p.iter_mut().zip(g).zip(acc.iter_mut()).zip(linear.iter_mut()) {
+                    let fresh = *a + g * g;
+                    let sigma = (fresh.sqrt() - a.sqrt()) / lr;
+                    *z += g - sigma * *p;
+                    *a = fresh;
+                    let quadratic = fresh.sqrt() / lr + 2.0 * l2;
+                    *p = if z.abs() > l1 { (l1 * z.signum() - *z) / quadratic } else { 0.0 };
+                }
+            }),
         }
         Ok(())
+    }
+
+    /// Runs `update` over every segment, a large one split across threads.
+    fn apply<const K: usize>(
+        &mut self,
+        params: &mut [f32],
+        grads: &[f32],
+        segments: &[Segment],
+        update: impl Fn(&mut [f32], &[f32], [&mut [f32]; K]) + Sync,
+    ) {
+        let threads = self.threads;
+        let mut buffers = self.buffers_mut::<K>();
+        for s in segments {
+            let p = &mut params[s.param..s.param + s.len];
+            let g = &grads[s.grad..s.grad + s.len];
+            let states = buffers.each_mut().map(|b| &mut b[s.param..s.param + s.len]);
+            let parts = threads.min(s.len / VALUES_PER_THREAD).max(1);
+            fused(parts, p, g, states, &update);
+        }
     }
 
     fn buffers_mut<const K: usize>(&mut self) -> [&mut [f32]; K] {

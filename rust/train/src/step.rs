@@ -1,23 +1,49 @@
 //! The synchronous data-parallel step, MultiWorkerMirroredStrategy-style: every worker
-//! computes gradients on its own batch, the ring all-reduce averages them weighted by each
-//! worker's example count, and every worker applies the same update to the same weights.
+//! computes gradients on its own batch, the workers average them weighted by each worker's
+//! example count, and every worker applies the same update to the same weights.
 //!
 //! - The chief's initial weights are broadcast first, so every worker starts identical.
-//! - Gradients are flattened in variable-name order with two extra slots (the example count
-//!   and the summed loss) and reduced as one buffer: one round of the ring per step.
+//! - The variables' gradients travel in variable-name order with three extra slots (the
+//!   example count, the summed loss and the number of distinct embedding ids) as one
+//!   all-reduced buffer.
+//! - Embedding tables' gradients have one row per distinct id of the batch. When that is
+//!   smaller than the tables, workers all-gather their (id, row) lists and add them up in rank
+//!   order; otherwise the rows are scattered into dense tables and all-reduced. By default
+//!   only the rows a step touched are updated (exact for SGD, Adagrad and FTRL; the "lazy"
+//!   form of momentum and Adam); with `sparse_tables` off, every row is, as a dense model
+//!   would.
 //! - A worker with no batch left contributes zeros and a count of zero; the step returns None
 //!   on every worker at once when the total count is zero, so uneven shards never hang.
-//! - All-reduced values are bit-identical on every worker, so weights never drift apart.
+//! - Every worker computes bit-identical updates, so weights never drift apart.
 
+use std::borrow::Borrow;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use candle_core::Tensor;
+use candle_core::backprop::GradStore;
 use sparktrain_collective::{Communicator, ReduceOp};
 
-use crate::batch::Batch;
-use crate::checkpoint::{self, CheckpointOptions, Progress};
+use crate::batch::{Batch, Lookup};
+use crate::checkpoint::{self, CheckpointOptions, Progress, Restored};
 use crate::error::{Result, TrainError};
+use crate::groups::{OptimizerConfig, Optimizers};
 use crate::loss::Loss;
 use crate::metrics::{Evaluation, Metrics};
 use crate::model::Model;
-use crate::optim::Optimizer;
+use crate::optim::Segment;
+use crate::params::Entry;
+
+/// A worker's end of the ring, shared with other users of it (the Python API's collectives).
+pub type SharedRing = Arc<Mutex<Communicator>>;
+
+/// Wraps a ring for sharing.
+pub fn shared(ring: Communicator) -> SharedRing {
+    Arc::new(Mutex::new(ring))
+}
+
+pub(crate) fn lock(ring: &SharedRing) -> MutexGuard<'_, Communicator> {
+    ring.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// What one step did, over all workers.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -30,27 +56,59 @@ pub struct StepStats {
     pub examples: u64,
 }
 
-/// A model, its optimizer and (with more than one worker) the ring to the others.
+/// Gradient rows of the embedding tables for a set of ids.
+#[derive(Default)]
+struct TableGrads {
+    /// Ids, ascending.
+    ids: Vec<u32>,
+    /// Per table (in entry order), `ids.len() × width` values.
+    rows: Vec<Vec<f32>>,
+}
+
+/// A model, its optimizers and (with more than one worker) the ring to the others.
 pub struct DataParallel<M: Model> {
     model: M,
     loss: Loss,
-    optimizer: Optimizer,
-    ring: Option<Communicator>,
+    optimizers: Optimizers,
+    ring: Option<SharedRing>,
+    entries: Vec<Entry>,
+    sparse_tables: bool,
     weights: Vec<f32>,
+    /// The variables' gradients (compact, in name order) and the three slots.
     reduced: Vec<f32>,
+    /// Dense table gradients, laid out like the tables' part of the weights.
+    table_dense: Vec<f32>,
 }
 
 impl<M: Model> DataParallel<M> {
     /// Joins the model to the ring (None: training alone) and makes every worker's weights
     /// the chief's (rank 0).
-    pub fn new(model: M, loss: Loss, optimizer: Optimizer, mut ring: Option<Communicator>) -> Result<Self> {
+    pub fn new(
+        mut model: M,
+        loss: Loss,
+        optimizer: &OptimizerConfig,
+        ring: Option<SharedRing>,
+    ) -> Result<Self> {
         let mut weights = model.parameters().flat()?;
-        if let Some(ring) = ring.as_mut() {
-            ring.broadcast(bytemuck::cast_slice_mut(&mut weights), 0)?;
+        model.parameters_mut().release_tables();
+        if let Some(ring) = &ring {
+            lock(ring).broadcast(bytemuck::cast_slice_mut(&mut weights), 0)?;
             model.parameters().set_flat(&weights)?;
         }
-        let n = weights.len();
-        Ok(DataParallel { model, loss, optimizer, ring, weights, reduced: vec![0.0; n + 2] })
+        let entries = model.parameters().entries();
+        let optimizers = Optimizers::new(optimizer, &entries)?;
+        let vars: usize = entries.iter().filter(|e| !e.table).map(Entry::len).sum();
+        Ok(DataParallel {
+            model,
+            loss,
+            optimizers,
+            ring,
+            entries,
+            sparse_tables: optimizer.sparse_tables,
+            weights,
+            reduced: vec![0.0; vars + 3],
+            table_dense: Vec::new(),
+        })
     }
 
     /// The model.
@@ -58,26 +116,56 @@ impl<M: Model> DataParallel<M> {
         &self.model
     }
 
-    /// The optimizer (its state goes into checkpoints).
-    pub fn optimizer(&self) -> &Optimizer {
-        &self.optimizer
+    /// The optimizers (their state goes into checkpoints).
+    pub fn optimizers(&self) -> &Optimizers {
+        &self.optimizers
     }
 
-    /// The weights, flat in variable-name order.
+    /// The weights, flat in parameter-name order.
     pub fn weights(&self) -> &[f32] {
         &self.weights
     }
 
+    /// The parameters' places in the weights.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The loss the model trains with.
+    pub fn loss(&self) -> Loss {
+        self.loss
+    }
+
+    /// The ring to the other workers, if any.
+    pub fn ring(&self) -> Option<&SharedRing> {
+        self.ring.as_ref()
+    }
+
+    /// The logits of `batch` with the current weights.
+    pub fn logits(&self, batch: &Batch) -> Result<Tensor> {
+        let lookup = Lookup::gather(batch, &self.entries, &self.weights)?;
+        self.model.forward(batch, lookup.as_ref())
+    }
+
     /// Evaluates the model on this worker's `batches`, together with every other worker
     /// (call on all of them, with their own shares); the figures cover all the data.
-    pub fn evaluate<'a>(&mut self, batches: impl IntoIterator<Item = &'a Batch>) -> Result<Metrics> {
+    pub fn evaluate<B, I>(&mut self, batches: I) -> Result<Metrics>
+    where
+        B: Borrow<Batch>,
+        I: IntoIterator<Item = Result<B>>,
+    {
         let mut evaluation = Evaluation::new(self.loss);
         for batch in batches {
+            let batch = batch?;
+            let batch = batch.borrow();
             if batch.rows()? > 0 {
-                evaluation.add(&self.model.forward(batch)?, &batch.labels)?;
+                evaluation.add(&self.logits(batch)?, &batch.labels)?;
             }
         }
-        evaluation.finish(self.ring.as_mut())
+        match &self.ring {
+            Some(ring) => evaluation.finish(Some(&mut lock(ring))),
+            None => evaluation.finish(None),
+        }
     }
 
     /// Writes a checkpoint under `model_dir` (the chief's job); returns its folder.
@@ -88,59 +176,287 @@ impl<M: Model> DataParallel<M> {
         options: &CheckpointOptions,
     ) -> Result<String> {
         let layout = self.model.parameters().layout();
-        checkpoint::save(model_dir, &layout, &self.weights, &self.optimizer.state(), progress, options)
+        checkpoint::save(model_dir, &layout, &self.weights, &self.optimizers.state(), progress, options)
+    }
+
+    /// Loads a restored checkpoint into the weights and the optimizers.
+    pub fn load(&mut self, restored: Restored) -> Result<Progress> {
+        if restored.weights.len() != self.weights.len() {
+            return Err(TrainError::StateMismatch(format!(
+                "{} weights restored for {} parameters",
+                restored.weights.len(),
+                self.weights.len()
+            )));
+        }
+        self.optimizers.load_state(restored.optimizer)?;
+        self.model.parameters().set_flat(&restored.weights)?;
+        self.weights = restored.weights;
+        Ok(restored.progress)
     }
 
     /// Loads the latest checkpoint under `model_dir`, if any, into the weights and the
-    /// optimizer; returns how far that training had come. Every worker reads the same files.
+    /// optimizers; returns how far that training had come. Every worker reads the same files.
     pub fn restore(&mut self, model_dir: &str) -> Result<Option<Progress>> {
-        let Some(restored) = checkpoint::restore(model_dir, &self.model.parameters().layout())? else {
-            return Ok(None);
-        };
-        self.optimizer.load_state(restored.optimizer)?;
-        self.model.parameters().set_flat(&restored.weights)?;
-        self.weights = restored.weights;
-        Ok(Some(restored.progress))
+        match checkpoint::restore(model_dir, &self.model.parameters().layout())? {
+            Some(restored) => self.load(restored).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// One synchronous step with this worker's `batch` (None once its data has run out).
     /// Returns None, on every worker together, when no worker had a batch.
     pub fn step(&mut self, batch: Option<&Batch>) -> Result<Option<StepStats>> {
-        let n = self.weights.len();
+        let vars = self.reduced.len() - 3;
         let rows = match batch {
             Some(b) => b.rows()?,
             None => 0,
         };
-        if rows > 0 {
-            let batch = batch.expect("rows > 0");
-            let logits = self.model.forward(batch)?;
+        let mut local = TableGrads::default();
+        if let (Some(batch), true) = (batch, rows > 0) {
+            let lookup = Lookup::gather(batch, &self.entries, &self.weights)?;
+            let logits = self.model.forward(batch, lookup.as_ref())?;
             let loss = self.loss.compute(&logits, &batch.labels)?;
             let grads = loss.backward()?;
             // Weighted by the example count, so that the sum over workers divided by the
             // total count is the mean gradient over every example of the step.
-            self.model.parameters().flat_grads(&grads, rows as f32, &mut self.reduced[..n])?;
-            self.reduced[n] = rows as f32;
-            self.reduced[n + 1] = loss.to_scalar::<f32>()? * rows as f32;
+            self.model.parameters().var_grads(&grads, rows as f32, &mut self.reduced[..vars])?;
+            if let Some(lookup) = lookup {
+                local = self.table_grads(&grads, lookup, rows as f32)?;
+            }
+            self.reduced[vars] = rows as f32;
+            self.reduced[vars + 1] = loss.to_scalar::<f32>()? * rows as f32;
+            self.reduced[vars + 2] = local.ids.len() as f32;
         } else {
             self.reduced.fill(0.0);
         }
-        if let Some(ring) = self.ring.as_mut() {
-            ring.all_reduce(&mut self.reduced, ReduceOp::Sum)?;
+        if let Some(ring) = &self.ring {
+            lock(ring).all_reduce(&mut self.reduced, ReduceOp::Sum)?;
         }
-        let total = self.reduced[n];
+        let total = self.reduced[vars];
         if total == 0.0 {
             return Ok(None);
         }
         if !total.is_finite() || total.fract() != 0.0 {
             return Err(TrainError::InvalidArgument(format!("the workers' example count summed to {total}")));
         }
-        self.reduced[..n].iter_mut().for_each(|g| *g /= total);
-        self.optimizer.step(&mut self.weights, &self.reduced[..n])?;
+        let distinct_ids = self.reduced[vars + 2];
+        let tables = self.exchange_tables(local, distinct_ids)?;
+        self.reduced[..vars].iter_mut().for_each(|g| *g /= total);
+        self.apply(tables, total)?;
         self.model.parameters().set_flat(&self.weights)?;
         Ok(Some(StepStats {
-            step: self.optimizer.steps(),
-            loss: self.reduced[n + 1] / total,
+            step: self.optimizers.steps(),
+            loss: self.reduced[vars + 1] / total,
             examples: total as u64,
         }))
     }
+
+    /// The tables' gradient rows for the lookup's ids, times `scale`.
+    fn table_grads(&self, grads: &GradStore, lookup: Lookup, scale: f32) -> Result<TableGrads> {
+        let mut rows = Vec::new();
+        for entry in self.entries.iter().filter(|e| e.table) {
+            let var = &lookup.rows[&entry.name];
+            let values = match grads.get(var.as_tensor()) {
+                Some(g) => g.flatten_all()?.to_vec1::<f32>()?.into_iter().map(|v| v * scale).collect(),
+                None => vec![0.0; lookup.unique.len() * entry.row_width()],
+            };
+            rows.push(values);
+        }
+        Ok(TableGrads { ids: lookup.unique, rows })
+    }
+
+    fn table_widths(&self) -> Vec<usize> {
+        self.entries.iter().filter(|e| e.table).map(Entry::row_width).collect()
+    }
+
+    /// Every worker's table gradients added up: None when the whole tables are to be
+    /// updated from `table_dense` instead.
+    fn exchange_tables(&mut self, local: TableGrads, distinct_ids: f32) -> Result<Option<TableGrads>> {
+        let widths = self.table_widths();
+        if widths.is_empty() {
+            return Ok(Some(TableGrads::default()));
+        }
+        let table_values: usize = self.entries.iter().filter(|e| e.table).map(Entry::len).sum();
+        let row_values: usize = widths.iter().sum::<usize>() + 1;
+        // An all-gather moves each list once; an all-reduce moves about twice the tables.
+        let sparse_cheaper = (distinct_ids as usize).saturating_mul(row_values) <= 2 * table_values;
+        match (&self.ring, self.sparse_tables) {
+            (None, true) => Ok(Some(local)),
+            (Some(ring), true) if sparse_cheaper => {
+                let mine = encode_rows(&local);
+                let all = lock(ring).all_gather(&mine)?;
+                merge_rows(&all, &widths).map(Some)
+            }
+            _ => {
+                self.scatter_dense(&local);
+                if let Some(ring) = &self.ring {
+                    lock(ring).all_reduce(&mut self.table_dense, ReduceOp::Sum)?;
+                }
+                if !self.sparse_tables {
+                    return Ok(None);
+                }
+                Ok(Some(self.gather_nonzero(&widths)))
+            }
+        }
+    }
+
+    /// Writes `local`'s rows into zeroed dense tables.
+    fn scatter_dense(&mut self, local: &TableGrads) {
+        let table_values: usize = self.entries.iter().filter(|e| e.table).map(Entry::len).sum();
+        self.table_dense.clear();
+        self.table_dense.resize(table_values, 0.0);
+        let mut base = 0;
+        for (entry, rows) in self.entries.iter().filter(|e| e.table).zip(&local.rows) {
+            let w = entry.row_width();
+            for (i, &id) in local.ids.iter().enumerate() {
+                let at = base + id as usize * w;
+                self.table_dense[at..at + w].copy_from_slice(&rows[i * w..(i + 1) * w]);
+            }
+            base += entry.len();
+        }
+    }
+
+    /// The rows of the dense tables that hold a non-zero value in any table.
+    fn gather_nonzero(&self, widths: &[usize]) -> TableGrads {
+        let tables: Vec<&Entry> = self.entries.iter().filter(|e| e.table).collect();
+        let bases: Vec<usize> = tables
+            .iter()
+            .scan(0, |base, e| {
+                let here = *base;
+                *base += e.len();
+                Some(here)
+            })
+            .collect();
+        let ids_in_space = tables.first().map_or(0, |e| e.shape[0]);
+        let mut out = TableGrads { ids: Vec::new(), rows: vec![Vec::new(); tables.len()] };
+        for id in 0..ids_in_space {
+            let row =
+                |t: usize| &self.table_dense[bases[t] + id * widths[t]..bases[t] + (id + 1) * widths[t]];
+            if (0..tables.len()).any(|t| row(t).iter().any(|v| *v != 0.0)) {
+                out.ids.push(id as u32);
+                for t in 0..tables.len() {
+                    out.rows[t].extend_from_slice(row(t));
+                }
+            }
+        }
+        out
+    }
+
+    /// Updates every group: its variables from the reduced buffer, its tables from `tables`
+    /// (rows, each divided by `total`) or, when None, from the dense tables.
+    fn apply(&mut self, tables: Option<TableGrads>, total: f32) -> Result<()> {
+        let vars = self.reduced.len() - 3;
+        let mut tables = tables;
+        if let Some(t) = tables.as_mut() {
+            t.rows.iter_mut().flatten().for_each(|g| *g /= total);
+        } else {
+            self.table_dense.iter_mut().for_each(|g| *g /= total);
+        }
+        // Compact offsets: of each variable in the reduced buffer, of each table in the
+        // table buffers.
+        let mut var_offsets = Vec::with_capacity(self.entries.len());
+        let (mut var_at, mut table_index, mut dense_at) = (0, 0, 0);
+        for e in &self.entries {
+            if e.table {
+                var_offsets.push((table_index, dense_at));
+                table_index += 1;
+                dense_at += e.len();
+            } else {
+                var_offsets.push((var_at, 0));
+                var_at += e.len();
+            }
+        }
+        debug_assert_eq!(var_at, vars);
+        for group in self.optimizers.groups_mut() {
+            let start = group.values.start;
+            let params = &mut self.weights[group.values.clone()];
+            group.optimizer.advance();
+            let mut var_segments = Vec::new();
+            for i in group.entries.clone() {
+                let e = &self.entries[i];
+                if e.table {
+                    let (t, dense) = var_offsets[i];
+                    match &tables {
+                        Some(rows) => {
+                            let w = e.row_width();
+                            let segments: Vec<Segment> = rows
+                                .ids
+                                .iter()
+                                .enumerate()
+                                .filter(|(k, _)| rows.rows[t][k * w..(k + 1) * w].iter().any(|v| *v != 0.0))
+                                .map(|(k, &id)| Segment {
+                                    param: e.offset - start + id as usize * w,
+                                    grad: k * w,
+                                    len: w,
+                                })
+                                .collect();
+                            group.optimizer.update(params, &rows.rows[t], &segments)?;
+                        }
+                        None => {
+                            let segment = Segment { param: e.offset - start, grad: dense, len: e.len() };
+                            group.optimizer.update(params, &self.table_dense, &[segment])?;
+                        }
+                    }
+                } else {
+                    var_segments.push(Segment {
+                        param: e.offset - start,
+                        grad: var_offsets[i].0,
+                        len: e.len(),
+                    });
+                }
+            }
+            group.optimizer.update(params, &self.reduced[..vars], &var_segments)?;
+        }
+        Ok(())
+    }
+}
+
+/// `[count][ids][rows of table 0][rows of table 1]...` as little-endian bytes.
+fn encode_rows(grads: &TableGrads) -> Vec<u8> {
+    let values: usize = grads.rows.iter().map(Vec::len).sum();
+    let mut out = Vec::with_capacity(4 + 4 * (grads.ids.len() + values));
+    out.extend_from_slice(&(grads.ids.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytemuck::cast_slice(&grads.ids));
+    for rows in &grads.rows {
+        out.extend_from_slice(bytemuck::cast_slice(rows));
+    }
+    out
+}
+
+/// Adds up every worker's rows, in rank order so that every worker gets the same sums.
+fn merge_rows(all: &[Vec<u8>], widths: &[usize]) -> Result<TableGrads> {
+    let bad = |rank: usize| {
+        TrainError::InvalidArgument(format!("worker {rank} sent malformed embedding gradients"))
+    };
+    let mut parsed = Vec::with_capacity(all.len());
+    for (rank, bytes) in all.iter().enumerate() {
+        let words: Vec<u32> =
+            bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let count = *words.first().ok_or_else(|| bad(rank))? as usize;
+        let need = 1 + count * (1 + widths.iter().sum::<usize>());
+        if words.len() != need || bytes.len() != need * 4 {
+            return Err(bad(rank));
+        }
+        parsed.push((count, words));
+    }
+    let mut ids: Vec<u32> = parsed.iter().flat_map(|(n, w)| w[1..1 + n].iter().copied()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut rows: Vec<Vec<f32>> = widths.iter().map(|w| vec![0.0; ids.len() * w]).collect();
+    for (count, words) in &parsed {
+        let their_ids = &words[1..1 + count];
+        let positions: Vec<usize> =
+            their_ids.iter().map(|id| ids.binary_search(id).expect("merged ids hold every id")).collect();
+        let mut at = 1 + count;
+        for (t, &w) in widths.iter().enumerate() {
+            for (k, &pos) in positions.iter().enumerate() {
+                let values = &words[at + k * w..at + (k + 1) * w];
+                for (sum, bits) in rows[t][pos * w..(pos + 1) * w].iter_mut().zip(values) {
+                    *sum += f32::from_bits(*bits);
+                }
+            }
+            at += count * w;
+        }
+    }
+    Ok(TableGrads { ids, rows })
 }

@@ -7,7 +7,7 @@
 mod common;
 
 use candle_core::{Device, Tensor};
-use sparktrain_train::{Batch, CheckpointOptions, DataParallel, Loss, Mlp, Model, Optimizer, Progress, Rule};
+use sparktrain_train::{Batch, CheckpointOptions, DataParallel, Loss, Mlp, OptimizerConfig, Progress, Rule};
 
 fn batch(step: usize) -> Batch {
     let rows = 16;
@@ -17,14 +17,15 @@ fn batch(step: usize) -> Batch {
     Batch {
         dense: Tensor::from_vec(dense, (rows, 3), &Device::Cpu).unwrap(),
         ids: None,
+        id_width: 0,
         labels: Tensor::from_vec(labels, rows, &Device::Cpu).unwrap(),
     }
 }
 
 fn trainer() -> DataParallel<Mlp> {
     let model = Mlp::new(3, &[32, 16], 1, 11).unwrap();
-    let optimizer = Optimizer::new(Rule::adam(0.01), model.parameters().len(), 1);
-    DataParallel::new(model, Loss::BinaryCrossEntropy, optimizer, None).unwrap()
+    let optimizer = OptimizerConfig::new(Rule::adam(0.01));
+    DataParallel::new(model, Loss::BinaryCrossEntropy, &optimizer, None).unwrap()
 }
 
 fn resume_matches_an_uninterrupted_run(model_dir: &str) {
@@ -54,7 +55,7 @@ fn resume_matches_an_uninterrupted_run(model_dir: &str) {
     let mut resumed = trainer();
     let progress = resumed.restore(model_dir).unwrap().expect("a checkpoint");
     assert_eq!(progress, Progress { step: 6, epoch: 0, batches_in_epoch: 6 });
-    assert_eq!(resumed.optimizer().steps(), 6);
+    assert_eq!(resumed.optimizers().steps(), 6);
     for s in 6..12 {
         resumed.step(Some(&batch(s))).unwrap();
     }
@@ -81,8 +82,8 @@ fn no_checkpoint_is_none_and_another_model_is_refused_by_name() {
     assert_eq!(t.restore(&model_dir).unwrap(), None);
     t.save_checkpoint(&model_dir, Progress::default(), &CheckpointOptions::default()).unwrap();
     let model = Mlp::new(3, &[8], 1, 11).unwrap();
-    let optimizer = Optimizer::new(Rule::adam(0.01), model.parameters().len(), 1);
-    let mut other = DataParallel::new(model, Loss::BinaryCrossEntropy, optimizer, None).unwrap();
+    let optimizer = OptimizerConfig::new(Rule::adam(0.01));
+    let mut other = DataParallel::new(model, Loss::BinaryCrossEntropy, &optimizer, None).unwrap();
     let err = other.restore(&model_dir).unwrap_err().to_string();
     assert!(err.contains("'dense_0/bias' has shape [32] there, the model has [8]"), "{err}");
 }

@@ -8,10 +8,9 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Float32Array, Int64Array, StringArray};
 use arrow::record_batch::RecordBatch;
-use candle_core::{Device, Tensor};
 use sparktrain_train::{
-    Batch, Categorical, DataParallel, DeepFm, EmbeddingConfig, FeatureSpec, Loss, Model, Optimizer, Rule,
-    WideDeep,
+    Batch, Categorical, DataParallel, DeepFm, EmbeddingConfig, FeatureSpec, Lookup, Loss, Model,
+    OptimizerConfig, Rule, WideDeep,
 };
 use support::on_workers;
 
@@ -47,17 +46,17 @@ fn config() -> EmbeddingConfig {
     EmbeddingConfig { dim: 4, hidden: vec![16], seed: 5 }
 }
 
-fn accuracy(model: &dyn Model) -> f64 {
+fn accuracy<M: Model>(dp: &DataParallel<M>) -> f64 {
     let test = batch(100_000..102_000);
-    let logits = model.forward(&test).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let logits = dp.logits(&test).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
     let labels = test.labels.to_vec1::<f32>().unwrap();
     logits.iter().zip(&labels).filter(|(l, y)| (**l > 0.0) == (**y > 0.5)).count() as f64
         / labels.len() as f64
 }
 
 fn fit<M: Model>(model: M) -> DataParallel<M> {
-    let optimizer = Optimizer::new(Rule::adam(0.02), model.parameters().len(), 1);
-    let mut dp = DataParallel::new(model, Loss::BinaryCrossEntropy, optimizer, None).unwrap();
+    let optimizer = OptimizerConfig::new(Rule::adam(0.02));
+    let mut dp = DataParallel::new(model, Loss::BinaryCrossEntropy, &optimizer, None).unwrap();
     for s in 0..300u64 {
         dp.step(Some(&batch(s * 64..s * 64 + 64))).unwrap();
     }
@@ -67,9 +66,9 @@ fn fit<M: Model>(model: M) -> DataParallel<M> {
 #[test]
 fn both_models_learn_an_interaction_of_categorical_features() {
     let wide_deep = fit(WideDeep::new(&spec(), &config()).unwrap());
-    assert!(accuracy(wide_deep.model()) > 0.97, "Wide&Deep: {}", accuracy(wide_deep.model()));
+    assert!(accuracy(&wide_deep) > 0.97, "Wide&Deep: {}", accuracy(&wide_deep));
     let deep_fm = fit(DeepFm::new(&spec(), &config()).unwrap());
-    assert!(accuracy(deep_fm.model()) > 0.97, "DeepFM: {}", accuracy(deep_fm.model()));
+    assert!(accuracy(&deep_fm) > 0.97, "DeepFM: {}", accuracy(&deep_fm));
 }
 
 #[test]
@@ -77,8 +76,8 @@ fn two_workers_train_wide_deep_like_one_with_their_union() {
     let rule = Rule::Sgd { lr: 0.1, momentum: 0.9, nesterov: false, weight_decay: 0.0 };
     let together = on_workers(2, move |w, ring| {
         let model = WideDeep::new(&spec(), &EmbeddingConfig { dim: 4, hidden: vec![16], seed: 5 }).unwrap();
-        let optimizer = Optimizer::new(rule, model.parameters().len(), 1);
-        let mut dp = DataParallel::new(model, Loss::BinaryCrossEntropy, optimizer, ring).unwrap();
+        let optimizer = OptimizerConfig::new(rule);
+        let mut dp = DataParallel::new(model, Loss::BinaryCrossEntropy, &optimizer, ring).unwrap();
         for s in 0..10u64 {
             let start = s * 32 + w as u64 * 16;
             dp.step(Some(&batch(start..start + 16))).unwrap();
@@ -87,8 +86,8 @@ fn two_workers_train_wide_deep_like_one_with_their_union() {
     });
     assert_eq!(together[0], together[1]);
     let model = WideDeep::new(&spec(), &config()).unwrap();
-    let optimizer = Optimizer::new(rule, model.parameters().len(), 1);
-    let mut alone = DataParallel::new(model, Loss::BinaryCrossEntropy, optimizer, None).unwrap();
+    let optimizer = OptimizerConfig::new(rule);
+    let mut alone = DataParallel::new(model, Loss::BinaryCrossEntropy, &optimizer, None).unwrap();
     for s in 0..10u64 {
         alone.step(Some(&batch(s * 32..s * 32 + 32))).unwrap();
     }
@@ -101,12 +100,14 @@ fn two_workers_train_wide_deep_like_one_with_their_union() {
 #[test]
 fn ids_that_do_not_match_the_spec_are_refused() {
     let model = WideDeep::new(&spec(), &config()).unwrap();
+    let (entries, weights) = (model.parameters().entries(), model.parameters().flat().unwrap());
     let mut bad = batch(0..4);
-    bad.ids = Some(Tensor::from_slice(&[0u32, 1, 2, 500, 3, 4, 5, 6], (4, 2), &Device::Cpu).unwrap());
-    let err = model.forward(&bad).unwrap_err().to_string();
-    assert!(err.contains("id 500 is outside the embedding table of 128 rows"), "{err}");
+    bad.ids = Some(vec![0u32, 1, 2, 500, 3, 4, 5, 6]);
+    let err = Lookup::gather(&bad, &entries, &weights).err().unwrap().to_string();
+    assert!(err.contains("id 500 is outside the embedding table 'deep/embeddings' of 128 rows"), "{err}");
     bad.ids = None;
-    assert!(model.forward(&bad).unwrap_err().to_string().contains("no embedding ids"));
+    let err = model.forward(&bad, None).unwrap_err().to_string();
+    assert!(err.contains("the model takes 2 ids per example, the batch has 0"), "{err}");
     let no_ids = FeatureSpec { categorical: vec![], ..spec() };
     assert!(WideDeep::new(&no_ids, &config()).is_err());
 }

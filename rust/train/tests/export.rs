@@ -10,7 +10,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, Float32Array, Int64Array, StringArray};
 use arrow::record_batch::RecordBatch;
 use sparktrain_train::{
-    Batch, Categorical, DataParallel, Exported, FeatureSpec, Loss, Model, ModelKind, Optimizer, Rule,
+    Batch, Categorical, DataParallel, Exported, FeatureSpec, Loss, ModelKind, OptimizerConfig, Rule,
 };
 
 fn spec() -> FeatureSpec {
@@ -41,20 +41,19 @@ fn table(start: i64, with_label: bool, classes: i64) -> RecordBatch {
 
 fn export_and_score(dir: &str, kind: ModelKind, loss: Loss, classes: i64) {
     let model = kind.build(&spec(), 3).unwrap();
-    let optimizer = Optimizer::new(Rule::adam(0.05), model.parameters().len(), 1);
-    let mut dp = DataParallel::new(model, loss, optimizer, None).unwrap();
+    let optimizer = OptimizerConfig::new(Rule::adam(0.05));
+    let mut dp = DataParallel::new(model, loss, &optimizer, None).unwrap();
     for s in 0..5 {
         dp.step(Some(&Batch::from_encoded(&spec().encode(&table(s * 50, true, classes)).unwrap()).unwrap()))
             .unwrap();
     }
-    sparktrain_train::export::export(dir, &kind, &spec(), loss, dp.model()).unwrap();
+    sparktrain_train::export::export(dir, &kind, &spec(), loss, dp.entries(), dp.weights()).unwrap();
 
     let loaded = Exported::load(dir).unwrap();
     assert_eq!(loaded.features(), &spec());
     let scores = loaded.predict(&table(1000, false, classes)).unwrap();
-    let logits = dp
-        .model()
-        .forward(&Batch::from_encoded(&spec().encode(&table(1000, true, classes)).unwrap()).unwrap());
+    let logits =
+        dp.logits(&Batch::from_encoded(&spec().encode(&table(1000, true, classes)).unwrap()).unwrap());
     let logits = logits.unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
     match loss {
         Loss::BinaryCrossEntropy => {

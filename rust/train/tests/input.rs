@@ -109,7 +109,8 @@ fn whole_files_are_balanced_by_size_and_few_files_are_interleaved() {
 fn rows_of(input: &Input, epoch: u64) -> (Vec<usize>, Vec<f32>) {
     let mut sizes = Vec::new();
     let mut rows = Vec::new();
-    for batch in input.epoch(epoch) {
+    let spec = Arc::new(FeatureSpec::infer(&table(0..1).schema(), "label", 50).unwrap());
+    for batch in input.epoch(epoch, &spec).unwrap() {
         let batch = batch.unwrap();
         sizes.push(batch.rows);
         // "row" is the last dense column.
@@ -128,12 +129,9 @@ fn every_row_goes_to_exactly_one_worker_each_epoch_shuffled_by_seed() {
         std::fs::create_dir(&sub).unwrap();
         let path = write_files(&sub, &sizes);
         let total: i64 = sizes.iter().sum();
-        let schema = table(0..1).schema();
-        let spec = FeatureSpec::infer(&schema, "label", 50).unwrap();
         let options = InputOptions { batch_size: 64, shuffle_buffer: 100, seed: 9, prefetch: 2 };
-        let inputs: Vec<Input> = (0..workers)
-            .map(|w| Input::open(&path, spec.clone(), workers, w, options.clone()).unwrap())
-            .collect();
+        let inputs: Vec<Input> =
+            (0..workers).map(|w| Input::open(&path, workers, w, options.clone()).unwrap()).collect();
         for epoch in 0..2 {
             let mut all: Vec<f32> = Vec::new();
             for input in &inputs {
@@ -159,14 +157,16 @@ fn a_damaged_file_is_named() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0xff;
     std::fs::write(&victim, bytes).unwrap();
-    let spec = FeatureSpec::infer(&table(0..1).schema(), "label", 50).unwrap();
+    let spec = Arc::new(FeatureSpec::infer(&table(0..1).schema(), "label", 50).unwrap());
     let options = InputOptions { shuffle_buffer: 0, ..InputOptions::default() };
-    let input = Input::open(&format!("{path}/part-00000.tfrecord"), spec.clone(), 1, 0, options.clone());
-    assert!(input.unwrap().epoch(0).all(|b| b.is_ok()));
+    let input = Input::open(&format!("{path}/part-00000.tfrecord"), 1, 0, options.clone());
+    assert!(input.unwrap().epoch(0, &spec).unwrap().all(|b| b.is_ok()));
     // The damage is found while sampling the schema, or else while reading.
-    let err = match Input::open(&path, spec, 1, 0, options) {
+    let err = match Input::open(&path, 1, 0, options) {
         Err(e) => e.to_string(),
-        Ok(input) => input.epoch(0).find_map(|b| b.err()).expect("the damage is found").to_string(),
+        Ok(input) => {
+            input.epoch(0, &spec).unwrap().find_map(|b| b.err()).expect("the damage is found").to_string()
+        }
     };
     assert!(err.contains("part-00001.tfrecord") && err.contains("offset"), "{err}");
 }

@@ -4,8 +4,9 @@
 mod support;
 
 use candle_core::{Device, Tensor};
-use sparktrain_collective::Communicator;
-use sparktrain_train::{Batch, DataParallel, Evaluation, LogisticRegression, Loss, Model, Optimizer, Rule};
+use sparktrain_train::{
+    Batch, DataParallel, Evaluation, LogisticRegression, Loss, OptimizerConfig, Rule, SharedRing,
+};
 use support::on_workers;
 
 fn tensor(values: &[f32]) -> Tensor {
@@ -53,14 +54,15 @@ fn batch(seed: usize) -> Batch {
     Batch {
         dense: Tensor::from_vec(dense, (64, 2), &Device::Cpu).unwrap(),
         ids: None,
+        id_width: 0,
         labels: Tensor::from_vec(labels, 64, &Device::Cpu).unwrap(),
     }
 }
 
-fn trainer(ring: Option<Communicator>) -> DataParallel<LogisticRegression> {
+fn trainer(ring: Option<SharedRing>) -> DataParallel<LogisticRegression> {
     let model = LogisticRegression::new(2, 1, 4).unwrap();
-    let optimizer = Optimizer::new(Rule::sgd(0.5), model.parameters().len(), 1);
-    let mut dp = DataParallel::new(model, Loss::BinaryCrossEntropy, optimizer, ring).unwrap();
+    let optimizer = OptimizerConfig::new(Rule::sgd(0.5));
+    let mut dp = DataParallel::new(model, Loss::BinaryCrossEntropy, &optimizer, ring).unwrap();
     for b in 100..130 {
         dp.step(Some(&batch(b))).unwrap();
     }
@@ -73,11 +75,11 @@ fn two_workers_evaluate_their_shares_like_one_worker_evaluates_all() {
         let mut dp = trainer(ring);
         // Worker 1 has one batch more than worker 0.
         let share: Vec<Batch> = (0..3 + w).map(|b| batch(b * 2 + w)).collect();
-        dp.evaluate(&share).unwrap()
+        dp.evaluate(share.iter().map(Ok)).unwrap()
     });
     assert_eq!(together[0], together[1]);
     let all: Vec<Batch> = [0, 2, 4, 1, 3, 5, 7].into_iter().map(batch).collect();
-    let alone = trainer(None).evaluate(&all).unwrap();
+    let alone = trainer(None).evaluate(all.iter().map(Ok)).unwrap();
     assert_eq!(together[0].examples, 7 * 64);
     assert!((together[0].loss - alone.loss).abs() < 1e-9);
     assert_eq!(together[0].accuracy, alone.accuracy);

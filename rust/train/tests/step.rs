@@ -5,16 +5,17 @@
 mod support;
 
 use candle_core::{Device, Tensor};
-use sparktrain_collective::Communicator;
-use sparktrain_train::{Batch, DataParallel, LogisticRegression, Loss, Mlp, Model, Optimizer, Rule};
+use sparktrain_train::{
+    Batch, DataParallel, LogisticRegression, Loss, Mlp, Model, OptimizerConfig, Rule, SharedRing,
+};
 use support::on_workers;
 
 const INPUTS: usize = 6;
 
 /// A binary classifier's synchronous trainer with `rule` on one thread.
-fn trainer<M: Model>(model: M, rule: Rule, ring: Option<Communicator>) -> DataParallel<M> {
-    let optimizer = Optimizer::new(rule, model.parameters().len(), 1);
-    DataParallel::new(model, Loss::BinaryCrossEntropy, optimizer, ring).unwrap()
+fn trainer<M: Model>(model: M, rule: Rule, ring: Option<SharedRing>) -> DataParallel<M> {
+    let optimizer = OptimizerConfig::new(rule);
+    DataParallel::new(model, Loss::BinaryCrossEntropy, &optimizer, ring).unwrap()
 }
 
 /// Example `i`: features in [-1, 1) and a label from a fixed linear rule.
@@ -38,6 +39,7 @@ fn batch(range: std::ops::Range<usize>) -> Batch {
     Batch {
         dense: Tensor::from_vec(features, (rows.len(), INPUTS), &Device::Cpu).unwrap(),
         ids: None,
+        id_width: 0,
         labels: Tensor::from_vec(labels, rows.len(), &Device::Cpu).unwrap(),
     }
 }
@@ -109,6 +111,7 @@ fn uneven_shards_end_together_and_drained_workers_add_nothing() {
     let union = |a: Batch, b: Batch| Batch {
         dense: Tensor::cat(&[&a.dense, &b.dense], 0).unwrap(),
         ids: None,
+        id_width: 0,
         labels: Tensor::cat(&[&a.labels, &b.labels], 0).unwrap(),
     };
     alone.step(Some(&union(batch(0..10), batch(100..110)))).unwrap();
@@ -129,7 +132,7 @@ fn logistic_regression_learns_a_linear_rule() {
             losses.push(dp.step(Some(&batch(start..start + 32))).unwrap().unwrap().loss);
         }
         let test = batch(50_000..52_000);
-        let logits = dp.model().forward(&test).unwrap().flatten_all().unwrap();
+        let logits = dp.logits(&test).unwrap().flatten_all().unwrap();
         let predicted: Vec<f32> = logits.to_vec1::<f32>().unwrap();
         let labels: Vec<f32> = test.labels.to_vec1::<f32>().unwrap();
         let right = predicted.iter().zip(&labels).filter(|(p, y)| (**p > 0.0) == (**y > 0.5)).count();

@@ -7,9 +7,10 @@ use std::thread;
 use std::time::Duration;
 
 use sparktrain_collective::{Communicator, Config};
+use sparktrain_train::{SharedRing, shared};
 
 /// Connected rings for `n` workers; `[None]` for one worker alone.
-pub fn rings(n: usize) -> Vec<Option<Communicator>> {
+pub fn rings(n: usize) -> Vec<Option<SharedRing>> {
     if n == 1 {
         return vec![None];
     }
@@ -23,13 +24,13 @@ pub fn rings(n: usize) -> Vec<Option<Communicator>> {
             thread::spawn(move || Communicator::connect(l, config).unwrap())
         })
         .collect();
-    handles.into_iter().map(|h| Some(h.join().unwrap())).collect()
+    handles.into_iter().map(|h| Some(shared(h.join().unwrap()))).collect()
 }
 
 /// Runs `work(worker, ring)` on `n` workers at once, one thread each; results by worker.
 pub fn on_workers<R: Send + 'static>(
     n: usize,
-    work: impl Fn(usize, Option<Communicator>) -> R + Send + Clone + 'static,
+    work: impl Fn(usize, Option<SharedRing>) -> R + Send + Clone + 'static,
 ) -> Vec<R> {
     let handles: Vec<_> = rings(n)
         .into_iter()

@@ -1,0 +1,164 @@
+//! Optimizer groups: which update rule trains which parameters.
+//!
+//! One rule trains everything, or, as Keras's `WideDeepModel` does, the wide part
+//! (parameters named `wide/...`, typically with FTRL) has a rule of its own. Parameters are
+//! laid out in name order, so every group is one contiguous range of the flat buffer.
+
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, TrainError};
+use crate::optim::{Optimizer, OptimizerState, Rule};
+use crate::params::Entry;
+
+/// The prefix of the wide part's parameter names.
+pub const WIDE_PREFIX: &str = "wide/";
+
+/// How the parameters are optimized.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptimizerConfig {
+    /// The rule for every parameter (but the wide part's when `wide` is given).
+    pub rule: Rule,
+    /// The rule for the wide part of Wide&Deep and DeepFM (parameters named `wide/...`).
+    #[serde(default)]
+    pub wide: Option<Rule>,
+    /// Threads that share a large update.
+    #[serde(default = "one")]
+    pub threads: usize,
+    /// Update only the embedding rows a step touched (exact for SGD without momentum,
+    /// Adagrad and FTRL; the "lazy" form of momentum and Adam). Off: every row, every step.
+    #[serde(default = "yes")]
+    pub sparse_tables: bool,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl OptimizerConfig {
+    /// One rule for everything, on one thread.
+    pub fn new(rule: Rule) -> Self {
+        OptimizerConfig { rule, wide: None, threads: 1, sparse_tables: true }
+    }
+}
+
+/// A group's saved state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupState {
+    /// The group ("all", "deep" or "wide").
+    pub group: String,
+    /// The parameters it trains, in order; its buffers lay their values out the same way.
+    pub tensors: Vec<String>,
+    /// The optimizer's state.
+    pub state: OptimizerState,
+}
+
+/// One rule over one contiguous range of parameters.
+pub struct Group {
+    /// "all", "deep" or "wide".
+    pub name: String,
+    /// The indices of its parameters among the entries.
+    pub entries: Range<usize>,
+    /// Its values in the flat buffer.
+    pub values: Range<usize>,
+    /// Its optimizer, over `values.len()` values.
+    pub optimizer: Optimizer,
+}
+
+/// Every group's optimizer.
+pub struct Optimizers {
+    groups: Vec<Group>,
+    entries: Vec<Entry>,
+}
+
+impl Optimizers {
+    /// The optimizers `config` asks for, over the parameters `entries` (in flat order).
+    pub fn new(config: &OptimizerConfig, entries: &[Entry]) -> Result<Self> {
+        let total: usize = entries.iter().map(Entry::len).sum();
+        let split = entries.iter().position(|e| e.name.starts_with(WIDE_PREFIX)).unwrap_or(entries.len());
+        if entries[split..].iter().any(|e| !e.name.starts_with(WIDE_PREFIX)) {
+            return Err(TrainError::InvalidArgument("the wide parameters are not contiguous".into()));
+        }
+        let group = |name: &str, rule: Rule, range: Range<usize>| {
+            let start = entries.get(range.start).map_or(total, |e| e.offset);
+            let end = entries.get(range.end).map_or(total, |e| e.offset);
+            Group {
+                name: name.into(),
+                entries: range,
+                values: start..end,
+                optimizer: Optimizer::new(rule, end - start, config.threads),
+            }
+        };
+        let groups = match config.wide {
+            Some(wide) if split < entries.len() => {
+                vec![group("deep", config.rule, 0..split), group("wide", wide, split..entries.len())]
+            }
+            Some(_) => {
+                return Err(TrainError::InvalidArgument(
+                    "a wide optimizer was given, but the model has no wide part".into(),
+                ));
+            }
+            None => vec![group("all", config.rule, 0..entries.len())],
+        };
+        Ok(Optimizers { groups, entries: entries.to_vec() })
+    }
+
+    /// The groups, in flat order.
+    pub fn groups(&self) -> &[Group] {
+        &self.groups
+    }
+
+    /// The groups, to update them.
+    pub fn groups_mut(&mut self) -> &mut [Group] {
+        &mut self.groups
+    }
+
+    /// Updates applied so far.
+    pub fn steps(&self) -> u64 {
+        self.groups[0].optimizer.steps()
+    }
+
+    /// The first group's step size.
+    pub fn learning_rate(&self) -> f32 {
+        self.groups[0].optimizer.learning_rate()
+    }
+
+    /// Every group's state, to save.
+    pub fn state(&self) -> Vec<GroupState> {
+        self.groups
+            .iter()
+            .map(|g| GroupState {
+                group: g.name.clone(),
+                tensors: self.entries[g.entries.clone()].iter().map(|e| e.name.clone()).collect(),
+                state: g.optimizer.state(),
+            })
+            .collect()
+    }
+
+    /// Restores saved states, group by group; names and parameters must match.
+    pub fn load_state(&mut self, states: Vec<GroupState>) -> Result<()> {
+        let saved: Vec<&str> = states.iter().map(|s| s.group.as_str()).collect();
+        let ours: Vec<&str> = self.groups.iter().map(|g| g.name.as_str()).collect();
+        if saved != ours {
+            return Err(TrainError::StateMismatch(format!("optimizer groups {saved:?}, expected {ours:?}")));
+        }
+        for (group, state) in self.groups.iter_mut().zip(states) {
+            let names: Vec<&str> =
+                self.entries[group.entries.clone()].iter().map(|e| e.name.as_str()).collect();
+            if state.tensors.iter().map(String::as_str).ne(names.iter().copied()) {
+                return Err(TrainError::StateMismatch(format!(
+                    "optimizer group '{}' trained {:?}, the model has {names:?}",
+                    group.name, state.tensors
+                )));
+            }
+            group.optimizer.load_state(state.state)?;
+        }
+        Ok(())
+    }
+}

@@ -1,5 +1,6 @@
 //! The tasks' and trainers' side of the control plane: connect (retrying until a time-out),
-//! register and get the cluster spec, heart-beat, meet at barriers, report metrics and exits.
+//! register and get the cluster spec, heart-beat, meet at barriers, take input items from the
+//! driver's work queue, report metrics and exits.
 
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use crate::rendezvous::SECRET_HEADER;
 use crate::rendezvous::proto::rendezvous_client::RendezvousClient;
 use crate::rendezvous::proto::{
     BarrierRequest, ExitRequest, HeartbeatRequest, LogLine, RegisterReply, RegisterRequest, ReportRequest,
+    WorkRequest,
 };
 use crate::secret::JobSecret;
 use crate::spec::Registration;
@@ -183,6 +185,20 @@ impl TaskClient {
         )?;
         self.client.report(request).await.map_err(|s| self.error_of(s))?;
         Ok(())
+    }
+
+    /// Takes the next item of `epoch` from the driver's work queue (dynamic sharding); None
+    /// once every item of that epoch has been handed out, to this task or another. The driver
+    /// refuses the call when no work was set or the job was aborted.
+    pub async fn next_work(
+        &mut self,
+        task_index: u32,
+        epoch: u64,
+        timeout: Duration,
+    ) -> Result<Option<String>> {
+        let request = self.request(WorkRequest { task_index, epoch }, Some(timeout))?;
+        let reply = self.client.next_work(request).await.map_err(|s| self.error_of(s))?.into_inner();
+        Ok(reply.item)
     }
 
     /// Tells the driver how the trainer ended: its exit code (`-N` for signal N) and the last

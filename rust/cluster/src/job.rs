@@ -1,9 +1,17 @@
 //! The driver's view of a running job: registrations, heartbeats, named barriers, the events
-//! the driver prints or acts on, and the abort switch that releases every waiter.
+//! the driver prints or acts on, the work queue that hands input files to the trainers one at
+//! a time (dynamic sharding), and the abort switch that releases every waiter.
 //!
 //! The gRPC service ([`crate::rendezvous`]) only translates calls into methods of [`Job`]; all
 //! waiting happens here, on one `watch` channel whose version is bumped by every change, so a
 //! waiter re-checks its condition (spec complete, barrier full, job aborted) after each.
+//!
+//! The work queue ([`Job::set_work`], [`Job::next_work`]) hands out the same list of items in
+//! every epoch, each epoch with its own cursor: a trainer asks for the next item whenever it
+//! needs one, so fast trainers read more, and an epoch ends when its queue is empty. Items come
+//! largest first (longest processing time first, so an epoch ends on small items); items of
+//! equal size come in an order that a hash of the epoch and the URL fixes, so it changes from
+//! one epoch to the next but not from one run to the next.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -82,6 +90,78 @@ struct Inner {
     barriers: HashMap<String, BTreeSet<u32>>,
     aborted: Option<String>,
     ready_announced: bool,
+    /// None until [`Job::set_work`].
+    work: Option<WorkQueue>,
+    /// How many work items each task took, over all epochs.
+    work_taken: Vec<u64>,
+}
+
+/// The items every epoch hands out, and how far each epoch has got.
+struct WorkQueue {
+    /// File URL and size in bytes, as given.
+    items: Vec<(String, u64)>,
+    epochs: HashMap<u64, Cursor>,
+}
+
+/// One epoch's progress through the work queue.
+enum Cursor {
+    /// Indexes into the items in hand-out order, and how many were handed out.
+    Open { order: Vec<usize>, next: usize },
+    /// Every item of the epoch was handed out.
+    Drained,
+}
+
+impl WorkQueue {
+    /// The next item of `epoch`, or None once all of them were handed out.
+    fn take(&mut self, epoch: u64) -> Option<String> {
+        let items = &self.items;
+        let cursor = self.epochs.entry(epoch).or_insert_with(|| {
+            if items.is_empty() {
+                Cursor::Drained
+            } else {
+                Cursor::Open { order: epoch_order(items, epoch), next: 0 }
+            }
+        });
+        let Cursor::Open { order, next } = cursor else {
+            return None;
+        };
+        let index = order[*next];
+        *next += 1;
+        if *next == order.len() {
+            // Keep one small marker per finished epoch rather than its whole order.
+            *cursor = Cursor::Drained;
+        }
+        Some(self.items[index].0.clone())
+    }
+}
+
+/// The order in which `epoch` hands out `items` (as indexes): largest first; equal sizes by a
+/// hash of the epoch and the URL, then by URL and position so the order is total.
+fn epoch_order(items: &[(String, u64)], epoch: u64) -> Vec<usize> {
+    let mut keyed: Vec<(u64, u64, usize)> =
+        items.iter().enumerate().map(|(i, (url, size))| (*size, tie_hash(epoch, url), i)).collect();
+    keyed.sort_unstable_by(|a, b| {
+        b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then_with(|| items[a.2].0.cmp(&items[b.2].0)).then(a.2.cmp(&b.2))
+    });
+    keyed.into_iter().map(|(_, _, i)| i).collect()
+}
+
+/// The splitmix64 finalizer: every input bit affects every output bit.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A hash of `url` seeded by `epoch` (FNV-1a, then mixed), the same on every platform and in
+/// every run.
+fn tie_hash(epoch: u64, url: &str) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325 ^ mix(epoch.wrapping_add(0x9e37_79b9_7f4a_7c15));
+    for byte in url.bytes() {
+        h ^= u64::from(byte);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    mix(h)
 }
 
 /// The shared state of one job on the driver.
@@ -113,6 +193,8 @@ impl Job {
                 barriers: HashMap::new(),
                 aborted: None,
                 ready_announced: false,
+                work: None,
+                work_taken: vec![0; n],
             }),
             version: watch::channel(0).0,
             events: Mutex::new(VecDeque::new()),
@@ -306,6 +388,45 @@ impl Job {
         Ok(())
     }
 
+    /// Sets the items (file URL, size in bytes) that every epoch hands out through
+    /// [`Job::next_work`]. Call it once, before the tasks start. Calling it again replaces the
+    /// list and restarts every epoch's queue from its first item (items already handed out in
+    /// an epoch may be handed out again); [`Job::work_taken`] keeps its counts. An item listed
+    /// twice is handed out twice per epoch.
+    pub fn set_work(&self, items: Vec<(String, u64)>) {
+        lock(&self.inner).work = Some(WorkQueue { items, epochs: HashMap::new() });
+    }
+
+    /// The next item of `epoch` not handed out yet, for task `task_index`; None once every
+    /// item of that epoch was taken. Epochs are independent: a task may start on epoch `e + 1`
+    /// while others finish `e`. Fails when the job was aborted, when the task index is out of
+    /// range, and when no work was set ([`Job::set_work`]).
+    pub fn next_work(&self, task_index: u32, epoch: u64) -> Result<Option<String>> {
+        let mut guard = lock(&self.inner);
+        let inner = &mut *guard;
+        let n = inner.spec.num_tasks();
+        if task_index >= n {
+            return Err(out_of_range(task_index, n));
+        }
+        if let Some(reason) = &inner.aborted {
+            return Err(ClusterError::Aborted(reason.clone()));
+        }
+        let queue = inner
+            .work
+            .as_mut()
+            .ok_or_else(|| ClusterError::InvalidArgument("no work queue was set for this job".into()))?;
+        let item = queue.take(epoch);
+        if item.is_some() {
+            inner.work_taken[task_index as usize] += 1;
+        }
+        Ok(item)
+    }
+
+    /// How many work items each task took, by task index, over all epochs.
+    pub fn work_taken(&self) -> Vec<u64> {
+        lock(&self.inner).work_taken.clone()
+    }
+
     /// Marks the registered, still running tasks whose last heartbeat is older than the
     /// heartbeat time-out as lost, and reports each once.
     fn detect_lost(&self) {
@@ -435,5 +556,144 @@ mod tests {
         assert!(events.contains(&Event::Ready));
         assert!(events.contains(&Event::Log { task_index: 0, stream: Stream::Stderr, text: "hello".into() }));
         assert!(job.events(Duration::from_millis(50)).await.is_empty());
+    }
+
+    fn drain(job: &Job, task_index: u32, epoch: u64) -> Vec<String> {
+        std::iter::from_fn(|| job.next_work(task_index, epoch).unwrap()).collect()
+    }
+
+    fn files(sizes: &[u64]) -> Vec<(String, u64)> {
+        sizes.iter().enumerate().map(|(i, size)| (format!("hdfs://nn/data/part-{i:05}"), *size)).collect()
+    }
+
+    #[test]
+    fn work_comes_largest_first_and_equal_sizes_shuffle_by_epoch() {
+        let job = job(2, Duration::from_secs(60));
+        job.set_work(vec![
+            ("small".into(), 1),
+            ("big".into(), 300),
+            ("medium".into(), 20),
+            ("huge".into(), 4000),
+            ("medium-too".into(), 20),
+        ]);
+        let order = drain(&job, 0, 0);
+        assert_eq!(&order[..2], ["huge", "big"]);
+        let mut middle = order[2..4].to_vec();
+        middle.sort();
+        assert_eq!(middle, ["medium", "medium-too"]);
+        assert_eq!(order[4], "small");
+
+        // Equal sizes: a fixed order per epoch (the same in another job), not the same in
+        // every epoch.
+        let equal = files(&[64; 12]);
+        job.set_work(equal.clone());
+        let other = self::job(1, Duration::from_secs(60));
+        other.set_work(equal.clone());
+        let mut orders = BTreeSet::new();
+        for epoch in 0..6 {
+            let order = drain(&job, 1, epoch);
+            assert_eq!(order, drain(&other, 0, epoch), "epoch {epoch}");
+            let mut sorted = order.clone();
+            sorted.sort();
+            assert_eq!(sorted, equal.iter().map(|(url, _)| url.clone()).collect::<Vec<_>>());
+            orders.insert(order);
+        }
+        assert!(orders.len() > 1, "every epoch handed out the equal-size files in one order");
+        // Sizes still win over the hash, whatever the order of the list.
+        let mut mixed = files(&[5, 5, 5, 9, 9, 1, 5, 9]);
+        mixed.reverse();
+        let size_of: HashMap<String, u64> = mixed.iter().cloned().collect();
+        job.set_work(mixed);
+        for epoch in 0..4 {
+            let sizes: Vec<u64> = drain(&job, 0, epoch).iter().map(|url| size_of[url]).collect();
+            assert_eq!(sizes, [9, 9, 9, 5, 5, 5, 5, 1], "epoch {epoch}");
+        }
+    }
+
+    #[test]
+    fn each_epoch_hands_out_every_item_once_on_its_own_cursor() {
+        let job = job(3, Duration::from_secs(60));
+        job.set_work(files(&[10, 20, 30, 40]));
+        let first = job.next_work(0, 0).unwrap().unwrap();
+        let second = job.next_work(1, 0).unwrap().unwrap();
+        assert_eq!(
+            [first.as_str(), second.as_str()],
+            ["hdfs://nn/data/part-00003", "hdfs://nn/data/part-00002"]
+        );
+        // A fast task starts the next epoch while epoch 0 is half done.
+        assert_eq!(drain(&job, 2, 1).len(), 4);
+        assert_eq!(drain(&job, 0, 0), ["hdfs://nn/data/part-00001", "hdfs://nn/data/part-00000"]);
+        // Exhausted epochs stay exhausted; later ones are untouched.
+        for epoch in [0, 1] {
+            for task in 0..3 {
+                assert_eq!(job.next_work(task, epoch).unwrap(), None);
+            }
+        }
+        assert_eq!(drain(&job, 1, 7).len(), 4);
+        assert_eq!(job.work_taken(), [3, 5, 4]);
+
+        // An empty list is a queue that is always empty.
+        job.set_work(vec![]);
+        assert_eq!(job.next_work(0, 0).unwrap(), None);
+        assert_eq!(job.work_taken(), [3, 5, 4]);
+    }
+
+    #[test]
+    fn work_is_refused_without_a_queue_out_of_range_and_after_an_abort() {
+        let job = job(2, Duration::from_secs(60));
+        let err = job.next_work(0, 0).unwrap_err();
+        assert!(
+            matches!(&err, ClusterError::InvalidArgument(m) if m == "no work queue was set for this job")
+        );
+        job.set_work(files(&[1, 2]));
+        let err = job.next_work(2, 0).unwrap_err();
+        assert_eq!(err.to_string(), "task index 2 is out of range: the job has 2 tasks");
+        job.abort("task 1 (worker:0) exited with code 3");
+        let err = job.next_work(0, 0).unwrap_err();
+        assert!(matches!(&err, ClusterError::Aborted(r) if r == "task 1 (worker:0) exited with code 3"));
+        assert_eq!(job.work_taken(), [0, 0]);
+    }
+
+    #[test]
+    fn concurrent_takers_get_every_item_of_each_epoch_exactly_once() {
+        const TASKS: u32 = 4;
+        const ITEMS: u64 = 2000;
+        const EPOCHS: u64 = 3;
+        let job = job(TASKS, Duration::from_secs(60));
+        // Many equal sizes, so the ties matter too.
+        job.set_work((0..ITEMS).map(|i| (format!("file-{i}"), i % 7)).collect());
+        let takers: Vec<_> = (0..TASKS)
+            .map(|task| {
+                let job = job.clone();
+                std::thread::spawn(move || {
+                    // Interleave the epochs so that they overlap.
+                    let mut taken = vec![Vec::new(); EPOCHS as usize];
+                    let mut open: Vec<u64> = (0..EPOCHS).collect();
+                    while !open.is_empty() {
+                        open.retain(|&epoch| match job.next_work(task, epoch).unwrap() {
+                            Some(item) => {
+                                taken[epoch as usize].push(item);
+                                true
+                            }
+                            None => false,
+                        });
+                    }
+                    taken
+                })
+            })
+            .collect();
+        let mut per_epoch = vec![Vec::new(); EPOCHS as usize];
+        for taker in takers {
+            for (epoch, items) in taker.join().unwrap().into_iter().enumerate() {
+                per_epoch[epoch].extend(items);
+            }
+        }
+        let mut expected: Vec<String> = (0..ITEMS).map(|i| format!("file-{i}")).collect();
+        expected.sort();
+        for (epoch, mut items) in per_epoch.into_iter().enumerate() {
+            items.sort();
+            assert_eq!(items, expected, "epoch {epoch}");
+        }
+        assert_eq!(job.work_taken().iter().sum::<u64>(), ITEMS * EPOCHS);
     }
 }

@@ -6,10 +6,10 @@
 //! - [`roles`]: which task is the chief, a worker or an evaluator;
 //! - [`spec`]: the cluster spec built from the registrations, and `TF_CONFIG` for each task;
 //! - [`secret`]: the per-job secret every control-plane call carries, checked in constant time;
-//! - [`job`]: the driver's view of a running job: registrations, heartbeats, barriers, events
-//!   and the abort switch;
+//! - [`job`]: the driver's view of a running job: registrations, heartbeats, barriers, events,
+//!   the work queue of input items (dynamic sharding) and the abort switch;
 //! - [`rendezvous`] and [`client`]: the driver's gRPC service (tonic) where tasks register,
-//!   heart-beat, meet at barriers and report, and the tasks' side of it.
+//!   heart-beat, meet at barriers, take work and report, and the tasks' side of it.
 
 pub mod client;
 pub mod error;

@@ -1,8 +1,8 @@
 //! The driver's control-plane service over gRPC (tonic): each task registers and waits until
 //! all have, then every task gets the whole cluster spec and its own `TF_CONFIG`; afterwards the
-//! tasks heart-beat (carrying their trainer's output), trainers meet at named barriers and
-//! report metrics, and each task reports how its trainer ended. The state behind the calls is
-//! [`Job`].
+//! tasks heart-beat (carrying their trainer's output), trainers meet at named barriers, report
+//! metrics and take their next input item from the job's work queue, and each task reports how
+//! its trainer ended. The state behind the calls is [`Job`].
 //!
 //! Every call must carry the job secret in the [`SECRET_HEADER`] metadata; a call without it,
 //! or with another, is refused with `UNAUTHENTICATED` and recorded with the caller's address
@@ -32,7 +32,7 @@ pub mod proto {
 use proto::rendezvous_server::{Rendezvous, RendezvousServer as GrpcServer};
 use proto::{
     BarrierReply, BarrierRequest, ExitReply, ExitRequest, HeartbeatReply, HeartbeatRequest, RegisterReply,
-    RegisterRequest, ReportReply, ReportRequest, TaskInfo,
+    RegisterRequest, ReportReply, ReportRequest, TaskInfo, WorkReply, WorkRequest,
 };
 
 /// The metadata key that carries the job secret (hex).
@@ -194,6 +194,13 @@ impl Rendezvous for Service {
         self.0.job.exited(r.task_index, r.exit_code, r.stderr_tail).map_err(status_of)?;
         Ok(Response::new(ExitReply {}))
     }
+
+    async fn next_work(&self, request: Request<WorkRequest>) -> Result<Response<WorkReply>, Status> {
+        self.authenticate(&request)?;
+        let r = request.into_inner();
+        let item = self.0.job.next_work(r.task_index, r.epoch).map_err(status_of)?;
+        Ok(Response::new(WorkReply { item }))
+    }
 }
 
 /// The running rendezvous service. Dropping it stops the server.
@@ -258,7 +265,7 @@ impl RendezvousServer {
         lock(&self.state.refused).clone()
     }
 
-    /// The job's shared state: events, barriers, the abort switch.
+    /// The job's shared state: events, barriers, the work queue, the abort switch.
     pub fn job(&self) -> &Arc<Job> {
         &self.state.job
     }

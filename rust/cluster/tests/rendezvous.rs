@@ -1,6 +1,6 @@
 //! The rendezvous over real sockets on 127.0.0.1: tasks register from separate tasks in any
 //! order and all get the same spec; a wrong secret is refused and recorded; a missing task makes
-//! both sides fail naming it.
+//! both sides fail naming it; the work queue hands every item of an epoch to exactly one task.
 
 use std::time::Duration;
 
@@ -199,4 +199,64 @@ async fn over_tls_tasks_register_and_a_plain_or_untrusting_client_gets_nowhere()
         TaskClient::connect_with(&address, &secret, Duration::from_secs(5), Some(&trusting)).await.unwrap();
     let reply = client.register(&registration(0), Duration::from_secs(5)).await.unwrap();
     assert_eq!(reply.tasks.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_work_queue_hands_every_item_of_an_epoch_to_one_task() {
+    let secret = JobSecret::generate().unwrap();
+    let server = RendezvousServer::start(config(&secret, 2, 0, Duration::from_secs(5))).await.unwrap();
+    let address = server.address().to_string();
+    let mut client = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
+    let err = client.next_work(0, 0, Duration::from_secs(5)).await.unwrap_err();
+    assert!(
+        matches!(&err, ClusterError::Remote { code, message, .. }
+            if code == "InvalidArgument" && message == "no work queue was set for this job"),
+        "{err}"
+    );
+
+    let items: Vec<(String, u64)> =
+        (0..200).map(|i| (format!("hdfs://nn/data/part-{i:05}.tfrecord"), 1000 + i % 5)).collect();
+    let mut expected: Vec<String> = items.iter().map(|(url, _)| url.clone()).collect();
+    expected.sort();
+    server.job().set_work(items);
+
+    for epoch in [0, 1] {
+        let mut takers = Vec::new();
+        for task in [0, 1] {
+            let (address, secret) = (address.clone(), secret.clone());
+            takers.push(tokio::spawn(async move {
+                let mut client =
+                    TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
+                let mut taken = Vec::new();
+                while let Some(item) = client.next_work(task, epoch, Duration::from_secs(5)).await.unwrap() {
+                    taken.push(item);
+                }
+                taken
+            }));
+        }
+        let mut all = Vec::new();
+        for taker in takers {
+            all.extend(taker.await.unwrap());
+        }
+        all.sort();
+        assert_eq!(all, expected, "epoch {epoch}");
+        assert_eq!(client.next_work(0, epoch, Duration::from_secs(5)).await.unwrap(), None);
+    }
+    assert_eq!(server.job().work_taken().iter().sum::<u64>(), 400);
+
+    let intruder = JobSecret::generate().unwrap();
+    let mut stranger = TaskClient::connect(&address, &intruder, Duration::from_secs(5)).await.unwrap();
+    let err = stranger.next_work(0, 2, Duration::from_secs(5)).await.unwrap_err();
+    assert!(matches!(err, ClusterError::Unauthenticated { .. }), "{err}");
+    assert_eq!(server.refused().len(), 1);
+    // The refused call took nothing: epoch 2 is whole.
+    let mut count = 0;
+    while client.next_work(1, 2, Duration::from_secs(5)).await.unwrap().is_some() {
+        count += 1;
+    }
+    assert_eq!(count, 200);
+
+    server.job().abort("task 0 (chief:0) exited with code 1");
+    let err = client.next_work(0, 3, Duration::from_secs(5)).await.unwrap_err();
+    assert!(matches!(&err, ClusterError::Aborted(r) if r == "task 0 (chief:0) exited with code 1"), "{err}");
 }

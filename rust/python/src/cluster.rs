@@ -1,5 +1,7 @@
 //! The control plane for Python: the driver's rendezvous service and the client that tasks and
-//! trainers use, as blocking calls that release the GIL.
+//! trainers use, as blocking calls that release the GIL. The driver's work queue (dynamic
+//! sharding) is set on [`Rendezvous`] and drained through [`ControlClient`]; other modules of
+//! this crate reach the client's Rust side through [`ControlClient::task_client`].
 //!
 //! Both run on the storage crate's process-wide runtime, which is rebuilt in a forked child, so
 //! a PySpark worker forked from a daemon that already used it gets a working runtime.
@@ -161,6 +163,17 @@ impl Rendezvous {
         events.into_iter().map(|e| event_to_py(py, e)).collect()
     }
 
+    /// Sets the items, `(file URL, size in bytes)`, that every epoch of the work queue hands
+    /// out, largest first; calling it again replaces the list and restarts every epoch.
+    fn set_work(&self, items: Vec<(String, u64)>) -> PyResult<()> {
+        self.with_server(|s| s.job().set_work(items))
+    }
+
+    /// How many work items each task took, by task index, over all epochs.
+    fn work_taken(&self) -> PyResult<Vec<u64>> {
+        self.with_server(|s| s.job().work_taken())
+    }
+
     /// Fails every pending wait with `reason` and tells the tasks to stop their trainers.
     fn abort(&self, reason: &str) -> PyResult<()> {
         self.with_server(|s| s.job().abort(reason))
@@ -175,8 +188,16 @@ impl Rendezvous {
 
 /// A connection to the driver's rendezvous service, for a task or a trainer.
 #[pyclass(module = "sparktrain._native", frozen)]
-struct ControlClient {
+pub(crate) struct ControlClient {
     client: TaskClient,
+}
+
+impl ControlClient {
+    /// The Rust client behind this object, for other modules of the binding (a clone: cheap,
+    /// and it shares the connection).
+    pub(crate) fn task_client(&self) -> TaskClient {
+        self.client.clone()
+    }
 }
 
 #[pymethods]
@@ -289,6 +310,20 @@ impl ControlClient {
         let timeout = seconds(timeout, "timeout")?;
         let mut client = self.client.clone();
         block(py, async move { client.report(task_index, step, metrics, timeout).await })
+    }
+
+    /// Takes the next item of `epoch` from the driver's work queue; None once every item of
+    /// that epoch has been handed out.
+    fn next_work(
+        &self,
+        py: Python<'_>,
+        task_index: u32,
+        epoch: u64,
+        timeout: f64,
+    ) -> PyResult<Option<String>> {
+        let timeout = seconds(timeout, "timeout")?;
+        let mut client = self.task_client();
+        block(py, async move { client.next_work(task_index, epoch, timeout).await })
     }
 
     /// Reports how the trainer ended.

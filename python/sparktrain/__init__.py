@@ -5,6 +5,9 @@ Modules:
 - :mod:`sparktrain.cluster`: ``Cluster.run``, one trainer per Spark task with a chief,
   ``TF_CONFIG``, failure detection and a synchronized exit.
 - :mod:`sparktrain.tfos`: TensorFlowOnSpark's API on top of the launcher.
+- :mod:`sparktrain.training`: synchronous training on the Rust engine (``ctx.trainer``), and
+  :func:`train`, the whole job in one call.
+- :mod:`sparktrain.prediction`: :func:`predict`, scoring a DataFrame with an exported model.
 - :mod:`sparktrain.tfrecord`: TFRecord files to and from Arrow, on local paths and HDFS.
 - :mod:`sparktrain.fs`: file-system operations on local paths, ``hdfs://`` and ``viewfs://``.
 - :mod:`sparktrain.errors`: the exceptions sparktrain raises.
@@ -16,12 +19,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sparktrain import errors, fs, tfrecord
+    from sparktrain import errors, fs, tfrecord, training
     from sparktrain.cluster import Cluster
+    from sparktrain.prediction import predict
+    from sparktrain.training import train
 
-__all__ = ["Cluster", "__version__", "errors", "fs", "tfrecord"]
+__all__ = ["Cluster", "__version__", "errors", "fs", "predict", "tfrecord", "train", "training"]
 
-_SUBMODULES = {"cluster", "errors", "fs", "tfos", "tfrecord"}
+_SUBMODULES = {"cluster", "errors", "fs", "prediction", "tfos", "tfrecord", "training"}
 
 
 def __getattr__(name: str) -> Any:
@@ -33,6 +38,14 @@ def __getattr__(name: str) -> Any:
         from sparktrain.cluster import Cluster
 
         return Cluster
+    if name == "train":
+        from sparktrain.training import train
+
+        return train
+    if name == "predict":
+        from sparktrain.prediction import predict
+
+        return predict
     if name == "__version__":
         from sparktrain._native import __version__
 

@@ -162,3 +162,19 @@ class CollectiveTimeout(CollectiveError, TimeoutError):
     op: str
     peer: int
     address: str
+
+
+class TrainingError(SparktrainError):
+    """The training engine failed (a tensor operation, say)."""
+
+
+class InputError(TrainingError):
+    """Reading training rows failed outside a TFRecord file: a Parquet file, the Spark feed or
+    the driver's work queue; ``path`` names it."""
+
+    path: str | None
+
+
+class CheckpointError(TrainingError):
+    """A checkpoint, event file or exported model could not be written or read, or does not
+    fit the model; the message names the file or tensor."""

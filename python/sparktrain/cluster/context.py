@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from sparktrain._native import Communicator, ControlClient
+    from sparktrain.training import Trainer
 
 #: The element types ``allreduce`` moves.
 REDUCIBLE = ("float32", "float64", "int64")
@@ -122,6 +123,17 @@ class TrainerContext:
         from sparktrain.cluster.feed import read_feed
 
         return read_feed(self.feed_path)
+
+    def trainer(self, **options: Any) -> Trainer:
+        """A :class:`~sparktrain.training.Trainer` on sparktrain's engine for this trainer:
+        ``fit`` trains in sync with every other trainer (call it on all of them), the chief
+        writes checkpoints, event files and the export. See :mod:`sparktrain.training` for
+        the options (``model``, ``features``, ``optimizer``, ``batch_size``, ``model_dir``...)."""
+        from sparktrain.training import Trainer
+
+        if self.job_name == "evaluator":
+            raise InvalidArgumentError("evaluators do not train; give them their own work")
+        return Trainer(self, **options)
 
     def _communicator(self) -> Communicator:
         """The data plane's ring over the training tasks, connected on first use."""

@@ -135,6 +135,7 @@ class Cluster:
         log: bool = True,
         tls: tuple[str, ...] | None = None,
         collective_timeout: float = 120.0,
+        work: str | None = None,
     ) -> Cluster:
         """Starts ``main_fun(args, ctx)`` on ``num_workers`` training tasks (task 0 is the
         chief) and ``num_evaluators`` evaluators, one per Spark task slot, and returns at once.
@@ -146,6 +147,10 @@ class Cluster:
         ``tls=(cert, key[, ca])`` (PEM files on the driver; or the ``spark.sparktrain.tls.*``
         confs) serves the control plane over TLS; the certificate must name
         ``spark.driver.host``. Only the CA's public certificate travels to the tasks.
+
+        ``work`` (a path or glob) makes the driver hand out its files one at a time, each epoch,
+        to whichever trainer asks first (``ctx.trainer(...).fit(path, sharding="dynamic")``):
+        fast trainers read more, and an epoch ends when its files are all taken.
         """
         if num_workers < 1 or num_evaluators < 0:
             raise InvalidArgumentError(
@@ -172,6 +177,7 @@ class Cluster:
             log,
             tls,
             collective_timeout,
+            work,
         )
 
     def __init__(
@@ -192,6 +198,7 @@ class Cluster:
         log: bool,
         tls: tuple[str, ...] | None,
         collective_timeout: float,
+        work: str | None = None,
     ) -> None:
         from pyspark import cloudpickle
 
@@ -220,6 +227,10 @@ class Cluster:
             cert_pem,
             key_pem,
         )
+        if work is not None:
+            from sparktrain.fs import expand_inputs
+
+            self._server.set_work([(f.path, f.size) for f in expand_inputs(work)])
         port = self._server.address.rsplit(":", 1)[1]
         self._settings = JobSettings(
             address=f"{host}:{port}",

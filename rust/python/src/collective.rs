@@ -3,13 +3,13 @@
 
 use std::net::TcpListener;
 use std::os::fd::{BorrowedFd, RawFd};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use sparktrain_cluster::JobSecret;
 use sparktrain_collective::{CollectiveError, Communicator as Ring, Config, Element, ReduceOp, Wire};
+use sparktrain_train::SharedRing;
 
 use crate::{detach, errors};
 
@@ -53,13 +53,18 @@ fn collective_error(e: CollectiveError) -> PyErr {
     }
 }
 
-/// A trainer's end of the ring.
+/// A trainer's end of the ring, shared with the training engine (see [`Communicator::shared`]).
 #[pyclass(module = "sparktrain._native", frozen)]
-struct Communicator {
-    ring: Mutex<Ring>,
+pub(crate) struct Communicator {
+    ring: SharedRing,
 }
 
 impl Communicator {
+    /// The ring, for the training engine: one connection serves both, one call at a time.
+    pub(crate) fn shared(&self) -> SharedRing {
+        self.ring.clone()
+    }
+
     fn run<T: Send>(
         &self,
         py: Python<'_>,
@@ -121,7 +126,7 @@ impl Communicator {
         let config =
             Config { chunk_bytes, streams, ..Config::new(rank, peers, secret.as_bytes().to_vec(), timeout) };
         let ring = detach(py, || Ring::connect(listener, config)).map_err(collective_error)?;
-        Ok(Communicator { ring: Mutex::new(ring) })
+        Ok(Communicator { ring: sparktrain_train::shared(ring) })
     }
 
     /// Reduces `counts[i]` values of `dtype` (float32, float64 or int64) at `addresses[i]`

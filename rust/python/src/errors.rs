@@ -12,6 +12,7 @@ use sparktrain_collective::CollectiveError;
 use sparktrain_dataset::Error as DatasetError;
 use sparktrain_storage::StorageError;
 use sparktrain_tfrecord::Error as RecordError;
+use sparktrain_train::TrainError;
 
 /// Builds `sparktrain.errors.<class>(message, **attrs)`.
 fn raise(class: &str, message: String, attrs: &[(&str, Option<String>)], ints: &[(&str, u64)]) -> PyErr {
@@ -98,6 +99,23 @@ pub fn dataset(e: DatasetError) -> PyErr {
             &[],
         ),
         DatasetError::InvalidArgument(_) => raise("InvalidArgumentError", e.to_string(), &[], &[]),
+    }
+}
+
+/// Converts a training error.
+pub fn train(e: TrainError) -> PyErr {
+    match e {
+        TrainError::Input(e) => dataset(e),
+        TrainError::Collective(e) => collective(e),
+        TrainError::InvalidArgument(m) => invalid(m),
+        TrainError::Read { ref input, .. } => {
+            let input = input.clone();
+            raise("InputError", e.to_string(), &[("path", Some(input))], &[])
+        }
+        TrainError::StateMismatch(_) | TrainError::Output(_) => {
+            raise("CheckpointError", e.to_string(), &[], &[])
+        }
+        TrainError::Tensor(_) => raise("TrainingError", e.to_string(), &[], &[]),
     }
 }
 

@@ -9,6 +9,7 @@ mod convert;
 mod errors;
 mod fs;
 mod tfrecord;
+mod train;
 
 use pyo3::prelude::*;
 
@@ -24,5 +25,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     fs::register(m)?;
     cluster::register(m)?;
     collective::register(m)?;
+    train::register(m)?;
     Ok(())
 }

@@ -1,0 +1,72 @@
+"""Scoring a DataFrame with an exported model, inside Spark tasks.
+
+:func:`predict` runs one ``mapInArrow`` over the DataFrame: each Python worker loads the
+exported model once (the Rust engine, no TensorFlow) and scores every Arrow batch it is
+handed, so rows never pass through Python objects one by one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from sparktrain.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from sparktrain._native import ExportedModel
+
+_MODELS: dict[str, ExportedModel] = {}
+_LOCK = threading.Lock()
+
+
+def _model(export_dir: str) -> ExportedModel:
+    """The model in ``export_dir``, loaded once per process (Spark reuses its Python workers,
+    so one load serves every task they run)."""
+    from sparktrain._native import ExportedModel
+
+    with _LOCK:
+        model = _MODELS.get(export_dir)
+        if model is None:
+            model = _MODELS[export_dir] = ExportedModel(export_dir)
+        return model
+
+
+def score_batch(export_dir: str, batch: pa.RecordBatch, score_column: str = "score") -> pa.RecordBatch:
+    """``batch`` with a ``score_column`` appended: the probability of the positive class for a
+    binary model, or a list of class probabilities for a softmax model."""
+    import pyarrow as pa
+
+    model = _model(export_dir)
+    scores = model.predict(batch)
+    if model.loss == "softmax_cross_entropy" and batch.num_rows > 0:
+        classes = len(scores) // batch.num_rows
+        scores = pa.FixedSizeListArray.from_arrays(scores, classes)
+    elif model.loss == "softmax_cross_entropy":
+        scores = pa.array([], pa.list_(pa.float32()))
+    if isinstance(scores, pa.FixedSizeListArray):
+        scores = scores.cast(pa.list_(pa.float32()))
+    return batch.append_column(score_column, scores)
+
+
+def predict(spark: Any, export_dir: str, df: Any, *, score_column: str = "score") -> Any:
+    """``df`` with a ``score_column`` appended (float for binary models, ``array<float>`` of
+    class probabilities for softmax models), scored by the model exported to ``export_dir``
+    (any storage URL the executors can read). The features are found by name; the label
+    column may be absent. The result is lazy, like any DataFrame: write it where it belongs.
+    ``spark`` is the session ``df`` belongs to (taken for symmetry with :func:`train`)."""
+    from pyspark.sql.types import ArrayType, FloatType, StructField, StructType
+
+    if score_column in df.columns:
+        raise InvalidArgumentError(f"the DataFrame already has a column {score_column!r}")
+    model = _model(export_dir)  # fails early, on the driver, for a missing or damaged export
+    score_type = ArrayType(FloatType(), False) if model.loss == "softmax_cross_entropy" else FloatType()
+    schema = StructType([*df.schema.fields, StructField(score_column, score_type, False)])
+
+    def score(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield score_batch(export_dir, batch, score_column)
+
+    return df.mapInArrow(score, schema)

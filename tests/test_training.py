@@ -1,0 +1,203 @@
+"""Synchronous training on sparktrain's engine through real Spark (local-cluster) and HDFS
+(MiniDFS): two workers train like one, a resumed run ends where an uninterrupted one does,
+TensorBoard reads the chief's event files, ``predict`` inside Spark scores as the model does
+in process, and every input mode (static and dynamic file shards, Parquet, a DataFrame feed)
+sees each row once per epoch.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import sparktrain as st
+from harness.synthetic import DENSE, SPARSE, criteo_table, dense_table
+from sparktrain.errors import WorkerFailed
+from sparktrain.training import FeatureSpec
+
+CRITEO = FeatureSpec(dense=tuple(DENSE), categorical=tuple((c, 10_000) for c in SPARSE))
+DENSE39 = FeatureSpec(dense=tuple(f"f{j:02d}" for j in range(39)))
+
+
+def write_tfrecords(folder: str, table: pa.Table, files: int) -> str:
+    os.makedirs(folder, exist_ok=True)
+    step = -(-table.num_rows // files)
+    for i in range(files):
+        st.tfrecord.write_batches(f"{folder}/part-{i:05d}.tfrecord", table.slice(i * step, step))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def criteo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("criteo")
+    train = write_tfrecords(f"{root}/train", criteo_table(40_000, seed=1), files=8)
+    evaluation = write_tfrecords(f"{root}/eval", criteo_table(10_000, seed=2), files=2)
+    return {"train": train, "eval": evaluation, "root": str(root)}
+
+
+def test_two_workers_reach_the_auc_of_one_worker_with_their_union(spark, criteo):
+    """The same global batch (one worker with 512, two with 256 each) trains to the same AUC."""
+    common = {
+        "model": "wide_deep",
+        "features": CRITEO,
+        "epochs": 2,
+        "eval_data": criteo["eval"],
+        "hidden": [64, 32],
+        "learning_rate": 0.002,
+        "log": False,
+    }
+    alone = st.train(spark, criteo["train"], num_workers=1, batch_size=512, **common)
+    together = st.train(spark, criteo["train"], num_workers=2, batch_size=256, **common)
+    assert alone.fit.examples == together.fit.examples == 2 * 40_000
+    assert alone.fit.steps == together.fit.steps == 2 * -(-40_000 // 512)
+    assert alone.metrics.examples == together.metrics.examples == 10_000
+    assert alone.metrics.auc > 0.75, alone.metrics
+    assert abs(alone.metrics.auc - together.metrics.auc) < 0.005, (alone.metrics, together.metrics)
+
+
+def test_n_workers_with_batch_b_end_with_the_weights_of_one_worker_with_batch_n_b(spark, tmp_path):
+    """Without shuffling, every step of two workers covers the rows one worker's batch holds."""
+    data = write_tfrecords(f"{tmp_path}/data", dense_table(4_096, seed=3), files=1)
+
+    def main_fun(args, ctx):
+        trainer = ctx.trainer(
+            model="mlp",
+            features=args["features"],
+            hidden=[32, 16],
+            batch_size=args["batch"],
+            shuffle_buffer=0,
+        )
+        trainer.fit(args["data"], steps=24)
+        return trainer.weights()
+
+    runs = {}
+    for workers in (1, 2):
+        args = {"features": DENSE39, "batch": 64 // workers, "data": data}
+        with st.Cluster.run(spark, main_fun, args, workers, log=False) as cluster:
+            runs[workers] = cluster.results()
+    np.testing.assert_array_equal(runs[2][0], runs[2][1])  # bit-identical on every worker
+    scale = np.abs(runs[1][0]).max()
+    np.testing.assert_allclose(runs[2][0], runs[1][0], rtol=0, atol=1e-5 * scale)
+
+
+def test_a_resumed_run_on_hdfs_ends_where_an_uninterrupted_one_ends(spark, hdfs_url, criteo, tmp_path):
+    """Checkpoints (and event files) on HDFS; the second run resumes mid-epoch at step 30."""
+    base = f"{hdfs_url}/training/resume-{os.getpid()}"
+    common = {
+        "model": "wide_deep",
+        "features": CRITEO,
+        "num_workers": 2,
+        "batch_size": 64,
+        "hidden": [16],
+        "checkpoint_every": 20,
+        "log": False,
+    }
+    straight = st.train(
+        spark,
+        criteo["train"],
+        model_dir=f"{base}/straight",
+        steps=50,
+        tensorboard_dir=f"{base}/tb",
+        log_every=10,
+        **common,
+    )
+    first = st.train(spark, criteo["train"], model_dir=f"{base}/resumed", steps=30, **common)
+    assert first.fit.steps == 30
+    assert first.fit.resumed_from is None
+    second = st.train(spark, criteo["train"], model_dir=f"{base}/resumed", steps=50, **common)
+    assert second.fit.resumed_from == 30
+    assert second.fit.new_steps == 20
+    assert straight.export_dir == f"{base}/straight/export"
+    weights = [st.fs.read_bytes(f"{r.export_dir}/model.safetensors") for r in (straight, second)]
+    assert weights[0] == weights[1]
+    kept = sorted(f.path.rsplit("/", 1)[1] for f in st.fs.ls(f"{base}/resumed") if f.is_dir)
+    assert kept == ["ckpt-0000000030", "ckpt-0000000040", "ckpt-0000000050", "export"]
+
+    # TensorBoard's own reader parses the chief's event files (copied from HDFS).
+    local = tmp_path / "tb"
+    local.mkdir()
+    for f in st.fs.ls(f"{base}/tb"):
+        (local / f.path.rsplit("/", 1)[1]).write_bytes(st.fs.read_bytes(f.path))
+    assert scalar_steps(str(local), "loss") == [10, 20, 30, 40, 50]
+
+
+def scalar_steps(folder: str, tag: str) -> list[int]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(folder)
+    events.Reload()
+    if tag not in events.Tags()["scalars"]:
+        return []
+    return [e.step for e in events.Scalars(tag)]
+
+
+def test_tensorboard_reads_the_chiefs_scalars_and_predict_scores_like_the_model(spark, criteo, tmp_path):
+    result = st.train(
+        spark,
+        criteo["train"],
+        model="wide_deep",
+        features=CRITEO,
+        num_workers=2,
+        batch_size=128,
+        hidden=[32],
+        model_dir=str(tmp_path / "model"),
+        tensorboard_dir=str(tmp_path / "tb"),
+        eval_data=criteo["eval"],
+        eval_every=50,
+        log_every=25,
+        log=False,
+    )
+    steps = result.fit.steps
+    assert steps == -(-40_000 // 256)
+    assert scalar_steps(str(tmp_path / "tb"), "loss") == list(range(25, steps + 1, 25))
+    assert scalar_steps(str(tmp_path / "tb"), "eval/auc") == [*range(50, steps + 1, 50), steps]
+    assert [s for s, _ in result.fit.evaluations] == [*range(50, steps + 1, 50), steps]
+    files = glob.glob(str(tmp_path / "tb" / "events.out.tfevents.*"))
+    assert len(files) == 1
+    assert files[0].endswith(".v2")
+
+    # Without its label, with a row number to match rows up after Spark shuffles them.
+    table = criteo_table(3_000, seed=9).drop(["label"])
+    table = table.append_column("row", pa.array(np.arange(3_000)))
+    frame = spark.createDataFrame(table.to_pandas()).repartition(3)
+    scored = st.predict(spark, result.export_dir, frame).toPandas().sort_values("row")
+    model = st._native.ExportedModel(result.export_dir)
+    expected = np.concatenate([model.predict(b).to_numpy() for b in table.to_batches(max_chunksize=1_000)])
+    np.testing.assert_allclose(scored["score"].to_numpy(), expected, rtol=0, atol=1e-6)
+    assert expected.min() > 0.0
+    assert expected.max() < 1.0
+
+
+def test_every_input_mode_sees_each_row_once_per_epoch(spark, tmp_path):
+    table = dense_table(6_000, seed=4)
+    parquet = tmp_path / "parquet"
+    parquet.mkdir()
+    for i in range(6):
+        pq.write_table(table.slice(i * 1_000, 1_000), parquet / f"part-{i}.parquet")
+    common = {
+        "model": "logistic_regression",
+        "features": DENSE39,
+        "epochs": 2,
+        "batch_size": 100,
+        "learning_rate": 0.05,
+        "log": False,
+    }
+    dynamic = st.train(spark, str(parquet), num_workers=2, sharding="dynamic", **common)
+    assert dynamic.fit.examples == 2 * 6_000
+    frame = spark.createDataFrame(table.to_pandas())
+    fed = st.train(spark, frame, num_workers=2, eval_data=str(parquet), **common)
+    assert fed.fit.examples == 2 * 6_000
+    assert fed.metrics.examples == 6_000
+    assert fed.metrics.loss < 0.6
+
+
+def test_a_missing_column_fails_the_job_naming_it(spark, criteo):
+    features = FeatureSpec(dense=("i01", "clicks"), label="label")
+    with pytest.raises(WorkerFailed) as failure:
+        st.train(spark, criteo["train"], model="mlp", features=features, num_workers=2, steps=5, log=False)
+    assert "clicks" in failure.value.stderr_tail

@@ -234,6 +234,10 @@ class Trainer:
     (``keep_checkpoints`` kept, shards of at most ``max_shard_bytes``), and training resumes
     from the latest checkpoint there. ``tensorboard_dir`` receives event files; progress lines
     come every ``log_every`` steps and go to the driver through ``ctx.report``.
+
+    ``device="cuda"`` (or ``"cuda:<n>"``) computes on a GPU the trainer sees (Spark's GPU
+    resources set ``CUDA_VISIBLE_DEVICES``); it needs a build with the ``cuda`` feature.
+    ``threads`` splits large optimizer updates across threads.
     """
 
     def __init__(
@@ -263,6 +267,7 @@ class Trainer:
         tensorboard_dir: str | None = None,
         log_every: int = 100,
         threads: int = 1,
+        device: str = "cpu",
         **hyperparameters: Any,
     ) -> None:
         unknown = set(hyperparameters) - set(_RULE_HYPERPARAMETERS)
@@ -294,6 +299,7 @@ class Trainer:
             "max_shard_bytes": max_shard_bytes,
             "tensorboard_dir": resolve(tensorboard_dir) if tensorboard_dir else None,
             "log_every": log_every,
+            "device": device,
         }
         self._native: NativeTrainer | None = None
 

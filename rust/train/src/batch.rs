@@ -22,16 +22,21 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// The tensors of an encoded batch.
+    /// The tensors of an encoded batch, in main memory.
     pub fn from_encoded(encoded: &Encoded) -> Result<Self> {
+        Self::from_encoded_on(encoded, &Device::Cpu)
+    }
+
+    /// The tensors of an encoded batch, on `device`.
+    pub fn from_encoded_on(encoded: &Encoded, device: &Device) -> Result<Self> {
         let rows = encoded.rows;
         let dense_width = encoded.dense.len().checked_div(rows).unwrap_or(0);
         let id_width = encoded.ids.len().checked_div(rows).unwrap_or(0);
         Ok(Batch {
-            dense: Tensor::from_slice(&encoded.dense, (rows, dense_width), &Device::Cpu)?,
+            dense: Tensor::from_slice(&encoded.dense, (rows, dense_width), device)?,
             ids: (id_width > 0).then(|| encoded.ids.clone()),
             id_width,
-            labels: Tensor::from_slice(&encoded.labels, rows, &Device::Cpu)?,
+            labels: Tensor::from_slice(&encoded.labels, rows, device)?,
         })
     }
 
@@ -55,9 +60,10 @@ pub struct Lookup {
 
 impl Lookup {
     /// Gathers the rows of `batch`'s ids from every table among `entries`, whose values are
-    /// in `weights`; None when the batch has no ids.
+    /// in `weights`, onto the batch's device; None when the batch has no ids.
     pub fn gather(batch: &Batch, entries: &[Entry], weights: &[f32]) -> Result<Option<Lookup>> {
         let Some(ids) = &batch.ids else { return Ok(None) };
+        let device = batch.dense.device();
         let rows = batch.rows()?;
         let mut unique = ids.clone();
         unique.sort_unstable();
@@ -83,10 +89,10 @@ impl Lookup {
                 let at = entry.offset + id as usize * width;
                 values.extend_from_slice(&weights[at..at + width]);
             }
-            let var = Var::from_vec(values, (unique.len(), width), &Device::Cpu)?;
+            let var = Var::from_vec(values, (unique.len(), width), device)?;
             tables.insert(entry.name.clone(), var);
         }
-        let local = Tensor::from_vec(local, (rows, batch.id_width), &Device::Cpu)?;
+        let local = Tensor::from_vec(local, (rows, batch.id_width), device)?;
         Ok(Some(Lookup { unique, local, rows: tables }))
     }
 

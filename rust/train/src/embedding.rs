@@ -5,7 +5,7 @@
 //! dense features, through an MLP). DeepFM adds factorization-machine interactions between
 //! the embeddings, which it shares with its deep part.
 
-use candle_core::{D, Tensor, Var};
+use candle_core::{D, Device, Tensor, Var};
 
 use crate::batch::{Batch, Lookup};
 use crate::error::{Result, TrainError};
@@ -55,7 +55,7 @@ struct Parts {
 }
 
 impl Parts {
-    fn new(spec: &FeatureSpec, config: &EmbeddingConfig) -> Result<Self> {
+    fn new(device: &Device, spec: &FeatureSpec, config: &EmbeddingConfig) -> Result<Self> {
         spec.validate()?;
         if spec.id_width() == 0 {
             return Err(TrainError::InvalidArgument(
@@ -63,7 +63,7 @@ impl Parts {
             ));
         }
         let (ids, dense_width, seed) = (spec.id_space(), spec.dense_width(), config.seed);
-        let mut params = Parameters::new();
+        let mut params = Parameters::on(device);
         table(&mut params, FIRST_ORDER, ids, 1, 0.0, seed)?;
         let (linear, bias) = if dense_width > 0 {
             (Some(Dense::new(&mut params, "wide/dense", dense_width, 1, seed ^ 1)?), None)
@@ -118,7 +118,12 @@ pub struct WideDeep(Parts);
 impl WideDeep {
     /// A model for the columns of `spec`.
     pub fn new(spec: &FeatureSpec, config: &EmbeddingConfig) -> Result<Self> {
-        Ok(WideDeep(Parts::new(spec, config)?))
+        Self::on(&Device::Cpu, spec, config)
+    }
+
+    /// [`WideDeep::new`] with its variables on `device`.
+    pub fn on(device: &Device, spec: &FeatureSpec, config: &EmbeddingConfig) -> Result<Self> {
+        Ok(WideDeep(Parts::new(device, spec, config)?))
     }
 }
 
@@ -144,7 +149,12 @@ pub struct DeepFm(Parts);
 impl DeepFm {
     /// A model for the columns of `spec`.
     pub fn new(spec: &FeatureSpec, config: &EmbeddingConfig) -> Result<Self> {
-        Ok(DeepFm(Parts::new(spec, config)?))
+        Self::on(&Device::Cpu, spec, config)
+    }
+
+    /// [`DeepFm::new`] with its variables on `device`.
+    pub fn on(device: &Device, spec: &FeatureSpec, config: &EmbeddingConfig) -> Result<Self> {
+        Ok(DeepFm(Parts::new(device, spec, config)?))
     }
 }
 

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use arrow::record_batch::RecordBatch;
-use candle_core::{D, Tensor};
+use candle_core::{D, Device, Tensor};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
 
@@ -58,20 +58,26 @@ pub enum ModelKind {
 }
 
 impl ModelKind {
-    /// Builds the model for `features`, its weights drawn from `seed`.
+    /// Builds the model for `features`, its weights drawn from `seed`, in main memory.
     pub fn build(&self, features: &FeatureSpec, seed: u64) -> Result<Box<dyn Model>> {
+        self.build_on(&Device::Cpu, features, seed)
+    }
+
+    /// [`ModelKind::build`] with the variables on `device`.
+    pub fn build_on(&self, device: &Device, features: &FeatureSpec, seed: u64) -> Result<Box<dyn Model>> {
         let inputs = features.dense_width();
         Ok(match self {
             ModelKind::LogisticRegression { outputs } => {
-                Box::new(LogisticRegression::new(inputs, *outputs, seed)?)
+                Box::new(LogisticRegression::on(device, inputs, *outputs, seed)?)
             }
-            ModelKind::Mlp { hidden, outputs } => Box::new(Mlp::new(inputs, hidden, *outputs, seed)?),
-            ModelKind::WideDeep { dim, hidden } => Box::new(WideDeep::new(
-                features,
-                &EmbeddingConfig { dim: *dim, hidden: hidden.clone(), seed },
-            )?),
+            ModelKind::Mlp { hidden, outputs } => Box::new(Mlp::on(device, inputs, hidden, *outputs, seed)?),
+            ModelKind::WideDeep { dim, hidden } => {
+                let config = EmbeddingConfig { dim: *dim, hidden: hidden.clone(), seed };
+                Box::new(WideDeep::on(device, features, &config)?)
+            }
             ModelKind::DeepFm { dim, hidden } => {
-                Box::new(DeepFm::new(features, &EmbeddingConfig { dim: *dim, hidden: hidden.clone(), seed })?)
+                let config = EmbeddingConfig { dim: *dim, hidden: hidden.clone(), seed };
+                Box::new(DeepFm::on(device, features, &config)?)
             }
         })
     }

@@ -1,7 +1,7 @@
 //! Models as candle computations over [`Parameters`]: logistic regression and the
 //! multi-layer perceptron.
 
-use candle_core::{Tensor, Var};
+use candle_core::{Device, Tensor, Var};
 
 use crate::batch::{Batch, Lookup};
 use crate::error::{Result, TrainError};
@@ -86,7 +86,12 @@ pub struct LogisticRegression {
 impl LogisticRegression {
     /// A model over `inputs` features with `outputs` logits, initialized from `seed`.
     pub fn new(inputs: usize, outputs: usize, seed: u64) -> Result<Self> {
-        let mut params = Parameters::new();
+        Self::on(&Device::Cpu, inputs, outputs, seed)
+    }
+
+    /// [`LogisticRegression::new`] with its variables on `device`.
+    pub fn on(device: &Device, inputs: usize, outputs: usize, seed: u64) -> Result<Self> {
+        let mut params = Parameters::on(device);
         let dense = Dense::new(&mut params, "linear", inputs, outputs, seed)?;
         Ok(LogisticRegression { params, dense, inputs })
     }
@@ -150,7 +155,12 @@ pub struct Mlp {
 impl Mlp {
     /// `inputs` → each of `hidden` → `outputs`, initialized from `seed`.
     pub fn new(inputs: usize, hidden: &[usize], outputs: usize, seed: u64) -> Result<Self> {
-        let mut params = Parameters::new();
+        Self::on(&Device::Cpu, inputs, hidden, outputs, seed)
+    }
+
+    /// [`Mlp::new`] with its variables on `device`.
+    pub fn on(device: &Device, inputs: usize, hidden: &[usize], outputs: usize, seed: u64) -> Result<Self> {
+        let mut params = Parameters::on(device);
         let tower = Tower::new(&mut params, "dense", inputs, hidden, outputs, seed)?;
         Ok(Mlp { params, tower, inputs })
     }

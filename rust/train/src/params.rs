@@ -56,15 +56,31 @@ enum Param {
 }
 
 /// Named float32 variables and embedding tables, in name order.
-#[derive(Default)]
 pub struct Parameters {
     params: BTreeMap<String, Param>,
+    device: Device,
+}
+
+impl Default for Parameters {
+    fn default() -> Self {
+        Self::on(&Device::Cpu)
+    }
 }
 
 impl Parameters {
-    /// An empty set.
+    /// An empty set in main memory.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty set whose variables live on `device`.
+    pub fn on(device: &Device) -> Self {
+        Parameters { params: BTreeMap::new(), device: device.clone() }
+    }
+
+    /// Where the variables live.
+    pub fn device(&self) -> &Device {
+        &self.device
     }
 
     fn check_new(&self, name: &str) -> Result<()> {
@@ -77,7 +93,7 @@ impl Parameters {
     /// Adds a variable of `shape` holding `values`; names are unique.
     pub fn add(&mut self, name: &str, shape: impl Into<Shape>, values: Vec<f32>) -> Result<Var> {
         self.check_new(name)?;
-        let var = Var::from_vec(values, shape, &Device::Cpu)?;
+        let var = Var::from_vec(values, shape, &self.device)?;
         self.params.insert(name.to_string(), Param::Var(var.clone()));
         Ok(var)
     }
@@ -180,7 +196,7 @@ impl Parameters {
             match p {
                 Param::Var(var) => {
                     let n = var.elem_count();
-                    var.set(&Tensor::from_slice(&values[offset..offset + n], var.shape(), &Device::Cpu)?)?;
+                    var.set(&Tensor::from_slice(&values[offset..offset + n], var.shape(), var.device())?)?;
                     offset += n;
                 }
                 Param::Table { rows, dim, .. } => offset += rows * dim,

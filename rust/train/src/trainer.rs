@@ -8,8 +8,9 @@
 //! from the seed), so a resumed run ends where an uninterrupted one would.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
 use crate::batch::Batch;
@@ -18,7 +19,7 @@ use crate::error::{Result, TrainError};
 use crate::export::{self, ModelKind};
 use crate::features::FeatureSpec;
 use crate::groups::{GroupState, OptimizerConfig};
-use crate::input::Input;
+use crate::input::{Input, Plan};
 use crate::loss::Loss;
 use crate::metrics::Metrics;
 use crate::model::Model;
@@ -70,6 +71,10 @@ pub struct TrainerConfig {
     /// Seconds between new event files on storage without hflush (HDFS).
     #[serde(default = "defaults::roll_seconds")]
     pub tensorboard_roll_seconds: f64,
+    /// Where the model computes: `cpu`, or `cuda` / `cuda:<n>` (a build with the `cuda`
+    /// feature; `n` counts the GPUs the process sees, as `CUDA_VISIBLE_DEVICES` sets them).
+    #[serde(default = "defaults::device")]
+    pub device: String,
 }
 
 mod defaults {
@@ -98,6 +103,9 @@ mod defaults {
     }
     pub fn roll_seconds() -> f64 {
         30.0
+    }
+    pub fn device() -> String {
+        "cpu".into()
     }
 }
 
@@ -139,6 +147,8 @@ pub struct LogLine {
     pub examples_per_sec: f64,
     /// The (first) optimizer's step size.
     pub learning_rate: f32,
+    /// Seconds since the Unix epoch when the line was made.
+    pub wall_time: f64,
 }
 
 /// An evaluation during or after training.
@@ -182,6 +192,7 @@ pub struct Trainer {
     config: TrainerConfig,
     features: Arc<FeatureSpec>,
     dp: DataParallel<Box<dyn Model>>,
+    device: Device,
     rank: usize,
     progress: Progress,
     resumed_from: Option<u64>,
@@ -201,12 +212,14 @@ impl Trainer {
         }
         features.validate()?;
         let rank = ring.as_ref().map_or(0, |r| lock(r).rank());
-        let model = config.model.build(&features, config.seed)?;
+        let device = device(&config.device)?;
+        let model = config.model.build_on(&device, &features, config.seed)?;
         let dp = DataParallel::new(model, config.loss, &config.optimizer, ring)?;
         let mut trainer = Trainer {
             config,
             features: Arc::new(features),
             dp,
+            device,
             rank,
             progress: Progress::default(),
             resumed_from: None,
@@ -299,7 +312,13 @@ impl Trainer {
         let done = |step: u64| options.max_steps.is_some_and(|max| step >= max);
         'epochs: while self.progress.epoch < options.epochs && !done(self.progress.step) {
             let mut batches = input.epoch(self.progress.epoch, &self.features)?;
-            for _ in 0..self.progress.batches_in_epoch {
+            // A queue hands out files in a new race each run: which rows were taken cannot be
+            // replayed, so a resumed epoch starts over.
+            let taken = match input.plan() {
+                Plan::Queue(_) => 0,
+                _ => self.progress.batches_in_epoch,
+            };
+            for _ in 0..taken {
                 if batches.next().transpose()?.is_none() {
                     break;
                 }
@@ -308,7 +327,11 @@ impl Trainer {
                 if done(self.progress.step) {
                     break 'epochs;
                 }
-                let batch = batches.next().transpose()?.map(|e| Batch::from_encoded(&e)).transpose()?;
+                let batch = batches
+                    .next()
+                    .transpose()?
+                    .map(|e| Batch::from_encoded_on(&e, &self.device))
+                    .transpose()?;
                 let Some(stats) = self.dp.step(batch.as_ref())? else { break };
                 self.progress.step = stats.step;
                 self.progress.batches_in_epoch += 1;
@@ -370,7 +393,8 @@ impl Trainer {
     /// Evaluates on `input` (this worker's share) together with every other worker.
     pub fn evaluate(&mut self, input: &Input) -> Result<Metrics> {
         let epoch = input.epoch(0, &self.features)?;
-        self.dp.evaluate(epoch.map(|e| e.and_then(|e| Batch::from_encoded(&e))))
+        let device = self.device.clone();
+        self.dp.evaluate(epoch.map(|e| e.and_then(|e| Batch::from_encoded_on(&e, &device))))
     }
 
     fn evaluate_logged(&mut self, input: &Input) -> Result<EvalLine> {
@@ -470,6 +494,24 @@ impl Trainer {
         let restored = decode_restored(&payload)?;
         self.dp.load(restored).map(Some)
     }
+}
+
+/// The device `name` stands for.
+fn device(name: &str) -> Result<Device> {
+    let ordinal = match name {
+        "cpu" => return Ok(Device::Cpu),
+        "cuda" => Some(0),
+        other => other.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()),
+    };
+    let Some(ordinal) = ordinal else {
+        return Err(TrainError::InvalidArgument(format!("device '{name}': use cpu, cuda or cuda:<n>")));
+    };
+    if !candle_core::utils::cuda_is_available() {
+        return Err(TrainError::InvalidArgument(format!(
+            "device '{name}' needs sparktrain built with the `cuda` feature (see the README)"
+        )));
+    }
+    Ok(Device::new_cuda(ordinal)?)
 }
 
 fn head(status: u8, length: usize) -> [u8; 9] {
@@ -574,6 +616,7 @@ impl Window {
             loss: self.loss_sum / self.steps.max(1) as f64,
             examples_per_sec: self.examples as f64 / seconds,
             learning_rate,
+            wall_time: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
         };
         *self = Window::new();
         line

@@ -1,0 +1,103 @@
+"""The training API in one process (``Trainer(ctx=None)``): Parquet and TFRecord inputs train
+alike, softmax models score every class, the feature spec is inferred from the data and saved
+with the export, and bad input is refused naming what is wrong."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import sparktrain as st
+from sparktrain.errors import InvalidArgumentError, TFRecordCorruptError
+from sparktrain.prediction import score_batch
+from sparktrain.training import FeatureSpec, Trainer
+
+
+def table(rows: int, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, 3)).astype(np.float32)
+    shop = rng.integers(0, 20, rows)
+    city = np.array(["paris", "lyon", "nice"])[rng.integers(0, 3, rows)]
+    label = ((x[:, 0] + (shop % 3 == 0) - 0.5 * x[:, 1]) > 0.3).astype(np.int64)
+    return pa.table({"label": label, "x0": x[:, 0], "x1": x[:, 1], "x2": x[:, 2], "shop": shop, "city": city})
+
+
+def test_parquet_and_tfrecord_inputs_train_to_the_same_weights(tmp_path):
+    data = table(3_000)
+    pq.write_table(data, tmp_path / "rows.parquet")
+    st.tfrecord.write_batches(str(tmp_path / "rows.tfrecord"), data)
+    # Inference orders columns as each format stores them: give the spec.
+    features = {"dense": ["x0", "x1", "x2"], "categorical": {"shop": 30, "city": 10}}
+    weights = []
+    for path in ("rows.parquet", "rows.tfrecord"):
+        trainer = Trainer(
+            model="wide_deep", features=features, hidden=[8], shuffle_buffer=0, batch_size=100, seed=3
+        )
+        result = trainer.fit(str(tmp_path / path), epochs=2)
+        assert result.examples == 6_000
+        weights.append(trainer.weights())
+    np.testing.assert_array_equal(weights[0], weights[1])
+
+
+def test_the_inferred_spec_travels_with_the_export(tmp_path):
+    st.tfrecord.write_batches(str(tmp_path / "train.tfrecord"), table(2_000))
+    trainer = Trainer(model="wide_deep", hidden=[8], buckets=50, learning_rate=0.02, batch_size=64)
+    trainer.fit(str(tmp_path / "train.tfrecord"), epochs=3)
+    assert trainer.features == FeatureSpec(
+        dense=("x0", "x1", "x2"), categorical=(("city", 50), ("shop", 50)), label="label"
+    )
+    trainer.export(str(tmp_path / "export"))
+    model = st._native.ExportedModel(str(tmp_path / "export"))
+    assert FeatureSpec.from_json(model.features) == trainer.features
+    metrics = trainer.evaluate(str(tmp_path / "train.tfrecord"))
+    assert metrics.examples == 2_000
+    assert metrics.auc > 0.85
+
+
+def test_a_softmax_model_scores_every_class(tmp_path):
+    data = table(2_000)
+    data = data.set_column(0, "label", pa.array(data["shop"].to_numpy() % 3))
+    st.tfrecord.write_batches(str(tmp_path / "train.tfrecord"), data)
+    features = {"dense": ["x0"], "label": "label"}
+    trainer = Trainer(model="mlp", features=features, classes=3, hidden=[4])
+    trainer.fit(str(tmp_path / "train.tfrecord"))
+    export = trainer.export(str(tmp_path / "export"))
+    scored = score_batch(export, data.drop(["label"]).to_batches()[0], "probabilities")
+    probabilities = np.array(scored["probabilities"].to_pylist())
+    assert probabilities.shape == (data.num_rows, 3)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    assert trainer.evaluate(str(tmp_path / "train.tfrecord")).auc is None
+
+
+def test_bad_arguments_are_refused_by_name(tmp_path):
+    st.tfrecord.write_batches(str(tmp_path / "train.tfrecord"), table(100))
+    with pytest.raises(InvalidArgumentError, match="optimizer 'adamax'"):
+        Trainer(optimizer="adamax")
+    with pytest.raises(InvalidArgumentError, match="model 'gbdt'"):
+        Trainer(model="gbdt")
+    with pytest.raises(InvalidArgumentError, match="unknown training arguments \\['lr'\\]"):
+        Trainer(lr=0.1)
+    with pytest.raises(InvalidArgumentError, match="wide_deep is a binary model"):
+        Trainer(model="wide_deep", classes=4)
+    with pytest.raises(InvalidArgumentError, match="the `cuda` feature"):
+        Trainer(device="cuda").fit(str(tmp_path / "train.tfrecord"))
+    with pytest.raises(InvalidArgumentError, match="label column 'clicked' is not in the data"):
+        Trainer(label="clicked").fit(str(tmp_path / "train.tfrecord"))
+    missing = Trainer(features={"dense": ["x0", "price"]})
+    with pytest.raises(InvalidArgumentError, match="feature column 'price' is not in the data"):
+        missing.fit(str(tmp_path / "train.tfrecord"))
+
+
+def test_a_damaged_file_is_named_with_its_offset(tmp_path):
+    path = tmp_path / "train.tfrecord"
+    st.tfrecord.write_batches(str(path), table(500))
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    features = {"dense": ["x0", "x1"], "label": "label"}
+    with pytest.raises(TFRecordCorruptError) as damage:
+        Trainer(features=features, shuffle_buffer=0).fit(str(path))
+    assert damage.value.path.endswith("train.tfrecord")
+    assert damage.value.offset > 0

@@ -24,6 +24,7 @@ pub mod embedding;
 pub mod error;
 pub mod export;
 pub mod features;
+mod fused;
 pub mod groups;
 pub mod input;
 pub mod loss;

@@ -5,6 +5,7 @@ use candle_core::{Device, Tensor, Var};
 
 use crate::batch::{Batch, Lookup};
 use crate::error::{Result, TrainError};
+use crate::fused;
 use crate::params::{Parameters, glorot_uniform};
 
 /// A model maps a batch to `[rows, outputs]` logits.
@@ -56,13 +57,17 @@ impl Dense {
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // The bias is added as `ones · b` rather than broadcast: its gradient is then a matrix
-        // product, where a broadcast's is a column sum that the engine computes several times
-        // slower than the whole layer's products.
-        let rows = x.dim(0)?;
-        let ones = Tensor::ones((rows, 1), x.dtype(), x.device())?;
-        let bias = ones.matmul(&self.bias.as_tensor().unsqueeze(0)?)?;
-        Ok((x.matmul(self.weight.as_tensor())? + bias)?)
+        self.forward_act(x, false)
+    }
+
+    /// `x W + b`, through a ReLU when `relu`.
+    pub(crate) fn forward_act(&self, x: &Tensor, relu: bool) -> Result<Tensor> {
+        let z = x.matmul(self.weight.as_tensor())?;
+        if z.device().is_cpu() {
+            return fused::bias_act(&z, self.bias.as_tensor(), relu);
+        }
+        let y = z.broadcast_add(self.bias.as_tensor())?;
+        Ok(if relu { y.relu()? } else { y })
     }
 }
 
@@ -139,7 +144,7 @@ impl Tower {
         let (last, hidden) = self.0.split_last().expect("at least one layer");
         let mut x = x.clone();
         for layer in hidden {
-            x = layer.forward(&x)?.relu()?;
+            x = layer.forward_act(&x, true)?;
         }
         last.forward(&x)
     }

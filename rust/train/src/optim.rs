@@ -251,15 +251,19 @@ impl Optimizer {
             }
             Rule::Adam { lr, beta1, beta2, eps, weight_decay, decoupled } => {
                 let (c1, c2) = (1.0 - beta1.powi(t), 1.0 - beta2.powi(t));
+                // Adam adds the decay to the gradient, AdamW takes it off the weight.
+                let (grad_decay, weight_decay) =
+                    if decoupled { (0.0, lr * weight_decay) } else { (weight_decay, 0.0) };
+                let (step, inv_c2) = (lr / c1, 1.0 / c2);
                 self.apply(params, grads, segments, |p, g, [m, v]| {
-                    for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
-                        let g = if decoupled { g } else { g + weight_decay * *p };
-                        *m = beta1 * *m + (1.0 - beta1) * g;
-                        *v = beta2 * *v + (1.0 - beta2) * g * g;
-                        if decoupled {
-                            *p -= lr * weight_decay * *p;
-                        }
-                        *p -= lr * (*m / c1) / ((*v / c2).sqrt() + eps);
+                    // Indexed over slices of one length, so the loop vectorizes.
+                    let n = p.len();
+                    let (g, m, v) = (&g[..n], &mut m[..n], &mut v[..n]);
+                    for i in 0..n {
+                        let g = g[i] + grad_decay * p[i];
+                        m[i] = beta1 * m[i] + (1.0 - beta1) * g;
+                        v[i] = beta2 * v[i] + (1.0 - beta2) * g * g;
+                        p[i] = p[i] - weight_decay * p[i] - step * m[i] / ((v[i] * inv_c2).sqrt() + eps);
                     }
                 })
             }

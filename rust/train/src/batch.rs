@@ -8,6 +8,7 @@ use candle_core::{Device, Tensor, Var};
 use crate::error::{Result, TrainError};
 use crate::features::Encoded;
 use crate::params::Entry;
+use crate::rows::gather_rows;
 
 /// One worker's batch.
 pub struct Batch {
@@ -84,11 +85,8 @@ impl Lookup {
                     entry.name
                 )));
             }
-            let mut values = Vec::with_capacity(unique.len() * width);
-            for &id in &unique {
-                let at = entry.offset + id as usize * width;
-                values.extend_from_slice(&weights[at..at + width]);
-            }
+            let starts: Vec<usize> = unique.iter().map(|&id| entry.offset + id as usize * width).collect();
+            let values = gather_rows(weights, &starts, width);
             let var = Var::from_vec(values, (unique.len(), width), device)?;
             tables.insert(entry.name.clone(), var);
         }

@@ -28,7 +28,8 @@ pub struct OptimizerConfig {
     #[serde(default = "one")]
     pub threads: usize,
     /// Update only the embedding rows a step touched (exact for SGD without momentum,
-    /// Adagrad and FTRL; the "lazy" form of momentum and Adam). Off: every row, every step.
+    /// Adagrad, and FTRL on rows that start at zero; the "lazy" form of momentum and Adam).
+    /// Off: every row, every step.
     #[serde(default = "yes")]
     pub sparse_tables: bool,
 }

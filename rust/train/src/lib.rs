@@ -33,6 +33,7 @@ pub mod model;
 pub mod optim;
 pub mod params;
 mod rng;
+mod rows;
 pub mod step;
 pub mod tensorboard;
 pub mod trainer;

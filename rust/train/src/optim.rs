@@ -12,6 +12,7 @@ use std::thread;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
+use crate::rows::{gather_rows, scatter_rows};
 
 /// Buffers shorter than this per thread are updated on one thread: a thread costs more.
 const VALUES_PER_THREAD: usize = 1 << 16;
@@ -115,14 +116,16 @@ impl Rule {
     }
 
     /// Whether updating only the rows a batch touched equals a dense update with zero
-    /// gradients elsewhere: true for SGD without momentum or weight decay, Adagrad and FTRL.
-    /// Momentum and Adam would also move untouched rows (their moments decay), so their
-    /// sparse updates are the "lazy" variant (as PyTorch's SparseAdam).
+    /// gradients elsewhere, whatever the rows hold: true for SGD without momentum or weight
+    /// decay, and Adagrad. Momentum and Adam would also move untouched rows (their moments
+    /// decay), so their sparse updates are the "lazy" variant (as PyTorch's SparseAdam). FTRL
+    /// computes a weight from its accumulators, so a dense update resets an untouched row to
+    /// what they imply: the same only for rows that start at zero, as the wide part's do.
     pub fn sparse_exact(&self) -> bool {
         match *self {
             Rule::Sgd { momentum, weight_decay, .. } => momentum == 0.0 && weight_decay == 0.0,
-            Rule::Adam { .. } => false,
-            Rule::Adagrad { .. } | Rule::Ftrl { .. } => true,
+            Rule::Adagrad { .. } => true,
+            Rule::Adam { .. } | Rule::Ftrl { .. } => false,
         }
     }
 
@@ -212,8 +215,8 @@ impl Optimizer {
     /// the current step (see [`Optimizer::advance`]); the rest of `params` and of the
     /// optimizer's state stays as it is. Call it once per part within a step. That is
     /// how a table's touched rows are updated alone: exactly what a dense update with zero
-    /// gradients elsewhere would do for SGD without momentum, Adagrad and FTRL, and the
-    /// "lazy" form for momentum and Adam (see [`Rule::sparse_exact`]).
+    /// gradients elsewhere would do for SGD without momentum and Adagrad (see
+    /// [`Rule::sparse_exact`]), and the "lazy" form for the others.
     pub fn update(&mut self, params: &mut [f32], grads: &[f32], segments: &[Segment]) -> Result<()> {
         if params.len() != self.len {
             return Err(TrainError::InvalidArgument(format!(
@@ -283,6 +286,41 @@ impl Optimizer {
                     *p = if z.abs() > l1 { (l1 * z.signum() - *z) / quadratic } else { 0.0 };
                 }
             }),
+        }
+        Ok(())
+    }
+
+    /// Updates `rows.len()` rows of `width` values, row `i` starting at `rows[i]` in `params`
+    /// (and the state), with `grads` holding their gradients row after row. The rows are
+    /// gathered into one contiguous run, updated in one pass and put back: thousands of short
+    /// segments, one per embedding row, cost more in calls than in arithmetic.
+    pub fn update_rows(
+        &mut self,
+        params: &mut [f32],
+        grads: &[f32],
+        rows: &[usize],
+        width: usize,
+    ) -> Result<()> {
+        let n = rows.len() * width;
+        if grads.len() != n || rows.iter().any(|&r| r + width > self.len) {
+            return Err(TrainError::InvalidArgument(format!(
+                "{} rows of {width} with {} gradients, in {} parameters",
+                rows.len(),
+                grads.len(),
+                self.len
+            )));
+        }
+        let mut values = gather_rows(params, rows, width);
+        let gathered: Vec<Vec<f32>> = self.buffers.iter().map(|b| gather_rows(b, rows, width)).collect();
+        let (full, len) = (std::mem::replace(&mut self.buffers, gathered), self.len);
+        self.len = n;
+        let outcome = self.update(&mut values, grads, &[Segment { param: 0, grad: 0, len: n }]);
+        let gathered = std::mem::replace(&mut self.buffers, full);
+        self.len = len;
+        outcome?;
+        scatter_rows(params, &values, rows, width);
+        for (buffer, values) in self.buffers.iter_mut().zip(&gathered) {
+            scatter_rows(buffer, values, rows, width);
         }
         Ok(())
     }

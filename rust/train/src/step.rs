@@ -9,7 +9,8 @@
 //! - Embedding tables' gradients have one row per distinct id of the batch. When that is
 //!   smaller than the tables, workers all-gather their (id, row) lists and add them up in rank
 //!   order; otherwise the rows are scattered into dense tables and all-reduced. By default
-//!   only the rows a step touched are updated (exact for SGD, Adagrad and FTRL; the "lazy"
+//!   only the rows a step touched are updated (exact for SGD, Adagrad, and FTRL on rows that
+//!   start at zero; the "lazy"
 //!   form of momentum and Adam); with `sparse_tables` off, every row is, as a dense model
 //!   would.
 //! - A worker with no batch left contributes zeros and a count of zero; the step returns None
@@ -379,18 +380,14 @@ impl<M: Model> DataParallel<M> {
                     match &tables {
                         Some(rows) => {
                             let w = e.row_width();
-                            let segments: Vec<Segment> = rows
-                                .ids
-                                .iter()
-                                .enumerate()
-                                .filter(|(k, _)| rows.rows[t][k * w..(k + 1) * w].iter().any(|v| *v != 0.0))
-                                .map(|(k, &id)| Segment {
-                                    param: e.offset - start + id as usize * w,
-                                    grad: k * w,
-                                    len: w,
-                                })
-                                .collect();
-                            group.optimizer.update(params, &rows.rows[t], &segments)?;
+                            let (mut starts, mut grads) = (Vec::new(), Vec::new());
+                            for (id, values) in rows.ids.iter().zip(rows.rows[t].chunks_exact(w)) {
+                                if values.iter().any(|v| *v != 0.0) {
+                                    starts.push(e.offset - start + *id as usize * w);
+                                    grads.extend_from_slice(values);
+                                }
+                            }
+                            group.optimizer.update_rows(params, &grads, &starts, w)?;
                         }
                         None => {
                             let segment = Segment { param: e.offset - start, grad: dense, len: e.len() };

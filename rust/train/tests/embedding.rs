@@ -111,3 +111,34 @@ fn ids_that_do_not_match_the_spec_are_refused() {
     let no_ids = FeatureSpec { categorical: vec![], ..spec() };
     assert!(WideDeep::new(&no_ids, &config()).is_err());
 }
+
+/// Updating only the touched rows is exactly a dense update for rules where an untouched row
+/// does not move (Adagrad, SGD without momentum, FTRL on the wide part's zero-started rows),
+/// on one worker and on two.
+#[test]
+fn sparse_table_updates_equal_dense_ones_where_untouched_rows_stay() {
+    let ftrl_wide = Some(Rule::ftrl(0.1, 0.001, 0.001));
+    for (rule, wide) in [(Rule::adagrad(0.1), None), (Rule::sgd(0.2), None), (Rule::adagrad(0.05), ftrl_wide)]
+    {
+        for workers in [1, 2] {
+            let runs: Vec<Vec<f32>> = [true, false]
+                .into_iter()
+                .map(|sparse_tables| {
+                    let optimizer = OptimizerConfig { sparse_tables, wide, ..OptimizerConfig::new(rule) };
+                    let results = on_workers(workers, move |w, ring| {
+                        let model = WideDeep::new(&spec(), &config()).unwrap();
+                        let mut dp =
+                            DataParallel::new(model, Loss::BinaryCrossEntropy, &optimizer, ring).unwrap();
+                        for s in 0..8u64 {
+                            let start = s * 64 + w as u64 * 32;
+                            dp.step(Some(&batch(start..start + 32))).unwrap();
+                        }
+                        dp.weights().to_vec()
+                    });
+                    results.into_iter().next().unwrap()
+                })
+                .collect();
+            assert_eq!(runs[0], runs[1], "{rule:?} on {workers} worker(s)");
+        }
+    }
+}

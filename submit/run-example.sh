@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job end to end on one machine, from a fresh clone: installs what it needs, then
-# spark-submits examples/keras_on_spark.py to a local cluster of two executors (separate JVMs
-# and Python workers) with local files under ./sparktrain-example.
+# spark-submits examples/ctr_on_spark.py (or the example named by EXAMPLE, e.g.
+# EXAMPLE=keras_on_spark.py) to a local cluster of two executors (separate JVMs and Python
+# workers) with local files under ./sparktrain-example.
 # Usage: bash submit/run-example.sh [--rows N] [--epochs N] [--output DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,4 +16,4 @@ exec spark-submit \
     --conf spark.ui.showConsoleProgress=false \
     --conf spark.log.level=WARN \
     --conf spark.executorEnv.TF_CPP_MIN_LOG_LEVEL=2 \
-    examples/keras_on_spark.py "$@"
+    "examples/${EXAMPLE:-ctr_on_spark.py}" "$@"

@@ -1,6 +1,7 @@
 """The examples through ``spark-submit`` on a local cluster: the README's main job
-(``keras_on_spark.py``, as ``submit/run-example.sh`` runs it, minus the installation that
-``tests/run.sh`` has done) and the NumPy job that trains with ``ctx.allreduce``."""
+(``ctr_on_spark.py``, as ``submit/run-example.sh`` runs it, minus the installation that
+``tests/run.sh`` has done), the Keras job under sparktrain's ``TF_CONFIG`` and the NumPy job
+that trains with ``ctx.allreduce``."""
 
 from __future__ import annotations
 
@@ -30,6 +31,18 @@ def spark_submit(script: str, *args: str, cwd: Path) -> subprocess.CompletedProc
 
 def result_of(done: subprocess.CompletedProcess[str]) -> dict:
     return json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
+
+
+def test_the_main_job_writes_trains_evaluates_exports_and_scores(tmp_path):
+    done = spark_submit("ctr_on_spark.py", "--rows", "30000", "--epochs", "2", cwd=tmp_path)
+    result = result_of(done)
+    assert result["rows"] == 30000
+    assert result["steps"] == 2 * -(-30000 // 512)
+    assert result["eval_auc"] > 0.65, result  # a model that learned nothing scores 0.5
+    assert result["scored"] == 3000
+    export = tmp_path / "sparktrain-example" / "model" / "export"
+    assert sorted(p.name for p in export.iterdir()) == ["model.json", "model.safetensors"]
+    assert list((tmp_path / "sparktrain-example" / "tensorboard").glob("events.out.tfevents.*"))
 
 
 def test_the_keras_job_trains_on_two_executors_and_exports(tmp_path):

@@ -126,7 +126,9 @@ class FitResult:
     """What ``fit`` did. ``steps`` counts every step of the training (a resumed run counts
     the earlier ones), ``new_steps`` those of this call; ``examples_per_sec`` covers all
     trainers; ``loss`` is the mean training loss of the last progress window; ``history``
-    holds the progress lines and ``evaluations`` ``(step, Metrics)`` pairs."""
+    holds the progress lines (``step``, ``epoch``, ``loss``, ``examples_per_sec``,
+    ``learning_rate``, ``wall_time``) and ``evaluations`` ``(step, Metrics)`` pairs;
+    ``first_step_at`` is the wall time (``time.time()``) when this call's first step ended."""
 
     steps: int
     new_steps: int
@@ -139,6 +141,7 @@ class FitResult:
     history: list[dict[str, float]] = field(default_factory=list)
     evaluations: list[tuple[int, Metrics]] = field(default_factory=list)
     checkpoint: str | None = None
+    first_step_at: float | None = None
 
     @classmethod
     def _of(cls, d: Mapping[str, Any]) -> FitResult:

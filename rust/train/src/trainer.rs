@@ -185,6 +185,8 @@ pub struct FitSummary {
     pub evaluations: Vec<EvalLine>,
     /// The last checkpoint written.
     pub checkpoint: Option<String>,
+    /// Seconds since the Unix epoch when this call's first step ended.
+    pub first_step_at: Option<f64>,
 }
 
 /// One worker's trainer.
@@ -307,6 +309,7 @@ impl Trainer {
             history: Vec::new(),
             evaluations: Vec::new(),
             checkpoint: None,
+            first_step_at: None,
         };
         let mut window = Window::new();
         let done = |step: u64| options.max_steps.is_some_and(|max| step >= max);
@@ -335,6 +338,7 @@ impl Trainer {
                 let Some(stats) = self.dp.step(batch.as_ref())? else { break };
                 self.progress.step = stats.step;
                 self.progress.batches_in_epoch += 1;
+                summary.first_step_at.get_or_insert_with(unix_time);
                 summary.examples += stats.examples;
                 window.add(stats.loss as f64, stats.examples);
                 if stats.step % self.config.log_every == 0 {
@@ -496,6 +500,11 @@ impl Trainer {
     }
 }
 
+/// Seconds since the Unix epoch.
+fn unix_time() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// The device `name` stands for.
 fn device(name: &str) -> Result<Device> {
     let ordinal = match name {
@@ -616,7 +625,7 @@ impl Window {
             loss: self.loss_sum / self.steps.max(1) as f64,
             examples_per_sec: self.examples as f64 / seconds,
             learning_rate,
-            wall_time: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
+            wall_time: unix_time(),
         };
         *self = Window::new();
         line

@@ -185,9 +185,15 @@ impl FeatureSpec {
         };
         let mut out = Encoded { rows, ..Encoded::default() };
 
-        let dense: Vec<Vec<f32>> =
-            self.dense.iter().map(|name| floats(name, column(name)?, 0.0)).collect::<Result<_>>()?;
-        out.dense = (0..rows).flat_map(|r| dense.iter().map(move |c| c[r])).collect();
+        // Column by column into row-major order: each column is one strided pass.
+        let width = self.dense.len();
+        out.dense = vec![0.0; rows * width];
+        for (j, name) in self.dense.iter().enumerate() {
+            let values = floats(name, column(name)?, 0.0)?;
+            for (row, value) in out.dense.chunks_exact_mut(width).zip(values.iter()) {
+                row[j] = *value;
+            }
+        }
 
         let hashes = |name: &str| hash_column(name, column(name)?);
         let categorical: Vec<Vec<u64>> =
@@ -245,6 +251,9 @@ fn floats(name: &str, array: &ArrayRef, missing: f32) -> Result<Vec<f32>> {
     let cast = arrow::compute::cast(array, &DataType::Float32)
         .map_err(|e| TrainError::InvalidArgument(format!("column '{name}': {e}")))?;
     let values = cast.as_primitive::<Float32Type>();
+    if values.null_count() == 0 {
+        return Ok(values.values().to_vec());
+    }
     Ok((0..values.len()).map(|i| if values.is_null(i) { missing } else { values.value(i) }).collect())
 }
 

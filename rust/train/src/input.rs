@@ -391,6 +391,7 @@ impl Reading {
     fn run(mut self, out: &SyncSender<Result<Encoded>>) {
         let mut pool = Rows::new(self.spec.dense_width(), self.spec.id_width());
         let mut record = 0usize;
+        let shuffle = self.options.shuffle_buffer > 1;
         let capacity = self.options.shuffle_buffer.max(self.options.batch_size);
         while let Some(batch) = self.batches.next() {
             let encoded = match batch.and_then(|b| self.spec.encode(&b)) {
@@ -405,7 +406,10 @@ impl Reading {
                     continue;
                 }
                 pool.push(&encoded, row);
-                if pool.len() >= capacity && !self.emit(&mut pool, out) {
+                // Without shuffling the pool is the batch being filled: sent when full.
+                let full =
+                    if shuffle { pool.len() >= capacity } else { pool.len() == self.options.batch_size };
+                if full && !self.emit(&mut pool, out) {
                     return;
                 }
             }
@@ -420,6 +424,11 @@ impl Reading {
     /// Sends one batch drawn from `pool`; false when nobody listens any more.
     fn emit(&mut self, pool: &mut Rows, out: &SyncSender<Result<Encoded>>) -> bool {
         let shuffle = self.options.shuffle_buffer > 1;
+        if !shuffle && pool.start == 0 && pool.len() <= self.options.batch_size {
+            // In order and no more than a batch: the pool is the batch.
+            let batch = std::mem::take(&mut pool.held);
+            return out.send(Ok(batch)).is_ok();
+        }
         let rows = self.options.batch_size.min(pool.len());
         let mut batch = Encoded::default();
         for _ in 0..rows {

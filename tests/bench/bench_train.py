@@ -529,6 +529,10 @@ def main() -> None:
                     except NotImplementedError as e:
                         print(f"  skipped: {e}", file=sys.stderr)
                         continue
+                    except Exception as e:  # a flaky peer must not lose the others' figures
+                        print(f"  FAILED: {type(e).__name__}: {str(e)[:500]}", file=sys.stderr)
+                        print(f"\n{model}: {name} on {workers} worker(s) failed: {type(e).__name__}")
+                        continue
                     print(f"  {json.dumps(result)}", file=sys.stderr, flush=True)
                     results.append((name, job, result))
                     everything.append({"contender": name, "model": model, "workers": workers, **result})

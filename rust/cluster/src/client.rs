@@ -58,7 +58,7 @@ impl TaskClient {
             let config = ClientTlsConfig::new()
                 .ca_certificate(Certificate::from_pem(&tls.ca_pem))
                 .domain_name(tls.domain.clone());
-            endpoint = endpoint.tls_config(config).map_err(|e| ClusterError::Tls(e.to_string()))?;
+            endpoint = endpoint.tls_config(config).map_err(|source| ClusterError::Tls { source })?;
         }
         let start = Instant::now();
         let mut pause = Duration::from_millis(20);

@@ -76,11 +76,21 @@ pub enum ClusterError {
     #[error("the job was aborted: {0}")]
     Aborted(String),
     /// The TLS certificate, key or CA could not be used.
-    #[error("control-plane TLS: {0}")]
-    Tls(String),
+    #[error("control-plane TLS: {source}")]
+    Tls {
+        /// The transport's error.
+        #[source]
+        source: tonic::transport::Error,
+    },
     /// A local I/O error.
-    #[error("{0}")]
-    Io(String),
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A secret could not be made or read.
     #[error("job secret: {0}")]
     Secret(String),

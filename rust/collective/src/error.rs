@@ -52,9 +52,27 @@ pub enum CollectiveError {
         /// Why.
         reason: String,
     },
-    /// A local I/O error while setting up.
-    #[error("{0}")]
-    Io(String),
+    /// A local failure while setting up or tearing down the ring (a socket, a thread).
+    #[error("{what}{}", source.as_ref().map(|e| format!(": {e}")).unwrap_or_default())]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The operating system's error, when there is one.
+        #[source]
+        source: Option<std::io::Error>,
+    },
+}
+
+impl CollectiveError {
+    /// An [`CollectiveError::Io`] error: `what` failed with `source`.
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        CollectiveError::Io { what: what.into(), source: Some(source) }
+    }
+
+    /// An [`CollectiveError::Io`] error with no operating-system error behind it.
+    pub fn local(what: impl Into<String>) -> Self {
+        CollectiveError::Io { what: what.into(), source: None }
+    }
 }
 
 /// The result type of this crate.

@@ -34,12 +34,12 @@ fn mac(secret: &[u8], label: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
 
 fn nonce() -> Result<[u8; NONCE]> {
     let mut n = [0u8; NONCE];
-    getrandom::fill(&mut n).map_err(|e| CollectiveError::Io(format!("no randomness for a nonce: {e}")))?;
+    getrandom::fill(&mut n).map_err(|e| CollectiveError::local(format!("no randomness for a nonce: {e}")))?;
     Ok(n)
 }
 
 fn setup_error(what: &str, address: &str, e: std::io::Error) -> CollectiveError {
-    CollectiveError::Io(format!("{what} {address}: {e}"))
+    CollectiveError::io(format!("{what} {address}"), e)
 }
 
 /// Opens connection number `index` to the peer at `address` and proves this rank knows
@@ -125,7 +125,7 @@ pub fn accept(
 ) -> Result<Vec<TcpStream>> {
     let deadline = Instant::now() + timeout;
     let mut accepted: Vec<Option<TcpStream>> = (0..count).map(|_| None).collect();
-    listener.set_nonblocking(true).map_err(|e| CollectiveError::Io(format!("listener: {e}")))?;
+    listener.set_nonblocking(true).map_err(|e| CollectiveError::io("listener", e))?;
     loop {
         match listener.accept() {
             Ok((mut stream, peer)) => {
@@ -134,7 +134,7 @@ pub fn accept(
                     .and_then(|_| stream.set_read_timeout(Some(Duration::from_secs(5).min(timeout))))
                     .and_then(|_| stream.set_write_timeout(Some(timeout)));
                 if let Err(e) = configure {
-                    refused.push(CollectiveError::Io(format!("configuring {peer}: {e}")));
+                    refused.push(CollectiveError::io(format!("configuring {peer}"), e));
                     continue;
                 }
                 match answer(&mut stream, secret) {
@@ -145,7 +145,7 @@ pub fn accept(
                             .write_all(&[1])
                             .and_then(|_| stream.set_read_timeout(Some(timeout)))
                             .and_then(|_| stream.set_nodelay(true));
-                        ready.map_err(|e| CollectiveError::Io(format!("handshake with {peer}: {e}")))?;
+                        ready.map_err(|e| CollectiveError::io(format!("handshake with {peer}"), e))?;
                         accepted[index as usize] = Some(stream);
                         if accepted.iter().all(Option::is_some) {
                             return Ok(accepted.into_iter().flatten().collect());
@@ -175,7 +175,7 @@ pub fn accept(
                 }
                 thread::sleep(Duration::from_millis(2));
             }
-            Err(e) => return Err(CollectiveError::Io(format!("accept: {e}"))),
+            Err(e) => return Err(CollectiveError::io("accept", e)),
         }
     }
 }

@@ -166,7 +166,7 @@ impl Communicator {
                     })
                     .collect();
                 let prev =
-                    accepting.join().unwrap_or_else(|_| Err(CollectiveError::Io("accept panicked".into())));
+                    accepting.join().unwrap_or_else(|_| Err(CollectiveError::local("accept panicked")));
                 (prev, next)
             });
             links = next?.into_iter().zip(prev?).map(|(next, prev)| Link { next, prev }).collect();
@@ -276,7 +276,7 @@ impl Communicator {
                         running
                             .into_iter()
                             .map(|r| {
-                                r.join().unwrap_or_else(|_| Err(CollectiveError::Io("ring panicked".into())))
+                                r.join().unwrap_or_else(|_| Err(CollectiveError::local("ring panicked")))
                             })
                             .collect()
                     });

@@ -97,10 +97,6 @@ struct Entry {
     pieces: Vec<(usize, String, usize)>,
 }
 
-fn storage(e: sparktrain_storage::StorageError) -> TrainError {
-    TrainError::Output(format!("checkpoint: {e}"))
-}
-
 /// Writes a checkpoint of `weights` (flat in `layout`'s order), the optimizer groups' states
 /// and `progress` under `model_dir`; returns its folder.
 pub fn save(
@@ -180,13 +176,14 @@ pub fn save(
             .iter()
             .map(|(key, values)| {
                 let view = TensorView::new(Dtype::F32, vec![values.len()], bytemuck::cast_slice(values))
-                    .map_err(|e| TrainError::Output(format!("{key}: {e}")))?;
+                    .map_err(|e| TrainError::format(sparktrain_storage::join_url(&folder, file), e))?;
                 Ok((key.clone(), view))
             })
             .collect::<Result<Vec<_>>>()?;
-        let bytes = safetensors::serialize(views, None).map_err(|e| TrainError::Output(e.to_string()))?;
+        let bytes = safetensors::serialize(views, None)
+            .map_err(|e| TrainError::format(sparktrain_storage::join_url(&folder, file), e))?;
         sparktrain_storage::write(&sparktrain_storage::join_url(&folder, file), &bytes, true)
-            .map_err(storage)?;
+            ?;
     }
     let groups = optimizer
         .iter()
@@ -200,7 +197,7 @@ pub fn save(
     let manifest = Manifest { progress, groups, shards: shard_names, tensors: entries };
     let json = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
     sparktrain_storage::write(&sparktrain_storage::join_url(&folder, MANIFEST), &json, true)
-        .map_err(storage)?;
+        ?;
 
     // Publish, then prune what is no longer kept.
     let mut kept = read_index(model_dir)?.map(|i| i.kept).unwrap_or_default();
@@ -210,20 +207,20 @@ pub fn save(
     let index = Index { latest: folder_name, kept };
     let json = serde_json::to_vec_pretty(&index).expect("an index serializes");
     sparktrain_storage::write(&sparktrain_storage::join_url(model_dir, INDEX), &json, true)
-        .map_err(storage)?;
+        ?;
     for old in dropped {
-        sparktrain_storage::delete(&sparktrain_storage::join_url(model_dir, &old), true).map_err(storage)?;
+        sparktrain_storage::delete(&sparktrain_storage::join_url(model_dir, &old), true)?;
     }
     Ok(folder)
 }
 
 fn read_index(model_dir: &str) -> Result<Option<Index>> {
     let url = sparktrain_storage::join_url(model_dir, INDEX);
-    if !sparktrain_storage::exists(&url).map_err(storage)? {
+    if !sparktrain_storage::exists(&url)? {
         return Ok(None);
     }
-    let bytes = sparktrain_storage::read(&url).map_err(storage)?;
-    serde_json::from_slice(&bytes).map(Some).map_err(|e| TrainError::Output(format!("{url}: {e}")))
+    let bytes = sparktrain_storage::read(&url)?;
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| TrainError::format(url, e))
 }
 
 /// The latest checkpoint under `model_dir`, or None when there is none; its tensors must
@@ -233,8 +230,8 @@ pub fn restore(model_dir: &str, layout: &Layout) -> Result<Option<Restored>> {
     let folder = sparktrain_storage::join_url(model_dir, &index.latest);
     let manifest_url = sparktrain_storage::join_url(&folder, MANIFEST);
     let manifest: Manifest =
-        serde_json::from_slice(&sparktrain_storage::read(&manifest_url).map_err(storage)?)
-            .map_err(|e| TrainError::Output(format!("{manifest_url}: {e}")))?;
+        serde_json::from_slice(&sparktrain_storage::read(&manifest_url)?)
+            .map_err(|e| TrainError::format(manifest_url.clone(), e))?;
     let saved: HashMap<&str, &Entry> = manifest.tensors.iter().map(|e| (e.name.as_str(), e)).collect();
 
     let mut shards: Vec<Option<Vec<u8>>> = vec![None; manifest.shards.len()];
@@ -243,13 +240,13 @@ pub fn restore(model_dir: &str, layout: &Layout) -> Result<Option<Restored>> {
             let url = sparktrain_storage::join_url(&folder, &manifest.shards[*shard]);
             let bytes = match &mut shards[*shard] {
                 Some(b) => b,
-                slot => slot.insert(sparktrain_storage::read(&url).map_err(storage)?),
+                slot => slot.insert(sparktrain_storage::read(&url)?),
             };
             let file =
-                SafeTensors::deserialize(bytes).map_err(|e| TrainError::Output(format!("{url}: {e}")))?;
-            let view = file.tensor(key).map_err(|e| TrainError::Output(format!("{url}: {key}: {e}")))?;
+                SafeTensors::deserialize(bytes).map_err(|e| TrainError::format(url.clone(), e))?;
+            let view = file.tensor(key).map_err(|e| TrainError::format(url.clone(), format!("{key}: {e}")))?;
             if view.dtype() != Dtype::F32 || view.data().len() != len * 4 {
-                return Err(TrainError::Output(format!("{url}: {key} is not {len} float32 values")));
+                return Err(TrainError::format(url, format!("{key} is not {len} float32 values")));
             }
             out.extend(view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
         }

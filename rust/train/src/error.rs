@@ -1,6 +1,13 @@
-//! The errors of training: bad arguments, the tensor engine's failures and the data plane's.
+//! The errors of training: bad arguments, the tensor engine's failures, storage and the data
+//! plane's. Errors of the crates below keep their types (`#[from]`), so a caller can still tell
+//! a missing file from a corrupt one and read the URL at fault.
 
 use sparktrain_collective::CollectiveError;
+use sparktrain_storage::StorageError;
+
+/// Any error as the source of another, for the codecs (JSON, safetensors, Parquet, Arrow IPC)
+/// whose error types say nothing the caller can act on beyond their message.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A training error.
 #[derive(Debug, thiserror::Error)]
@@ -15,24 +22,46 @@ pub enum TrainError {
     #[error(transparent)]
     Input(#[from] sparktrain_dataset::Error),
     /// Reading input rows failed somewhere other than a TFRecord file (a Parquet file, the
-    /// Spark feed); `input` names it.
-    #[error("reading {input}: {message}")]
+    /// Spark feed, the driver's work queue); `input` names it.
+    #[error("reading {input}: {source}")]
     Read {
-        /// The file or socket.
+        /// The file, socket or service.
         input: String,
         /// What went wrong.
-        message: String,
+        #[source]
+        source: BoxError,
     },
-    /// Writing or reading a checkpoint, event file or export failed (the message names the
-    /// file).
-    #[error("{0}")]
-    Output(String),
+    /// Reaching a checkpoint, event file or exported model on storage failed (the storage
+    /// error names the URL).
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// A checkpoint, event file or exported model cannot be encoded or decoded.
+    #[error("{path}: {source}")]
+    Format {
+        /// The file (or, for a checkpoint sent by the chief, the model folder).
+        path: String,
+        /// What is wrong with it.
+        #[source]
+        source: BoxError,
+    },
     /// The tensor engine failed.
     #[error("tensor engine: {0}")]
     Tensor(#[from] candle_core::Error),
     /// A collective with the other workers failed (it names the peer).
     #[error(transparent)]
     Collective(#[from] CollectiveError),
+}
+
+impl TrainError {
+    /// A [`TrainError::Format`] error for `path`.
+    pub fn format(path: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        TrainError::Format { path: path.into(), source: source.into() }
+    }
+
+    /// A [`TrainError::Read`] error for `input`.
+    pub fn read(input: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        TrainError::Read { input: input.into(), source: source.into() }
+    }
 }
 
 /// The result type of this crate.

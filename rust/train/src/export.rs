@@ -91,13 +91,6 @@ struct Config {
     features: FeatureSpec,
 }
 
-fn loss_name(loss: Loss) -> &'static str {
-    match loss {
-        Loss::BinaryCrossEntropy => "binary_cross_entropy",
-        Loss::SoftmaxCrossEntropy => "softmax_cross_entropy",
-    }
-}
-
 /// Writes a model (of `kind`, trained with `loss` on `features`) whose parameters `entries`
 /// hold `weights` into the folder `dir`.
 pub fn export(
@@ -108,8 +101,9 @@ pub fn export(
     entries: &[Entry],
     weights: &[f32],
 ) -> Result<()> {
-    let fail =
-        |file: &str, e: &dyn std::fmt::Display| TrainError::Output(format!("export {dir}/{file}: {e}"));
+    let fail = |file: &str, e: &dyn std::fmt::Display| {
+        TrainError::format(sparktrain_storage::join_url(dir, file), format!("export: {e}"))
+    };
     let views = entries
         .iter()
         .map(|e| {
@@ -126,13 +120,11 @@ pub fn export(
         })
         .collect::<Result<Vec<_>>>()?;
     let bytes = safetensors::serialize(views, None).map_err(|e| fail(WEIGHTS, &e))?;
-    sparktrain_storage::write(&sparktrain_storage::join_url(dir, WEIGHTS), &bytes, true)
-        .map_err(|e| fail(WEIGHTS, &e))?;
+    sparktrain_storage::write(&sparktrain_storage::join_url(dir, WEIGHTS), &bytes, true)?;
     let config =
-        Config { format: 1, model: kind.clone(), loss: loss_name(loss).into(), features: features.clone() };
+        Config { format: 1, model: kind.clone(), loss: loss.name().into(), features: features.clone() };
     let json = serde_json::to_vec_pretty(&config).expect("a config serializes");
-    sparktrain_storage::write(&sparktrain_storage::join_url(dir, CONFIG), &json, true)
-        .map_err(|e| fail(CONFIG, &e))?;
+    sparktrain_storage::write(&sparktrain_storage::join_url(dir, CONFIG), &json, true)?;
     Ok(())
 }
 
@@ -148,23 +140,19 @@ pub struct Exported {
 impl Exported {
     /// Loads the export folder `dir`.
     pub fn load(dir: &str) -> Result<Self> {
-        let read = |file: &str| {
-            sparktrain_storage::read(&sparktrain_storage::join_url(dir, file))
-                .map_err(|e| TrainError::Output(format!("load {dir}/{file}: {e}")))
-        };
-        let config: Config = serde_json::from_slice(&read(CONFIG)?)
-            .map_err(|e| TrainError::Output(format!("load {dir}/{CONFIG}: {e}")))?;
+        let url = |file: &str| sparktrain_storage::join_url(dir, file);
+        let config: Config = serde_json::from_slice(&sparktrain_storage::read(&url(CONFIG))?)
+            .map_err(|e| TrainError::format(url(CONFIG), e))?;
         let loss = match config.loss.as_str() {
             "binary_cross_entropy" => Loss::BinaryCrossEntropy,
             "softmax_cross_entropy" => Loss::SoftmaxCrossEntropy,
-            other => return Err(TrainError::Output(format!("load {dir}/{CONFIG}: unknown loss '{other}'"))),
+            other => return Err(TrainError::format(url(CONFIG), format!("unknown loss '{other}'"))),
         };
         let mut model = config.model.build(&config.features, 0)?;
         model.parameters_mut().release_tables();
         let entries = model.parameters().entries();
-        let bytes = read(WEIGHTS)?;
-        let file = SafeTensors::deserialize(&bytes)
-            .map_err(|e| TrainError::Output(format!("load {dir}/{WEIGHTS}: {e}")))?;
+        let bytes = sparktrain_storage::read(&url(WEIGHTS))?;
+        let file = SafeTensors::deserialize(&bytes).map_err(|e| TrainError::format(url(WEIGHTS), e))?;
         let saved: HashMap<String, TensorView<'_>> = file.tensors().into_iter().collect();
         let mut flat = Vec::with_capacity(entries.iter().map(Entry::len).sum());
         for Entry { name, shape, .. } in &entries {

@@ -225,7 +225,7 @@ impl Input {
                 };
                 let name = path.display().to_string();
                 let batches = reader.map(move |b| {
-                    b.map_err(|e| TrainError::Read { input: name.clone(), message: e.to_string() })
+                    b.map_err(|e| TrainError::read(name.clone(), e))
                 });
                 (Box::new(batches), None)
             }
@@ -281,7 +281,7 @@ fn file_batches(url: &str, schema: &SchemaRef, columns: &[String]) -> Result<Bat
             let reader = parquet_reader(url, Some(columns))?;
             let url = url.to_string();
             Ok(Box::new(reader.map(move |b| {
-                b.map_err(|e| TrainError::Read { input: url.clone(), message: e.to_string() })
+                b.map_err(|e| TrainError::read(url.clone(), e))
             })))
         }
     }
@@ -293,10 +293,8 @@ fn parquet_reader(
     url: &str,
     columns: Option<&[String]>,
 ) -> Result<parquet::arrow::arrow_reader::ParquetRecordBatchReader> {
-    let fail =
-        |e: &dyn std::fmt::Display| TrainError::Read { input: url.to_string(), message: e.to_string() };
     let bytes = bytes::Bytes::from(sparktrain_storage::read(url).map_err(sparktrain_dataset::Error::from)?);
-    let mut builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| fail(&e))?;
+    let mut builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| TrainError::read(url, e))?;
     if let Some(columns) = columns {
         let roots: Vec<usize> = builder
             .schema()
@@ -309,14 +307,11 @@ fn parquet_reader(
         let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
         builder = builder.with_projection(mask);
     }
-    builder.with_batch_size(READ_BATCH).build().map_err(|e| fail(&e))
+    builder.with_batch_size(READ_BATCH).build().map_err(|e| TrainError::read(url, e))
 }
 
 fn connect_feed(path: &Path) -> Result<StreamReader<UnixStream>> {
-    let fail = |e: &dyn std::fmt::Display| TrainError::Read {
-        input: path.display().to_string(),
-        message: format!("the input feed: {e}"),
-    };
+    let fail = |e: &dyn std::fmt::Display| TrainError::read(path.display().to_string(), format!("the input feed: {e}"));
     let stream = UnixStream::connect(path).map_err(|e| fail(&e))?;
     stream.set_read_timeout(Some(FEED_READ_TIMEOUT)).map_err(|e| fail(&e))?;
     let reader = StreamReader::try_new(stream, None).map_err(|e| fail(&e))?;

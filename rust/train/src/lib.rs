@@ -10,6 +10,7 @@
 //! - [`params`]: a model's variables and embedding tables in name order, flattened;
 //! - [`metrics`]: loss, accuracy and AUC summed over every worker's share;
 //! - [`model`]: logistic regression and the MLP;
+//! - [`named`]: models and update rules from the names and settings users write;
 //! - [`embedding`]: Wide&Deep and DeepFM over embeddings of categorical features;
 //! - [`loss`]: binary and softmax cross-entropy that stay finite for any logit;
 //! - [`optim`]: SGD, Adam/AdamW, Adagrad and FTRL over flat buffers, with savable state;
@@ -30,6 +31,7 @@ pub mod input;
 pub mod loss;
 pub mod metrics;
 pub mod model;
+pub mod named;
 pub mod optim;
 pub mod params;
 mod rng;

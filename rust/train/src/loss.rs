@@ -20,6 +20,14 @@ pub enum Loss {
 }
 
 impl Loss {
+    /// The loss's name, as configurations and exported models spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Loss::BinaryCrossEntropy => "binary_cross_entropy",
+            Loss::SoftmaxCrossEntropy => "softmax_cross_entropy",
+        }
+    }
+
     /// The mean loss of a batch: `logits` is `[batch, outputs]`, `labels` is `[batch]`.
     pub fn compute(self, logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
         match self {

@@ -33,7 +33,7 @@ pub struct EventWriter {
 }
 
 fn io(url: &str, e: impl std::fmt::Display) -> TrainError {
-    TrainError::Output(format!("TensorBoard file {url}: {e}"))
+    TrainError::format(url, format!("TensorBoard file: {e}"))
 }
 
 fn now() -> f64 {

@@ -115,6 +115,34 @@ impl TrainerConfig {
         serde_json::from_value(serde_json::json!({ "model": model, "optimizer": optimizer }))
             .expect("the defaults deserialize")
     }
+
+    /// Checks what can be checked without data or a device: sizes, intervals and the
+    /// device's name. The driver calls it before any Spark job starts.
+    pub fn validate(&self) -> Result<()> {
+        let positive = [
+            ("batch_size", self.batch_size as u64),
+            ("log_every", self.log_every),
+            ("keep_checkpoints", self.keep_checkpoints as u64),
+            ("max_shard_bytes", self.max_shard_bytes),
+            ("threads", self.optimizer.threads as u64),
+            ("checkpoint_every", self.checkpoint_every.unwrap_or(1)),
+        ];
+        if let Some((name, value)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(TrainError::InvalidArgument(format!("{name}={value} must be at least 1")));
+        }
+        device_ordinal(&self.device)?;
+        Ok(())
+    }
+
+    /// The input pipeline's options this configuration asks for.
+    pub fn input_options(&self) -> crate::input::InputOptions {
+        crate::input::InputOptions {
+            batch_size: self.batch_size,
+            shuffle_buffer: self.shuffle_buffer,
+            seed: self.seed,
+            prefetch: self.prefetch,
+        }
+    }
 }
 
 /// How long [`Trainer::fit`] trains.
@@ -206,12 +234,7 @@ impl Trainer {
     /// Builds the model for `features`, joins the ring (None: training alone), and resumes
     /// from the latest checkpoint in `model_dir` if there is one.
     pub fn new(config: TrainerConfig, features: FeatureSpec, ring: Option<SharedRing>) -> Result<Self> {
-        if config.batch_size == 0 || config.log_every == 0 {
-            return Err(TrainError::InvalidArgument("batch_size and log_every must be at least 1".into()));
-        }
-        if config.checkpoint_every == Some(0) {
-            return Err(TrainError::InvalidArgument("checkpoint_every must be at least 1".into()));
-        }
+        config.validate()?;
         features.validate()?;
         let rank = ring.as_ref().map_or(0, |r| lock(r).rank());
         let device = device(&config.device)?;
@@ -270,16 +293,6 @@ impl Trainer {
     /// The weights, flat in parameter-name order.
     pub fn weights(&self) -> &[f32] {
         self.dp.weights()
-    }
-
-    /// The input options this configuration asks for.
-    pub fn input_options(&self) -> crate::input::InputOptions {
-        crate::input::InputOptions {
-            batch_size: self.config.batch_size,
-            shuffle_buffer: self.config.shuffle_buffer,
-            seed: self.config.seed,
-            prefetch: self.config.prefetch,
-        }
     }
 
     /// Trains on `input` (this worker's share) together with every other worker: call on all
@@ -488,7 +501,7 @@ impl Trainer {
             0 => return Ok(None),
             2 => {
                 return Err(failure.unwrap_or_else(|| {
-                    TrainError::Output(format!("the chief could not read the checkpoint in {model_dir}"))
+                    TrainError::format(model_dir, "the chief could not read the latest checkpoint")
                 }));
             }
             _ => {}
@@ -506,15 +519,20 @@ fn unix_time() -> f64 {
 }
 
 /// The device `name` stands for.
+/// The GPU ordinal `name` asks for (None: the CPU).
+fn device_ordinal(name: &str) -> Result<Option<usize>> {
+    match name {
+        "cpu" => Ok(None),
+        "cuda" => Ok(Some(0)),
+        other => match other.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()) {
+            Some(n) => Ok(Some(n)),
+            None => Err(TrainError::InvalidArgument(format!("device '{name}': use cpu, cuda or cuda:<n>"))),
+        },
+    }
+}
+
 fn device(name: &str) -> Result<Device> {
-    let ordinal = match name {
-        "cpu" => return Ok(Device::Cpu),
-        "cuda" => Some(0),
-        other => other.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()),
-    };
-    let Some(ordinal) = ordinal else {
-        return Err(TrainError::InvalidArgument(format!("device '{name}': use cpu, cuda or cuda:<n>")));
-    };
+    let Some(ordinal) = device_ordinal(name)? else { return Ok(Device::Cpu) };
     if !candle_core::utils::cuda_is_available() {
         return Err(TrainError::InvalidArgument(format!(
             "device '{name}' needs sparktrain built with the `cuda` feature (see the README)"
@@ -561,7 +579,7 @@ fn encode_restored(r: &Restored) -> Result<Vec<u8>> {
             })
             .collect(),
     };
-    let json = serde_json::to_vec(&head).map_err(|e| TrainError::Output(e.to_string()))?;
+    let json = serde_json::to_vec(&head).expect("a checkpoint head serializes");
     let mut out = (json.len() as u64).to_le_bytes().to_vec();
     out.extend_from_slice(&json);
     out.extend_from_slice(bytemuck::cast_slice(&r.weights));
@@ -574,7 +592,7 @@ fn encode_restored(r: &Restored) -> Result<Vec<u8>> {
 }
 
 fn decode_restored(bytes: &[u8]) -> Result<Restored> {
-    let bad = || TrainError::Output("the checkpoint the chief sent is malformed".into());
+    let bad = || TrainError::format("the checkpoint the chief sent", "malformed");
     let json_len = u64::from_le_bytes(bytes.get(..8).ok_or_else(bad)?.try_into().expect("8 bytes")) as usize;
     let head: RestoredHead =
         serde_json::from_slice(bytes.get(8..8 + json_len).ok_or_else(bad)?).map_err(|_| bad())?;

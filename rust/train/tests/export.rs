@@ -11,6 +11,7 @@ use arrow::array::{ArrayRef, Float32Array, Int64Array, StringArray};
 use arrow::record_batch::RecordBatch;
 use sparktrain_train::{
     Batch, Categorical, DataParallel, Exported, FeatureSpec, Loss, ModelKind, OptimizerConfig, Rule,
+    TrainError,
 };
 
 fn spec() -> FeatureSpec {
@@ -105,6 +106,21 @@ fn a_damaged_export_is_named() {
     let url = dir.path().to_string_lossy().into_owned();
     export_and_score(&url, ModelKind::Mlp { hidden: vec![4], outputs: 1 }, Loss::BinaryCrossEntropy, 2);
     std::fs::write(dir.path().join("model.json"), b"{ not json").unwrap();
-    let err = Exported::load(&url).err().expect("refused").to_string();
-    assert!(err.contains("model.json"), "{err}");
+    match Exported::load(&url).err().expect("refused") {
+        TrainError::Format { path, .. } => assert!(path.ends_with("/model.json"), "{path}"),
+        other => panic!("expected a format error naming model.json, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_missing_export_is_a_storage_error_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = dir.path().join("nothing").to_string_lossy().into_owned();
+    match Exported::load(&url).err().expect("refused") {
+        TrainError::Storage(e) => {
+            assert!(e.is_not_found(), "{e}");
+            assert!(e.to_string().contains("nothing/model.json"), "{e}");
+        }
+        other => panic!("expected a storage error, got {other:?}"),
+    }
 }

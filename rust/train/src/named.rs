@@ -1,0 +1,185 @@
+//! Models and update rules built from the names and keyword settings that users write
+//! (`model="wide_deep"`, `optimizer="adamw"`, `weight_decay=0.01`): the one place where the
+//! defaults of each rule's hyperparameters, the default learning rates and the model shapes
+//! live, so the Python API and any configuration file share them.
+
+use std::collections::BTreeMap;
+
+use crate::error::{Result, TrainError};
+use crate::export::ModelKind;
+use crate::optim::Rule;
+
+/// The models, by name.
+pub const MODELS: [&str; 4] = ["logistic_regression", "mlp", "wide_deep", "deep_fm"];
+
+/// The update rules by name, with their default learning rates.
+pub const LEARNING_RATES: [(&str, f64); 6] =
+    [("sgd", 0.01), ("momentum", 0.01), ("adam", 0.001), ("adamw", 0.001), ("adagrad", 0.01), ("ftrl", 0.05)];
+
+/// The hyperparameters an update rule may be given by name (each rule reads its own).
+pub const HYPERPARAMETERS: [&str; 9] =
+    ["momentum", "nesterov", "weight_decay", "beta1", "beta2", "eps", "l1", "l2", "initial_accumulator"];
+
+/// The hidden layer widths of the MLP when none are given.
+pub const MLP_HIDDEN: [usize; 2] = [256, 256];
+/// The hidden layer widths of Wide&Deep's and DeepFM's deep part when none are given.
+pub const DEEP_HIDDEN: [usize; 2] = [256, 128];
+/// Values per embedding of Wide&Deep and DeepFM when not given.
+pub const EMBEDDING_DIM: usize = 8;
+
+fn invalid(message: String) -> TrainError {
+    TrainError::InvalidArgument(message)
+}
+
+impl Rule {
+    /// The rule called `name` (one of [`LEARNING_RATES`]' names) with step size
+    /// `learning_rate` (the rule's default when None) and the hyperparameters in `settings`
+    /// (names from [`HYPERPARAMETERS`]; `nesterov` is true when non-zero). A rule ignores the
+    /// settings it has no use for, as Keras's optimizers ignore foreign keyword arguments.
+    pub fn named(name: &str, learning_rate: Option<f64>, settings: &BTreeMap<String, f64>) -> Result<Rule> {
+        let Some(&(_, default_lr)) = LEARNING_RATES.iter().find(|(n, _)| *n == name) else {
+            let names: Vec<&str> = LEARNING_RATES.iter().map(|(n, _)| *n).collect();
+            return Err(invalid(format!("optimizer '{name}': use one of {names:?}")));
+        };
+        if let Some(unknown) = settings.keys().find(|k| !HYPERPARAMETERS.contains(&k.as_str())) {
+            return Err(invalid(format!(
+                "unknown optimizer setting '{unknown}' (known: {})",
+                HYPERPARAMETERS.join(", ")
+            )));
+        }
+        let lr = learning_rate.unwrap_or(default_lr) as f32;
+        if !(lr.is_finite() && lr > 0.0) {
+            return Err(invalid(format!("learning_rate={lr} must be a positive number")));
+        }
+        let get = |key: &str, default: f32| settings.get(key).map_or(default, |&v| v as f32);
+        Ok(match name {
+            "sgd" | "momentum" => Rule::Sgd {
+                lr,
+                momentum: get("momentum", if name == "momentum" { 0.9 } else { 0.0 }),
+                nesterov: get("nesterov", 0.0) != 0.0,
+                weight_decay: get("weight_decay", 0.0),
+            },
+            "adam" | "adamw" => Rule::Adam {
+                lr,
+                beta1: get("beta1", 0.9),
+                beta2: get("beta2", 0.999),
+                eps: get("eps", 1e-8),
+                weight_decay: get("weight_decay", if name == "adamw" { 0.01 } else { 0.0 }),
+                decoupled: name == "adamw",
+            },
+            "adagrad" => {
+                Rule::Adagrad { lr, initial_accumulator: get("initial_accumulator", 0.1), eps: get("eps", 1e-7) }
+            }
+            _ => Rule::Ftrl {
+                lr,
+                l1: get("l1", 0.0),
+                l2: get("l2", 0.0),
+                initial_accumulator: get("initial_accumulator", 0.1),
+            },
+        })
+    }
+}
+
+impl ModelKind {
+    /// The model called `name` (one of [`MODELS`]) with `classes` outputs (1: a binary
+    /// model), its hidden layer widths (the model's default when None) and, for Wide&Deep and
+    /// DeepFM, `dim` values per embedding.
+    pub fn named(name: &str, classes: usize, hidden: Option<Vec<usize>>, dim: Option<usize>) -> Result<Self> {
+        if classes < 1 {
+            return Err(invalid(format!("classes={classes} must be at least 1")));
+        }
+        if let Some(h) = &hidden
+            && h.contains(&0)
+        {
+            return Err(invalid(format!("hidden={h:?}: every layer needs at least one unit")));
+        }
+        if dim == Some(0) {
+            return Err(invalid("dim=0: embeddings need at least one value".into()));
+        }
+        let deep = |hidden: Option<Vec<usize>>| hidden.unwrap_or_else(|| DEEP_HIDDEN.to_vec());
+        match name {
+            "logistic_regression" => Ok(ModelKind::LogisticRegression { outputs: classes }),
+            "mlp" => Ok(ModelKind::Mlp { hidden: hidden.unwrap_or_else(|| MLP_HIDDEN.to_vec()), outputs: classes }),
+            "wide_deep" | "deep_fm" if classes != 1 => Err(invalid(format!(
+                "{name} is a binary model; classes={classes} needs 'mlp' or 'logistic_regression'"
+            ))),
+            "wide_deep" => Ok(ModelKind::WideDeep { dim: dim.unwrap_or(EMBEDDING_DIM), hidden: deep(hidden) }),
+            "deep_fm" => Ok(ModelKind::DeepFm { dim: dim.unwrap_or(EMBEDDING_DIM), hidden: deep(hidden) }),
+            other => Err(invalid(format!("model '{other}': use one of {MODELS:?}"))),
+        }
+    }
+
+    /// The model's name, as [`ModelKind::named`] takes it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ModelKind::LogisticRegression { .. } => "logistic_regression",
+            ModelKind::Mlp { .. } => "mlp",
+            ModelKind::WideDeep { .. } => "wide_deep",
+            ModelKind::DeepFm { .. } => "deep_fm",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(pairs: &[(&str, f64)]) -> BTreeMap<String, f64> {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    #[test]
+    fn every_rule_takes_its_default_learning_rate() {
+        for (name, lr) in LEARNING_RATES {
+            let rule = Rule::named(name, None, &BTreeMap::new()).unwrap();
+            let got = match rule {
+                Rule::Sgd { lr, .. } | Rule::Adam { lr, .. } | Rule::Adagrad { lr, .. } | Rule::Ftrl { lr, .. } => lr,
+            };
+            assert_eq!(got, lr as f32, "{name}");
+        }
+    }
+
+    #[test]
+    fn named_rules_match_the_constructors() {
+        let none = BTreeMap::new();
+        assert_eq!(Rule::named("adam", Some(0.1), &none).unwrap(), Rule::adam(0.1));
+        assert_eq!(Rule::named("adamw", Some(0.1), &none).unwrap(), Rule::adamw(0.1, 0.01));
+        assert_eq!(Rule::named("adagrad", Some(0.1), &none).unwrap(), Rule::adagrad(0.1));
+        assert_eq!(
+            Rule::named("ftrl", Some(0.1), &settings(&[("l1", 0.5)])).unwrap(),
+            Rule::ftrl(0.1, 0.5, 0.0)
+        );
+        assert_eq!(
+            Rule::named("momentum", Some(0.1), &settings(&[("nesterov", 1.0)])).unwrap(),
+            Rule::Sgd { lr: 0.1, momentum: 0.9, nesterov: true, weight_decay: 0.0 }
+        );
+    }
+
+    #[test]
+    fn unknown_names_and_bad_rates_are_refused_by_name() {
+        let err = Rule::named("adamax", None, &BTreeMap::new()).unwrap_err().to_string();
+        assert!(err.contains("adamax") && err.contains("adagrad"), "{err}");
+        let err = Rule::named("adam", None, &settings(&[("beta3", 0.5)])).unwrap_err().to_string();
+        assert!(err.contains("beta3"), "{err}");
+        let err = Rule::named("sgd", Some(-1.0), &BTreeMap::new()).unwrap_err().to_string();
+        assert!(err.contains("learning_rate"), "{err}");
+    }
+
+    #[test]
+    fn models_take_their_default_shapes_and_refuse_bad_ones() {
+        assert_eq!(
+            ModelKind::named("mlp", 1, None, None).unwrap(),
+            ModelKind::Mlp { hidden: MLP_HIDDEN.to_vec(), outputs: 1 }
+        );
+        assert_eq!(
+            ModelKind::named("deep_fm", 1, Some(vec![4]), Some(3)).unwrap(),
+            ModelKind::DeepFm { dim: 3, hidden: vec![4] }
+        );
+        for name in MODELS {
+            assert_eq!(ModelKind::named(name, 1, None, None).unwrap().name(), name);
+        }
+        assert!(ModelKind::named("wide_deep", 3, None, None).unwrap_err().to_string().contains("binary"));
+        assert!(ModelKind::named("mlp", 0, None, None).unwrap_err().to_string().contains("classes"));
+        assert!(ModelKind::named("cnn", 1, None, None).unwrap_err().to_string().contains("cnn"));
+    }
+}

@@ -50,7 +50,7 @@ def test_the_inferred_spec_travels_with_the_export(tmp_path):
     )
     trainer.export(str(tmp_path / "export"))
     model = st._native.ExportedModel(str(tmp_path / "export"))
-    assert FeatureSpec.from_json(model.features) == trainer.features
+    assert FeatureSpec.from_native(model.features) == trainer.features
     metrics = trainer.evaluate(str(tmp_path / "train.tfrecord"))
     assert metrics.examples == 2_000
     assert metrics.auc > 0.85

@@ -143,9 +143,9 @@ class TFRecordReader(DataSourceReader):
             _log.warning(
                 "skipped %d corrupt regions (%d bytes) in %s: %s",
                 len(skipped),
-                sum(s["bytes"] for s in skipped),
+                sum(s.bytes for s in skipped),
                 partition.url,
-                ", ".join(f"{s['kind']} at offset {s['offset']}" for s in skipped[:10]),
+                ", ".join(f"{s.kind} at offset {s.offset}" for s in skipped[:10]),
             )
 
 

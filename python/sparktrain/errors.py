@@ -31,6 +31,10 @@ class InvalidArgumentError(SparktrainError, ValueError):
     """An argument makes no sense (an unknown compression, a batch size of zero, ...)."""
 
 
+class ClosedError(SparktrainError, ValueError):
+    """A call on an object after its ``close()`` (a writer, a reader, the rendezvous)."""
+
+
 class StorageError(SparktrainError, OSError):
     """A file-system operation failed. ``path`` names the file or folder."""
 

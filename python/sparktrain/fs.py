@@ -7,7 +7,6 @@ NameNode, ``hdfs://nameservice/...`` and ``viewfs://`` are resolved from ``HADOO
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from sparktrain import _native
 
@@ -22,8 +21,8 @@ class FileInfo:
     modified_ms: int
 
     @classmethod
-    def _from_native(cls, d: dict[str, Any]) -> FileInfo:
-        return cls(path=d["path"], size=d["size"], is_dir=d["is_dir"], modified_ms=d["modified_ms"])
+    def _from_native(cls, s: _native.FileStatus) -> FileInfo:
+        return cls(path=s.path, size=s.size, is_dir=s.is_dir, modified_ms=s.modified_ms)
 
 
 def exists(path: str) -> bool:
@@ -40,7 +39,7 @@ def expand_inputs(path: str) -> list[FileInfo]:
     """The files a path or glob stands for, as Hadoop input formats read them: a folder's files
     at any depth without hidden names (``_SUCCESS``, ``_temporary``, ``.x``), a file itself, a
     glob's matches (folders expanded)."""
-    return [FileInfo._from_native(d) for d in _native.fs_expand_inputs(path)]
+    return [FileInfo._from_native(s) for s in _native.fs_expand_inputs(path)]
 
 
 def size(path: str) -> int:
@@ -50,12 +49,12 @@ def size(path: str) -> int:
 
 def ls(path: str) -> list[FileInfo]:
     """The direct children of the folder ``path``, sorted by name."""
-    return [FileInfo._from_native(d) for d in _native.fs_list(path)]
+    return [FileInfo._from_native(s) for s in _native.fs_list(path)]
 
 
 def glob(pattern: str) -> list[FileInfo]:
     """The files and folders matching ``pattern`` (``*``, ``?`` and ``[...]`` in any part)."""
-    return [FileInfo._from_native(d) for d in _native.fs_glob(pattern)]
+    return [FileInfo._from_native(s) for s in _native.fs_glob(pattern)]
 
 
 def mkdirs(path: str) -> None:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from sparktrain import _native
+from sparktrain._native import SkippedRecord
 from sparktrain.dataframes import WriteResult, read_dataframe, write
 
 if TYPE_CHECKING:
@@ -94,7 +95,8 @@ class ExampleBatches(Iterator[pa.RecordBatch]):
         return self._reader.files
 
     @property
-    def skipped(self) -> list[dict[str, Any]]:
+    def skipped(self) -> list[SkippedRecord]:
+        """Damaged regions stepped over so far (``path``, ``offset``, ``bytes``, ``kind``)."""
         return self._reader.skipped()
 
     def __iter__(self) -> ExampleBatches:
@@ -112,10 +114,10 @@ class ExampleBatches(Iterator[pa.RecordBatch]):
         for region in skipped[self._reported :]:
             _log.warning(
                 "skipped %d corrupt bytes (%s) at offset %d of %s",
-                region["bytes"],
-                region["kind"],
-                region["offset"],
-                region["path"],
+                region.bytes,
+                region.kind,
+                region.offset,
+                region.path,
             )
         self._reported = len(skipped)
 
@@ -218,8 +220,8 @@ class RecordReader(Iterator[bytes]):
         return self._reader.next_records(n)
 
     @property
-    def skipped(self) -> list[dict[str, Any]]:
-        """Damaged regions stepped over so far: path, offset, bytes and kind."""
+    def skipped(self) -> list[SkippedRecord]:
+        """Damaged regions stepped over so far (``path``, ``offset``, ``bytes``, ``kind``)."""
         return self._reader.skipped()
 
     def __enter__(self) -> RecordReader:
@@ -255,6 +257,7 @@ __all__ = [
     "ExampleBatches",
     "RecordReader",
     "RecordWriter",
+    "SkippedRecord",
     "WriteResult",
     "infer_schema",
     "read",

@@ -135,8 +135,9 @@ class TrainerContext:
             raise InvalidArgumentError("evaluators do not train; give them their own work")
         return Trainer(self, **options)
 
-    def _communicator(self) -> Communicator:
-        """The data plane's ring over the training tasks, connected on first use."""
+    def communicator(self) -> Communicator:
+        """The data plane's ring over the training tasks, connected on first use; the
+        collectives here and sparktrain's engine share it, one call at a time."""
         if self._ring is None:
             from sparktrain._native import Communicator
 
@@ -187,7 +188,7 @@ class TrainerContext:
         dtypes = sorted({t.dtype.name for t in targets})
         if len(dtypes) > 1:
             raise InvalidArgumentError(f"a fused allreduce takes one element type, not {dtypes}")
-        self._communicator().allreduce_at(
+        self.communicator().allreduce_at(
             [t.__array_interface__["data"][0] for t in targets],
             [t.size for t in targets],
             dtypes[0] if dtypes else "float32",
@@ -206,7 +207,7 @@ class TrainerContext:
         target = array
         if not (isinstance(array, np.ndarray) and array.flags.c_contiguous and array.flags.writeable):
             target = np.array(array, order="C", copy=True)
-        self._communicator().broadcast_at(target.__array_interface__["data"][0], target.nbytes, root)
+        self.communicator().broadcast_at(target.__array_interface__["data"][0], target.nbytes, root)
         return target
 
     def allgather(self, value: Any) -> list[Any]:
@@ -216,11 +217,13 @@ class TrainerContext:
 
         raw = isinstance(value, bytes | bytearray)
         data = bytes(value) if raw else pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        kinds = self._communicator().allgather(b"b" if raw else b"p")
-        items = self._communicator().allgather(data)
+        kinds = self.communicator().allgather(b"b" if raw else b"p")
+        items = self.communicator().allgather(data)
         return [bytes(i) if k == b"b" else pickle.loads(i) for k, i in zip(kinds, items, strict=True)]
 
-    def _control(self) -> ControlClient:
+    def control_client(self) -> ControlClient:
+        """This trainer's connection to the driver's rendezvous (barriers, reports and the
+        dynamic-sharding work queue go through it)."""
         if self._client is None:
             raise InvalidArgumentError("this context is not connected to a running job")
         return self._client
@@ -233,7 +236,7 @@ class TrainerContext:
         if name == EXIT_BARRIER:
             raise InvalidArgumentError(f"the barrier name {EXIT_BARRIER!r} is reserved")
         self._barriers[name] += 1
-        self._control().barrier(self.rank, f"{name}#{self._barriers[name]}", timeout)
+        self.control_client().barrier(self.rank, f"{name}#{self._barriers[name]}", timeout)
 
     def report(self, step: int | None = None, **metrics: float) -> None:
         """Sends metrics to the driver, which prints the chief's as a progress line.
@@ -246,7 +249,7 @@ class TrainerContext:
             if not math.isfinite(number):
                 raise InvalidArgumentError(f"metric {name!r} is {value!r}, not a finite number")
             values.append((name, number))
-        self._control().report(self.rank, step, values, 10.0)
+        self.control_client().report(self.rank, step, values, 10.0)
 
 
 def _reducible(array: Any) -> np.ndarray:

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from sparktrain._native import Event
 from sparktrain.cluster.console import Console
 from sparktrain.cluster.settings import JobSettings
 from sparktrain.cluster.slots import ensure_slots
@@ -359,35 +360,33 @@ class Cluster:
                 break
         self._console.done()
 
-    def _on_event(self, event: dict[str, Any]) -> None:
-        kind = event["kind"]
-        rank = event.get("task_index", 0)
-        if kind == "registered":
-            if rank in self._hosts:
-                # Spark retried the task: its first attempt (executor, Python worker, trainer)
-                # died without a word. Trainers are not restarted mid-job.
-                what = "lost its Spark task (the executor or its Python worker died) and Spark retried it"
+    def _on_event(self, event: Event) -> None:
+        match event:
+            case Event.Registered(task_index=rank, host=host):
+                if rank in self._hosts:
+                    # Spark retried the task: its first attempt (executor, Python worker,
+                    # trainer) died without a word. Trainers are not restarted mid-job.
+                    what = "lost its Spark task (the executor or its Python worker died) and Spark retried it"
+                    self._fail(self._worker_failed(rank, None, "", what))
+                self._hosts[rank] = host
+            case Event.Ready():
+                with self._lock:
+                    if self._state is State.STARTING:
+                        self._state = State.RUNNING
+            case Event.Log(task_index=rank, stream=stream, text=text):
+                self._console.line(rank, stream, text)
+            case Event.Metrics(task_index=rank, step=step, metrics=pairs):
+                metrics = dict(pairs)
+                self._metrics[rank] = {"step": step, **metrics}
+                self._console.metrics(rank, step, metrics)
+            case Event.Exited(task_index=rank, exit_code=code, stderr_tail=tail):
+                self._exits[rank] = code
+                self._exit_times[rank] = time.time()
+                if code != 0:
+                    self._fail(self._worker_failed(rank, code, tail))
+            case Event.Lost(task_index=rank, silent_for=silent):
+                what = f"stopped heart-beating ({silent:.1f} s without a word)"
                 self._fail(self._worker_failed(rank, None, "", what))
-            self._hosts[rank] = event["host"]
-        elif kind == "ready":
-            with self._lock:
-                if self._state is State.STARTING:
-                    self._state = State.RUNNING
-        elif kind == "log":
-            self._console.line(rank, event["stream"], event["text"])
-        elif kind == "metrics":
-            self._metrics[rank] = {"step": event["step"], **event["metrics"]}
-            self._console.metrics(rank, event["step"], event["metrics"])
-        elif kind == "exited":
-            code = event["exit_code"]
-            self._exits[rank] = code
-            self._exit_times[rank] = time.time()
-            if code != 0:
-                self._fail(self._worker_failed(rank, code, event["stderr_tail"]))
-        elif kind == "lost":
-            silent = event["silent_for"]
-            what = f"stopped heart-beating ({silent:.1f} s without a word)"
-            self._fail(self._worker_failed(rank, None, "", what))
 
     def _worker_failed(self, rank: int, code: int | None, tail: str, what: str | None = None) -> WorkerFailed:
         role, host = self._roles[rank], self._hosts.get(rank, "an unknown host")

@@ -280,7 +280,7 @@ def run_task(settings: JobSettings, feed: tuple[Iterator[Any], Any] | None = Non
     process, pumps = _start_trainer(settings, env, fds, heartbeat.queue)
     feed_server = None
     try:
-        task_dicts, tf_config_json = client.register(
+        registered, tf_config_json = client.register(
             rank,
             attempt,
             host,
@@ -297,16 +297,16 @@ def run_task(settings: JobSettings, feed: tuple[Iterator[Any], Any] | None = Non
         tf_sock.close()
         tasks = [
             TaskInfo(
-                task_index=d["task_index"],
-                role=d["role"],
-                index=d["index"],
-                host=d["host"],
-                data_port=d["data_port"],
-                tf_port=d["tf_port"],
-                executor_id=d["executor_id"],
-                gpus=tuple(d["gpus"]),
+                task_index=t.task_index,
+                role=t.role,
+                index=t.index,
+                host=t.host,
+                data_port=t.data_port,
+                tf_port=t.tf_port,
+                executor_id=t.executor_id,
+                gpus=tuple(t.gpus),
             )
-            for d in task_dicts
+            for t in registered
         ]
         if feed is not None:
             from sparktrain.cluster.feed import FeedServer

@@ -10,35 +10,34 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 use sparktrain_cluster::{
-    ClientTls, ClusterError, Event, JobSecret, Registration, RendezvousServer, ServerConfig, ServerTls,
+    ClientTls, ClusterError, JobSecret, Registration, RendezvousServer, ServerConfig, ServerTls,
     Stream, TaskClient,
 };
 
-use crate::{detach, errors};
+use crate::errors::{Error, Result};
+use crate::{detach, lock};
 
-fn seconds(value: f64, what: &str) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(value)
-        .map_err(|_| errors::invalid(format!("{what} must be >= 0, got {value}")))
+fn seconds(value: f64, what: &str) -> Result<Duration> {
+    Duration::try_from_secs_f64(value).map_err(|_| Error::invalid(format!("{what} must be >= 0, got {value}")))
 }
 
 /// Runs a control-plane future on the shared runtime without the GIL.
 fn block<T: Send>(
     py: Python<'_>,
     future: impl std::future::Future<Output = Result<T, ClusterError>> + Send,
-) -> PyResult<T> {
-    detach(py, || sparktrain_storage::block_on(future)).map_err(errors::storage)?.map_err(errors::cluster)
+) -> Result<T> {
+    Ok(detach(py, || sparktrain_storage::block_on(future))??)
 }
 
 /// A new random job secret, as hex.
 #[pyfunction]
-fn generate_secret() -> PyResult<String> {
-    JobSecret::generate().map(|s| s.to_hex()).map_err(errors::cluster)
+fn generate_secret() -> Result<String> {
+    Ok(JobSecret::generate()?.to_hex())
 }
 
-fn secret_of(hex: &str) -> PyResult<JobSecret> {
-    JobSecret::from_hex(hex).map_err(errors::cluster)
+fn secret_of(hex: &str) -> Result<JobSecret> {
+    Ok(JobSecret::from_hex(hex)?)
 }
 
 /// The driver's rendezvous service, serving until `close()` or garbage collection.
@@ -49,52 +48,118 @@ struct Rendezvous {
 }
 
 impl Rendezvous {
-    fn with_server<T>(&self, f: impl FnOnce(&RendezvousServer) -> T) -> PyResult<T> {
-        let guard = self.server.lock().unwrap_or_else(|p| p.into_inner());
-        let server = guard.as_ref().ok_or_else(|| errors::invalid("the rendezvous is closed"))?;
+    fn with_server<T>(&self, f: impl FnOnce(&RendezvousServer) -> T) -> Result<T> {
+        let guard = lock(&self.server);
+        let server = guard.as_ref().ok_or(Error::Closed("rendezvous"))?;
         Ok(f(server))
     }
 }
 
-fn event_to_py<'py>(py: Python<'py>, event: Event) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    match event {
-        Event::Registered { task_index, host, executor_id } => {
-            d.set_item("kind", "registered")?;
-            d.set_item("task_index", task_index)?;
-            d.set_item("host", host)?;
-            d.set_item("executor_id", executor_id)?;
-        }
-        Event::Ready => d.set_item("kind", "ready")?,
-        Event::Log { task_index, stream, text } => {
-            d.set_item("kind", "log")?;
-            d.set_item("task_index", task_index)?;
-            d.set_item("stream", if stream == Stream::Stderr { "stderr" } else { "stdout" })?;
-            d.set_item("text", text)?;
-        }
-        Event::Metrics { task_index, step, metrics } => {
-            d.set_item("kind", "metrics")?;
-            d.set_item("task_index", task_index)?;
-            d.set_item("step", step)?;
-            let m = PyDict::new(py);
-            for (k, v) in metrics {
-                m.set_item(k, v)?;
+/// What the driver learns about the job, in order: registrations, readiness, output lines,
+/// metrics, exits and lost tasks.
+#[pyclass(module = "sparktrain._native", frozen, skip_from_py_object)]
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A task registered from `host`.
+    Registered {
+        /// The task.
+        task_index: u32,
+        /// Its host.
+        host: String,
+        /// Its Spark executor.
+        executor_id: String,
+    },
+    /// Every task registered: the cluster spec is complete.
+    Ready {},
+    /// A line a trainer wrote.
+    Log {
+        /// The task.
+        task_index: u32,
+        /// `"stdout"` or `"stderr"`.
+        stream: String,
+        /// The line, without its newline.
+        text: String,
+    },
+    /// Metrics a trainer reported.
+    Metrics {
+        /// The task.
+        task_index: u32,
+        /// The training step they belong to, if given.
+        step: Option<i64>,
+        /// Name and value, in the order reported.
+        metrics: Vec<(String, f64)>,
+    },
+    /// A trainer exited (a negative code: killed by that signal).
+    Exited {
+        /// The task.
+        task_index: u32,
+        /// Its exit code.
+        exit_code: i32,
+        /// The last lines of its stderr.
+        stderr_tail: String,
+    },
+    /// A task stopped heart-beating.
+    Lost {
+        /// The task.
+        task_index: u32,
+        /// Seconds since its last heartbeat.
+        silent_for: f64,
+    },
+}
+
+impl From<sparktrain_cluster::Event> for Event {
+    fn from(event: sparktrain_cluster::Event) -> Self {
+        use sparktrain_cluster::Event as Core;
+        match event {
+            Core::Registered { task_index, host, executor_id } => {
+                Event::Registered { task_index, host, executor_id }
             }
-            d.set_item("metrics", m)?;
-        }
-        Event::Exited { task_index, exit_code, stderr_tail } => {
-            d.set_item("kind", "exited")?;
-            d.set_item("task_index", task_index)?;
-            d.set_item("exit_code", exit_code)?;
-            d.set_item("stderr_tail", stderr_tail)?;
-        }
-        Event::Lost { task_index, silent_for } => {
-            d.set_item("kind", "lost")?;
-            d.set_item("task_index", task_index)?;
-            d.set_item("silent_for", silent_for.as_secs_f64())?;
+            Core::Ready => Event::Ready {},
+            Core::Log { task_index, stream, text } => {
+                let stream = if stream == Stream::Stderr { "stderr" } else { "stdout" }.to_string();
+                Event::Log { task_index, stream, text }
+            }
+            Core::Metrics { task_index, step, metrics } => Event::Metrics { task_index, step, metrics },
+            Core::Exited { task_index, exit_code, stderr_tail } => {
+                Event::Exited { task_index, exit_code, stderr_tail }
+            }
+            Core::Lost { task_index, silent_for } => {
+                Event::Lost { task_index, silent_for: silent_for.as_secs_f64() }
+            }
         }
     }
-    Ok(d)
+}
+
+/// One task of the job as every trainer sees it once the rendezvous is complete.
+#[pyclass(module = "sparktrain._native", frozen, skip_from_py_object, get_all, eq)]
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskInfo {
+    /// The task's index in the Spark stage (its rank).
+    task_index: u32,
+    /// `chief`, `worker` or `evaluator`.
+    role: String,
+    /// Its index within its role.
+    index: u32,
+    /// The host it runs on.
+    host: String,
+    /// The port of its end of the collectives' ring.
+    data_port: u32,
+    /// The port reserved for TensorFlow's own server.
+    tf_port: u32,
+    /// The GPUs Spark gave it.
+    gpus: Vec<String>,
+    /// Its Spark executor.
+    executor_id: String,
+}
+
+#[pymethods]
+impl TaskInfo {
+    fn __repr__(&self) -> String {
+        format!(
+            "TaskInfo(task_index={}, role={:?}, index={}, host={:?}, data_port={}, tf_port={}, gpus={:?}, executor_id={:?})",
+            self.task_index, self.role, self.index, self.host, self.data_port, self.tf_port, self.gpus, self.executor_id
+        )
+    }
 }
 
 #[pymethods]
@@ -116,14 +181,14 @@ impl Rendezvous {
         heartbeat_timeout: f64,
         tls_cert_pem: Option<String>,
         tls_key_pem: Option<String>,
-    ) -> PyResult<Self> {
+    ) -> Result<Self> {
         let tls = match (tls_cert_pem, tls_key_pem) {
             (Some(cert_pem), Some(key_pem)) => Some(ServerTls { cert_pem, key_pem }),
             (None, None) => None,
-            _ => return Err(errors::invalid("TLS needs both a certificate and a key")),
+            _ => return Err(Error::invalid("TLS needs both a certificate and a key")),
         };
         let config = ServerConfig {
-            host: host.parse().map_err(|e| errors::invalid(format!("rendezvous host '{host}': {e}")))?,
+            host: host.parse().map_err(|e| Error::invalid(format!("rendezvous host '{host}': {e}")))?,
             ports: port_start..=port_end,
             secret: secret_of(secret)?,
             num_workers,
@@ -144,44 +209,43 @@ impl Rendezvous {
     }
 
     /// The calls refused for a missing or wrong secret, as `peer: reason`.
-    fn refused(&self) -> PyResult<Vec<String>> {
+    fn refused(&self) -> Result<Vec<String>> {
         self.with_server(|s| s.refused())
     }
 
     /// The task indexes that have not registered yet.
-    fn missing(&self) -> PyResult<Vec<u32>> {
+    fn missing(&self) -> Result<Vec<u32>> {
         self.with_server(|s| s.job().spec().missing())
     }
 
     /// The events since the last call (dicts with a `kind`), waiting up to `timeout` seconds
     /// for the first.
-    fn events<'py>(&self, py: Python<'py>, timeout: f64) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    fn events(&self, py: Python<'_>, timeout: f64) -> Result<Vec<Event>> {
         let timeout = seconds(timeout, "timeout")?;
         let job = self.with_server(|s| s.job().clone())?;
-        let events =
-            detach(py, || sparktrain_storage::block_on(job.events(timeout))).map_err(errors::storage)?;
-        events.into_iter().map(|e| event_to_py(py, e)).collect()
+        let events = detach(py, || sparktrain_storage::block_on(job.events(timeout)))?;
+        Ok(events.into_iter().map(Event::from).collect())
     }
 
     /// Sets the items, `(file URL, size in bytes)`, that every epoch of the work queue hands
     /// out, largest first; calling it again replaces the list and restarts every epoch.
-    fn set_work(&self, items: Vec<(String, u64)>) -> PyResult<()> {
+    fn set_work(&self, items: Vec<(String, u64)>) -> Result<()> {
         self.with_server(|s| s.job().set_work(items))
     }
 
     /// How many work items each task took, by task index, over all epochs.
-    fn work_taken(&self) -> PyResult<Vec<u64>> {
+    fn work_taken(&self) -> Result<Vec<u64>> {
         self.with_server(|s| s.job().work_taken())
     }
 
     /// Fails every pending wait with `reason` and tells the tasks to stop their trainers.
-    fn abort(&self, reason: &str) -> PyResult<()> {
+    fn abort(&self, reason: &str) -> Result<()> {
         self.with_server(|s| s.job().abort(reason))
     }
 
     /// Stops serving.
     fn close(&self) {
-        let server = self.server.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let server = lock(&self.server).take();
         drop(server);
     }
 }
@@ -213,7 +277,7 @@ impl ControlClient {
         timeout: f64,
         tls_ca_pem: Option<String>,
         tls_domain: Option<String>,
-    ) -> PyResult<Self> {
+    ) -> Result<Self> {
         let secret = secret_of(secret)?;
         let timeout = seconds(timeout, "timeout")?;
         let tls = tls_ca_pem.map(|ca_pem| ClientTls {
@@ -233,9 +297,9 @@ impl ControlClient {
     /// dict per task by task index.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (task_index, attempt, host, pid, executor_id, data_port, tf_port, gpus, timeout))]
-    fn register<'py>(
+    fn register(
         &self,
-        py: Python<'py>,
+        py: Python<'_>,
         task_index: u32,
         attempt: u32,
         host: String,
@@ -245,7 +309,7 @@ impl ControlClient {
         tf_port: u16,
         gpus: Vec<String>,
         timeout: f64,
-    ) -> PyResult<(Vec<Bound<'py, PyDict>>, String)> {
+    ) -> Result<(Vec<TaskInfo>, String)> {
         let registration =
             Registration { task_index, attempt, host, pid, executor_id, data_port, tf_port, gpus };
         let timeout = seconds(timeout, "timeout")?;
@@ -254,19 +318,17 @@ impl ControlClient {
         let tasks = reply
             .tasks
             .into_iter()
-            .map(|t| {
-                let d = PyDict::new(py);
-                d.set_item("task_index", t.task_index)?;
-                d.set_item("role", t.role)?;
-                d.set_item("index", t.index)?;
-                d.set_item("host", t.host)?;
-                d.set_item("data_port", t.data_port)?;
-                d.set_item("tf_port", t.tf_port)?;
-                d.set_item("gpus", t.gpus)?;
-                d.set_item("executor_id", t.executor_id)?;
-                Ok(d)
+            .map(|t| TaskInfo {
+                task_index: t.task_index,
+                role: t.role,
+                index: t.index,
+                host: t.host,
+                data_port: t.data_port,
+                tf_port: t.tf_port,
+                gpus: t.gpus,
+                executor_id: t.executor_id,
             })
-            .collect::<PyResult<Vec<_>>>()?;
+            .collect();
         Ok((tasks, reply.tf_config))
     }
 
@@ -279,7 +341,7 @@ impl ControlClient {
         attempt: u32,
         lines: Vec<(u32, String)>,
         timeout: f64,
-    ) -> PyResult<Option<String>> {
+    ) -> Result<Option<String>> {
         let lines = lines
             .into_iter()
             .map(|(stream, text)| (if stream == 2 { Stream::Stderr } else { Stream::Stdout }, text))
@@ -291,7 +353,7 @@ impl ControlClient {
 
     /// Waits until every task reached the barrier `name` (no time-out when None).
     #[pyo3(signature = (task_index, name, timeout=None))]
-    fn barrier(&self, py: Python<'_>, task_index: u32, name: String, timeout: Option<f64>) -> PyResult<()> {
+    fn barrier(&self, py: Python<'_>, task_index: u32, name: String, timeout: Option<f64>) -> Result<()> {
         let timeout = timeout.map(|t| seconds(t, "timeout")).transpose()?;
         let mut client = self.client.clone();
         block(py, async move { client.barrier(task_index, &name, timeout).await })
@@ -306,7 +368,7 @@ impl ControlClient {
         step: Option<i64>,
         metrics: Vec<(String, f64)>,
         timeout: f64,
-    ) -> PyResult<()> {
+    ) -> Result<()> {
         let timeout = seconds(timeout, "timeout")?;
         let mut client = self.client.clone();
         block(py, async move { client.report(task_index, step, metrics, timeout).await })
@@ -320,7 +382,7 @@ impl ControlClient {
         task_index: u32,
         epoch: u64,
         timeout: f64,
-    ) -> PyResult<Option<String>> {
+    ) -> Result<Option<String>> {
         let timeout = seconds(timeout, "timeout")?;
         let mut client = self.task_client();
         block(py, async move { client.next_work(task_index, epoch, timeout).await })
@@ -335,7 +397,7 @@ impl ControlClient {
         exit_code: i32,
         stderr_tail: String,
         timeout: f64,
-    ) -> PyResult<()> {
+    ) -> Result<()> {
         let timeout = seconds(timeout, "timeout")?;
         let mut client = self.client.clone();
         block(py, async move { client.exit(task_index, attempt, exit_code, stderr_tail, timeout).await })
@@ -346,5 +408,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(generate_secret, m)?)?;
     m.add_class::<Rendezvous>()?;
     m.add_class::<ControlClient>()?;
+    m.add_class::<Event>()?;
+    m.add_class::<TaskInfo>()?;
     Ok(())
 }

@@ -11,7 +11,8 @@ use sparktrain_cluster::JobSecret;
 use sparktrain_collective::{CollectiveError, Communicator as Ring, Config, Element, ReduceOp, Wire};
 use sparktrain_train::SharedRing;
 
-use crate::{detach, errors};
+use crate::errors::{Error, Result};
+use crate::{detach, lock};
 
 /// Memory owned by a NumPy array on the Python side, reachable without the GIL.
 ///
@@ -26,12 +27,12 @@ struct Exclusive<T>(*mut T, usize);
 unsafe impl<T> Send for Exclusive<T> {}
 
 impl<T> Exclusive<T> {
-    fn new(address: usize, count: usize) -> PyResult<Self> {
+    fn new(address: usize, count: usize) -> Result<Self> {
         if address == 0 && count > 0 {
-            return Err(errors::invalid("null buffer address"));
+            return Err(Error::invalid("null buffer address"));
         }
         if !address.is_multiple_of(std::mem::align_of::<T>()) {
-            return Err(errors::invalid(format!("buffer address {address:#x} is not aligned")));
+            return Err(Error::invalid(format!("buffer address {address:#x} is not aligned")));
         }
         Ok(Exclusive(address as *mut T, count))
     }
@@ -43,13 +44,6 @@ impl<T> Exclusive<T> {
         }
         // SAFETY: as promised by the caller.
         unsafe { std::slice::from_raw_parts_mut(self.0, self.1) }
-    }
-}
-
-fn collective_error(e: CollectiveError) -> PyErr {
-    match e {
-        CollectiveError::InvalidArgument(m) => errors::invalid(m),
-        other => errors::collective(other),
     }
 }
 
@@ -69,12 +63,8 @@ impl Communicator {
         &self,
         py: Python<'_>,
         f: impl FnOnce(&mut Ring) -> Result<T, CollectiveError> + Send,
-    ) -> PyResult<T> {
-        detach(py, || {
-            let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
-            f(&mut ring)
-        })
-        .map_err(collective_error)
+    ) -> Result<T> {
+        Ok(detach(py, || f(&mut lock(&self.ring)))?)
     }
 
     fn reduce<T: Element>(
@@ -83,11 +73,11 @@ impl Communicator {
         buffers: &[(usize, usize)],
         op: ReduceOp,
         wire: Wire,
-    ) -> PyResult<()> {
+    ) -> Result<()> {
         let mut views = buffers
             .iter()
             .map(|&(address, count)| Exclusive::<T>::new(address, count))
-            .collect::<PyResult<Vec<_>>>()?;
+            .collect::<Result<Vec<_>>>()?;
         self.run(py, move |ring| {
             // SAFETY: the caller keeps the arrays alive for the duration of the call, and
             // checked that they do not overlap.
@@ -113,19 +103,19 @@ impl Communicator {
         timeout: f64,
         chunk_bytes: usize,
         streams: usize,
-    ) -> PyResult<Self> {
-        let secret = JobSecret::from_hex(secret).map_err(errors::cluster)?;
+    ) -> Result<Self> {
+        let secret = JobSecret::from_hex(secret)?;
         let timeout =
-            Duration::try_from_secs_f64(timeout).map_err(|_| errors::invalid("timeout must be >= 0"))?;
+            Duration::try_from_secs_f64(timeout).map_err(|_| Error::invalid("timeout must be >= 0"))?;
         // SAFETY: the fd is open for the duration of this call (the caller's socket owns it);
         // it is duplicated before use, so Rust owns its copy.
         let owned = unsafe { BorrowedFd::borrow_raw(listener_fd) }
             .try_clone_to_owned()
-            .map_err(|e| errors::invalid(format!("listener fd {listener_fd}: {e}")))?;
+            .map_err(|e| Error::invalid(format!("listener fd {listener_fd}: {e}")))?;
         let listener = TcpListener::from(owned);
         let config =
             Config { chunk_bytes, streams, ..Config::new(rank, peers, secret.as_bytes().to_vec(), timeout) };
-        let ring = detach(py, || Ring::connect(listener, config)).map_err(collective_error)?;
+        let ring = detach(py, || Ring::connect(listener, config))?;
         Ok(Communicator { ring: sparktrain_train::shared(ring) })
     }
 
@@ -141,11 +131,11 @@ impl Communicator {
         dtype: &str,
         op: &str,
         wire: &str,
-    ) -> PyResult<()> {
-        let op: ReduceOp = op.parse().map_err(collective_error)?;
-        let wire: Wire = wire.parse().map_err(collective_error)?;
+    ) -> Result<()> {
+        let op: ReduceOp = op.parse()?;
+        let wire: Wire = wire.parse()?;
         if addresses.len() != counts.len() {
-            return Err(errors::invalid("allreduce_at needs one count per address"));
+            return Err(Error::invalid("allreduce_at needs one count per address"));
         }
         let width = match dtype {
             "float32" => 4,
@@ -157,45 +147,45 @@ impl Communicator {
             buffers.iter().filter(|b| b.1 > 0).map(|&(a, n)| (a, a.saturating_add(n * width))).collect();
         spans.sort_unstable();
         if spans.windows(2).any(|w| w[1].0 < w[0].1) {
-            return Err(errors::invalid("a fused allreduce's buffers overlap"));
+            return Err(Error::invalid("a fused allreduce's buffers overlap"));
         }
         match dtype {
             "float32" => self.reduce::<f32>(py, &buffers, op, wire),
             "float64" => self.reduce::<f64>(py, &buffers, op, wire),
             "int64" => self.reduce::<i64>(py, &buffers, op, wire),
-            other => Err(errors::invalid(format!("allreduce takes float32, float64 or int64, not {other}"))),
+            other => Err(Error::invalid(format!("allreduce takes float32, float64 or int64, not {other}"))),
         }
     }
 
     /// Overwrites `nbytes` at `address` on every rank with rank `root`'s bytes. The caller
     /// keeps the memory alive.
-    fn broadcast_at(&self, py: Python<'_>, address: usize, nbytes: usize, root: usize) -> PyResult<()> {
+    fn broadcast_at(&self, py: Python<'_>, address: usize, nbytes: usize, root: usize) -> Result<()> {
         let mut view = Exclusive::<u8>::new(address, nbytes)?;
         // SAFETY: the caller keeps the array alive for the duration of the call.
         self.run(py, move |ring| ring.broadcast(unsafe { view.slice() }, root))
     }
 
     /// Every rank's bytes, by rank.
-    fn allgather<'py>(&self, py: Python<'py>, data: Vec<u8>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    fn allgather<'py>(&self, py: Python<'py>, data: Vec<u8>) -> Result<Vec<Bound<'py, PyBytes>>> {
         let items = self.run(py, move |ring| ring.all_gather(&data))?;
         Ok(items.iter().map(|i| PyBytes::new(py, i)).collect())
     }
 
     /// Returns once every rank has called it.
-    fn barrier(&self, py: Python<'_>) -> PyResult<()> {
+    fn barrier(&self, py: Python<'_>) -> Result<()> {
         self.run(py, |ring| ring.barrier())
     }
 
     /// This rank.
     #[getter]
     fn rank(&self) -> usize {
-        self.ring.lock().unwrap_or_else(|p| p.into_inner()).rank()
+        lock(&self.ring).rank()
     }
 
     /// How many ranks the ring has.
     #[getter]
     fn size(&self) -> usize {
-        self.ring.lock().unwrap_or_else(|p| p.into_inner()).size()
+        lock(&self.ring).size()
     }
 }
 

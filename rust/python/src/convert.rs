@@ -7,20 +7,20 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyT
 use sparktrain_tfrecord::proto::Feature;
 use sparktrain_tfrecord::{Compression, RecordType};
 
-use crate::errors;
+use crate::errors::{Error, Result};
 
 /// `None` or a compression name (`"GZIP"`, `"ZLIB"`, `"NONE"`, `""`).
-pub fn compression(name: Option<&str>) -> PyResult<Option<Compression>> {
-    name.map(|n| n.parse::<Compression>().map_err(errors::record)).transpose()
+pub fn compression(name: Option<&str>) -> Result<Option<Compression>> {
+    name.map(|n| n.parse::<Compression>().map_err(Error::from)).transpose()
 }
 
 /// A record type name (`"Example"`, `"SequenceExample"`, `"ByteArray"`, any case).
-pub fn record_type(name: &str) -> PyResult<RecordType> {
-    name.parse::<RecordType>().map_err(errors::record)
+pub fn record_type(name: &str) -> Result<RecordType> {
+    name.parse::<RecordType>().map_err(Error::from)
 }
 
 /// A Python value (a scalar or a list of one kind) as the feature written for a null.
-fn feature(column: &str, value: &Bound<'_, PyAny>) -> PyResult<Feature> {
+fn feature(column: &str, value: &Bound<'_, PyAny>) -> Result<Feature> {
     let items: Vec<Bound<'_, PyAny>> =
         if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
             value.try_iter()?.collect::<PyResult<_>>()?
@@ -42,14 +42,14 @@ fn feature(column: &str, value: &Bound<'_, PyAny>) -> PyResult<Feature> {
             .collect::<PyResult<Vec<Vec<u8>>>>()?;
         Ok(Feature::bytes(values))
     } else {
-        Err(errors::invalid(format!(
+        Err(Error::invalid(format!(
             "the default for column '{column}' must be an int, float, str or bytes, or a list of one of them"
         )))
     }
 }
 
 /// `{column: default}` as features.
-pub fn defaults(dict: Option<&Bound<'_, PyDict>>) -> PyResult<HashMap<String, Feature>> {
+pub fn defaults(dict: Option<&Bound<'_, PyDict>>) -> Result<HashMap<String, Feature>> {
     let mut out = HashMap::new();
     if let Some(dict) = dict {
         for (k, v) in dict.iter() {

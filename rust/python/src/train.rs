@@ -1,9 +1,11 @@
-//! The training engine for Python: a worker's input, its trainer, and exported models, with
-//! configurations and results passed as JSON (the typed API is `sparktrain.training`). Every
-//! long call runs without the GIL; the progress callback takes it back briefly, and an
-//! exception it raises (Ctrl-C included) stops training.
+//! The training engine for Python: the trainer's configuration, a worker's input, its
+//! trainer, and exported models. Options are keyword arguments whose defaults are the
+//! engine's own (`TrainerConfig`'s serde defaults, `FitOptions::default()`); results are frozen
+//! classes mirroring the engine's structs. Every long call runs without the GIL; the progress
+//! callback takes it back briefly, and an exception it raises (Ctrl-C included) stops training.
 
-use std::sync::{Arc, Mutex, MutexGuard, Once};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
 use arrow::array::{Array, Float32Array, RecordBatch};
@@ -11,14 +13,17 @@ use arrow::datatypes::Schema;
 use arrow::pyarrow::{FromPyArrow, ToPyArrow};
 use pyo3::prelude::*;
 use sparktrain_cluster::TaskClient;
+use sparktrain_train::features::DEFAULT_BUCKETS;
+use sparktrain_train::named::{HYPERPARAMETERS, LEARNING_RATES, MODELS};
 use sparktrain_train::{
-    Exported, FeatureSpec, FitOptions, Input as RustInput, InputOptions, LogLine, TrainError,
-    Trainer as RustTrainer, TrainerConfig, WorkQueue,
+    Categorical, Crossed, Exported, FitOptions, Input as RustInput, LogLine as RustLogLine, ModelKind,
+    OptimizerConfig, Rule, TrainError, Trainer as RustTrainer, WorkQueue,
 };
 
 use crate::cluster::ControlClient;
 use crate::collective::Communicator;
-use crate::{detach, errors};
+use crate::errors::{Error, Result};
+use crate::{detach, lock};
 
 /// How long one request for the next input file waits for the driver.
 const WORK_TIMEOUT: Duration = Duration::from_secs(60);
@@ -38,14 +43,6 @@ fn tune_allocator() {
     });
 }
 
-fn json<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> PyResult<T> {
-    serde_json::from_str(text).map_err(|e| errors::invalid(format!("{what}: {e}")))
-}
-
-fn to_json<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_string(value).expect("results serialize")
-}
-
 /// The driver's work queue, reached through the trainer's control-plane connection.
 struct DriverQueue {
     client: TaskClient,
@@ -56,12 +53,253 @@ impl WorkQueue for DriverQueue {
     fn next(&self, epoch: u64) -> sparktrain_train::Result<Option<String>> {
         let mut client = self.client.clone();
         let task = self.task_index;
-        sparktrain_storage::block_on(async move { client.next_work(task, epoch, WORK_TIMEOUT).await })
-            .map_err(|e| TrainError::Read {
-                input: "the driver's work queue".into(),
-                message: e.to_string(),
-            })?
-            .map_err(|e| TrainError::Read { input: "the driver's work queue".into(), message: e.to_string() })
+        let answer =
+            sparktrain_storage::block_on(async move { client.next_work(task, epoch, WORK_TIMEOUT).await });
+        let queue = "the driver's work queue";
+        answer.map_err(|e| TrainError::read(queue, e))?.map_err(|e| TrainError::read(queue, e))
+    }
+}
+
+/// Which columns feed the model, and how: `dense` float columns, `categorical` columns
+/// hashed into `(name, buckets)` ids, `crossed` column tuples hashed together, the `label`.
+#[pyclass(module = "sparktrain._native", frozen, skip_from_py_object, eq)]
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeatureSpec {
+    inner: sparktrain_train::FeatureSpec,
+}
+
+#[pymethods]
+impl FeatureSpec {
+    /// Checks the spec (buckets, duplicate names, the id space) as it is built.
+    #[new]
+    #[pyo3(signature = (dense=Vec::new(), categorical=Vec::new(), crossed=Vec::new(), label="label".to_string()))]
+    fn new(
+        dense: Vec<String>,
+        categorical: Vec<(String, u32)>,
+        crossed: Vec<(Vec<String>, u32)>,
+        label: String,
+    ) -> Result<Self> {
+        let inner = sparktrain_train::FeatureSpec {
+            dense,
+            categorical: categorical.into_iter().map(|(name, buckets)| Categorical { name, buckets }).collect(),
+            crossed: crossed.into_iter().map(|(names, buckets)| Crossed { names, buckets }).collect(),
+            label,
+        };
+        inner.validate()?;
+        Ok(FeatureSpec { inner })
+    }
+
+    /// Numeric columns taken as float32 values.
+    #[getter]
+    fn dense(&self) -> Vec<String> {
+        self.inner.dense.clone()
+    }
+
+    /// `(column, buckets)` for each hashed column.
+    #[getter]
+    fn categorical(&self) -> Vec<(String, u32)> {
+        self.inner.categorical.iter().map(|c| (c.name.clone(), c.buckets)).collect()
+    }
+
+    /// `(columns, buckets)` for each crossed tuple of columns.
+    #[getter]
+    fn crossed(&self) -> Vec<(Vec<String>, u32)> {
+        self.inner.crossed.iter().map(|c| (c.names.clone(), c.buckets)).collect()
+    }
+
+    /// The label column.
+    #[getter]
+    fn label(&self) -> String {
+        self.inner.label.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "FeatureSpec(dense={:?}, categorical={:?}, crossed={:?}, label={:?})",
+            self.dense(),
+            self.categorical(),
+            self.crossed(),
+            self.inner.label
+        )
+    }
+}
+
+/// Everything about a training run but its data. Each keyword left out (or None) takes the
+/// engine's default, which the getters show; the configuration is checked as it is built, so
+/// the driver refuses a bad one before any Spark job starts.
+#[pyclass(module = "sparktrain._native", frozen)]
+pub struct TrainerConfig {
+    inner: sparktrain_train::TrainerConfig,
+    classes: usize,
+    optimizer: String,
+}
+
+/// `(name, learning rate, settings)` of an update rule as Python gives it.
+type RuleArgs = (String, Option<f64>, BTreeMap<String, f64>);
+
+#[pymethods]
+impl TrainerConfig {
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (
+        *, model="mlp", classes=1, hidden=None, dim=None, optimizer=("adam".to_string(), None, BTreeMap::new()),
+        wide_optimizer=None, sparse_tables=None, threads=None, batch_size=None, shuffle_buffer=None,
+        prefetch=None, seed=None, model_dir=None, checkpoint_every=None, keep_checkpoints=None,
+        max_shard_bytes=None, tensorboard_dir=None, log_every=None, device=None,
+    ))]
+    fn new(
+        model: &str,
+        classes: usize,
+        hidden: Option<Vec<usize>>,
+        dim: Option<usize>,
+        optimizer: RuleArgs,
+        wide_optimizer: Option<RuleArgs>,
+        sparse_tables: Option<bool>,
+        threads: Option<usize>,
+        batch_size: Option<usize>,
+        shuffle_buffer: Option<usize>,
+        prefetch: Option<usize>,
+        seed: Option<u64>,
+        model_dir: Option<String>,
+        checkpoint_every: Option<u64>,
+        keep_checkpoints: Option<usize>,
+        max_shard_bytes: Option<u64>,
+        tensorboard_dir: Option<String>,
+        log_every: Option<u64>,
+        device: Option<String>,
+    ) -> Result<Self> {
+        let rule = |(name, lr, settings): &RuleArgs| Rule::named(name, *lr, settings);
+        let mut optimizers = OptimizerConfig {
+            rule: rule(&optimizer)?,
+            wide: wide_optimizer.as_ref().map(rule).transpose()?,
+            threads: 1,
+            sparse_tables: true,
+        };
+        let mut config = sparktrain_train::TrainerConfig::new(
+            ModelKind::named(model, classes, hidden, dim)?,
+            optimizers.clone(),
+        );
+        optimizers.threads = threads.unwrap_or(optimizers.threads);
+        optimizers.sparse_tables = sparse_tables.unwrap_or(optimizers.sparse_tables);
+        config.optimizer = optimizers;
+        if classes > 1 {
+            config.loss = sparktrain_train::Loss::SoftmaxCrossEntropy;
+        }
+        macro_rules! given {
+            ($($field:ident),*) => {
+                $(if let Some(value) = $field {
+                    config.$field = value;
+                })*
+            };
+        }
+        given!(batch_size, shuffle_buffer, prefetch, seed, keep_checkpoints, max_shard_bytes, log_every, device);
+        config.model_dir = model_dir;
+        config.checkpoint_every = checkpoint_every;
+        config.tensorboard_dir = tensorboard_dir;
+        config.validate()?;
+        Ok(TrainerConfig { inner: config, classes, optimizer: optimizer.0 })
+    }
+
+    /// The model's name.
+    #[getter]
+    fn model(&self) -> &'static str {
+        self.inner.model.name()
+    }
+
+    /// Outputs per example (1: a binary model).
+    #[getter]
+    fn classes(&self) -> usize {
+        self.classes
+    }
+
+    /// `binary_cross_entropy` or `softmax_cross_entropy`.
+    #[getter]
+    fn loss(&self) -> &'static str {
+        self.inner.loss.name()
+    }
+
+    /// The optimizer's name.
+    #[getter]
+    fn optimizer(&self) -> String {
+        self.optimizer.clone()
+    }
+
+    /// Examples per batch on each worker.
+    #[getter]
+    fn batch_size(&self) -> usize {
+        self.inner.batch_size
+    }
+
+    /// Rows held for shuffling (0 or 1: none).
+    #[getter]
+    fn shuffle_buffer(&self) -> usize {
+        self.inner.shuffle_buffer
+    }
+
+    /// Batches prepared ahead of training.
+    #[getter]
+    fn prefetch(&self) -> usize {
+        self.inner.prefetch
+    }
+
+    /// The seed of the initial weights, the file order and shuffling.
+    #[getter]
+    fn seed(&self) -> u64 {
+        self.inner.seed
+    }
+
+    /// Where checkpoints go, and are resumed from.
+    #[getter]
+    fn model_dir(&self) -> Option<String> {
+        self.inner.model_dir.clone()
+    }
+
+    /// Steps between checkpoints (None: only at the end).
+    #[getter]
+    fn checkpoint_every(&self) -> Option<u64> {
+        self.inner.checkpoint_every
+    }
+
+    /// Checkpoints kept.
+    #[getter]
+    fn keep_checkpoints(&self) -> usize {
+        self.inner.keep_checkpoints
+    }
+
+    /// The largest checkpoint shard file, in bytes.
+    #[getter]
+    fn max_shard_bytes(&self) -> u64 {
+        self.inner.max_shard_bytes
+    }
+
+    /// Where TensorBoard event files go.
+    #[getter]
+    fn tensorboard_dir(&self) -> Option<String> {
+        self.inner.tensorboard_dir.clone()
+    }
+
+    /// Steps between progress lines.
+    #[getter]
+    fn log_every(&self) -> u64 {
+        self.inner.log_every
+    }
+
+    /// Threads that share a large optimizer update.
+    #[getter]
+    fn threads(&self) -> usize {
+        self.inner.optimizer.threads
+    }
+
+    /// Whether only the embedding rows a step touched are updated.
+    #[getter]
+    fn sparse_tables(&self) -> bool {
+        self.inner.optimizer.sparse_tables
+    }
+
+    /// `cpu`, `cuda` or `cuda:<n>`.
+    #[getter]
+    fn device(&self) -> String {
+        self.inner.device.clone()
     }
 }
 
@@ -71,27 +309,14 @@ struct Input {
     inner: Arc<RustInput>,
 }
 
-/// `(batch_size, shuffle_buffer, seed, prefetch)` from Python.
-type Options = (usize, usize, u64, usize);
-
-fn input_options((batch_size, shuffle_buffer, seed, prefetch): Options) -> InputOptions {
-    InputOptions { batch_size, shuffle_buffer, seed, prefetch }
-}
-
 #[pymethods]
 impl Input {
     /// The files at `path` (a folder, file or glob; TFRecord or Parquet), this worker's
-    /// fixed share of them; `options` is `(batch_size, shuffle_buffer, seed, prefetch)`.
+    /// fixed share of them, batched as `config` says.
     #[staticmethod]
-    fn files(
-        py: Python<'_>,
-        path: String,
-        workers: usize,
-        worker: usize,
-        options: Options,
-    ) -> PyResult<Self> {
-        let options = input_options(options);
-        let input = detach(py, || RustInput::open(&path, workers, worker, options)).map_err(errors::train)?;
+    fn files(py: Python<'_>, path: String, workers: usize, worker: usize, config: &TrainerConfig) -> Result<Self> {
+        let options = config.inner.input_options();
+        let input = detach(py, || RustInput::open(&path, workers, worker, options))?;
         Ok(Input { inner: Arc::new(input) })
     }
 
@@ -103,37 +328,163 @@ impl Input {
         path: String,
         client: &ControlClient,
         task_index: u32,
-        options: Options,
-    ) -> PyResult<Self> {
-        let options = input_options(options);
+        config: &TrainerConfig,
+    ) -> Result<Self> {
+        let options = config.inner.input_options();
         let queue = Arc::new(DriverQueue { client: client.task_client(), task_index });
-        let input = detach(py, || RustInput::queued(&path, queue, task_index as usize, options))
-            .map_err(errors::train)?;
+        let input = detach(py, || RustInput::queued(&path, queue, task_index as usize, options))?;
         Ok(Input { inner: Arc::new(input) })
     }
 
     /// The Arrow IPC stream served on the Unix socket `path` (the task's Spark partition).
     #[staticmethod]
-    fn feed(py: Python<'_>, path: String, worker: usize, options: Options) -> PyResult<Self> {
-        let options = input_options(options);
-        let input = detach(py, || RustInput::feed(&path, worker, options)).map_err(errors::train)?;
+    fn feed(py: Python<'_>, path: String, worker: usize, config: &TrainerConfig) -> Result<Self> {
+        let options = config.inner.input_options();
+        let input = detach(py, || RustInput::feed(&path, worker, options))?;
         Ok(Input { inner: Arc::new(input) })
     }
 
     /// The `pyarrow.Schema` of the data.
     #[getter]
-    fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.inner.schema().as_ref().to_pyarrow(py)
+    fn schema<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyAny>> {
+        Ok(self.inner.schema().as_ref().to_pyarrow(py)?)
     }
 }
 
-/// The feature spec (JSON) inferred from `schema`: floating-point columns dense, integer and
-/// string columns hashed into `buckets` ids each.
+/// The feature spec inferred from `schema`: floating-point columns dense, integer and string
+/// columns hashed into `buckets` ids each.
 #[pyfunction]
-fn infer_features(schema: &Bound<'_, PyAny>, label: &str, buckets: u32) -> PyResult<String> {
+#[pyo3(signature = (schema, label, buckets=DEFAULT_BUCKETS))]
+fn infer_features(schema: &Bound<'_, PyAny>, label: &str, buckets: u32) -> Result<FeatureSpec> {
     let schema = Schema::from_pyarrow_bound(schema)?;
-    let spec = FeatureSpec::infer(&schema, label, buckets).map_err(errors::train)?;
-    Ok(to_json(&spec))
+    Ok(FeatureSpec { inner: sparktrain_train::FeatureSpec::infer(&schema, label, buckets)? })
+}
+
+/// A progress line, every `log_every` steps.
+#[pyclass(module = "sparktrain._native", frozen, skip_from_py_object, get_all)]
+#[derive(Debug, Clone)]
+pub struct LogLine {
+    /// Steps taken.
+    step: u64,
+    /// The epoch under way (from 0).
+    epoch: u64,
+    /// The mean loss over the steps since the last line.
+    loss: f64,
+    /// Examples per second over all workers since the last line.
+    examples_per_sec: f64,
+    /// The (first) optimizer's step size.
+    learning_rate: f32,
+    /// Seconds since the Unix epoch when the line was made.
+    wall_time: f64,
+}
+
+impl From<&RustLogLine> for LogLine {
+    fn from(l: &RustLogLine) -> Self {
+        LogLine {
+            step: l.step,
+            epoch: l.epoch,
+            loss: l.loss,
+            examples_per_sec: l.examples_per_sec,
+            learning_rate: l.learning_rate,
+            wall_time: l.wall_time,
+        }
+    }
+}
+
+/// An evaluation over every worker's share: the mean loss, the accuracy (threshold 0.5, or
+/// the largest logit) and, for binary models, the AUC.
+#[pyclass(module = "sparktrain._native", frozen, skip_from_py_object, get_all)]
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    /// Examples evaluated, over all workers.
+    examples: u64,
+    /// Mean loss.
+    loss: f64,
+    /// Fraction predicted right.
+    accuracy: f64,
+    /// Area under the ROC curve (None for softmax models or one class only).
+    auc: Option<f64>,
+}
+
+impl From<sparktrain_train::Metrics> for Metrics {
+    fn from(m: sparktrain_train::Metrics) -> Self {
+        Metrics { examples: m.examples, loss: m.loss, accuracy: m.accuracy, auc: m.auc }
+    }
+}
+
+/// An evaluation during or after training.
+#[pyclass(module = "sparktrain._native", frozen, skip_from_py_object, get_all)]
+#[derive(Debug, Clone)]
+pub struct EvalLine {
+    /// Steps taken when it ran.
+    step: u64,
+    /// Its figures.
+    metrics: Metrics,
+}
+
+/// What `Trainer.fit` did.
+#[pyclass(module = "sparktrain._native", frozen, skip_from_py_object, get_all)]
+#[derive(Debug, Clone)]
+pub struct FitSummary {
+    /// Steps taken in all (a resumed run counts the earlier ones).
+    steps: u64,
+    /// Steps this call took.
+    new_steps: u64,
+    /// Examples all workers used in this call.
+    examples: u64,
+    /// Wall seconds of this call.
+    seconds: f64,
+    /// `examples / seconds`.
+    examples_per_sec: f64,
+    /// Epochs completed in all.
+    epochs: u64,
+    /// The mean loss over the last progress window.
+    loss: Option<f64>,
+    /// The step this call resumed from, if it did.
+    resumed_from: Option<u64>,
+    /// The progress lines.
+    history: Vec<LogLine>,
+    /// The evaluations.
+    evaluations: Vec<EvalLine>,
+    /// The last checkpoint written.
+    checkpoint: Option<String>,
+    /// Seconds since the Unix epoch when this call's first step ended.
+    first_step_at: Option<f64>,
+}
+
+impl From<sparktrain_train::FitSummary> for FitSummary {
+    fn from(s: sparktrain_train::FitSummary) -> Self {
+        FitSummary {
+            steps: s.steps,
+            new_steps: s.new_steps,
+            examples: s.examples,
+            seconds: s.seconds,
+            examples_per_sec: s.examples_per_sec,
+            epochs: s.epochs,
+            loss: s.loss,
+            resumed_from: s.resumed_from,
+            history: s.history.iter().map(LogLine::from).collect(),
+            evaluations: s
+                .evaluations
+                .into_iter()
+                .map(|e| EvalLine { step: e.step, metrics: e.metrics.into() })
+                .collect(),
+            checkpoint: s.checkpoint,
+            first_step_at: s.first_step_at,
+        }
+    }
+}
+
+/// How far training has come.
+#[pyclass(module = "sparktrain._native", frozen, skip_from_py_object, get_all)]
+#[derive(Debug, Clone)]
+pub struct Progress {
+    /// Steps taken.
+    step: u64,
+    /// The epoch under way.
+    epoch: u64,
+    /// Batches this worker had taken in that epoch.
+    batches_in_epoch: u64,
 }
 
 /// One worker's trainer.
@@ -142,113 +493,117 @@ struct Trainer {
     inner: Mutex<RustTrainer>,
 }
 
-impl Trainer {
-    fn lock(&self) -> MutexGuard<'_, RustTrainer> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
 #[pymethods]
 impl Trainer {
-    /// A trainer for the configuration and feature spec (JSON), joined to the other workers
-    /// through `communicator` (None: alone). Resumes from the latest checkpoint in the
+    /// A trainer for `config` and `features`, joined to the other workers through
+    /// `communicator` (None: alone). Resumes from the latest checkpoint in the
     /// configuration's `model_dir`.
     #[new]
     #[pyo3(signature = (config, features, communicator=None))]
     fn new(
         py: Python<'_>,
-        config: &str,
-        features: &str,
+        config: &TrainerConfig,
+        features: &FeatureSpec,
         communicator: Option<&Communicator>,
-    ) -> PyResult<Self> {
+    ) -> Result<Self> {
         tune_allocator();
-        let config: TrainerConfig = json(config, "trainer configuration")?;
-        let features: FeatureSpec = json(features, "feature spec")?;
+        let (config, features) = (config.inner.clone(), features.inner.clone());
         let ring = communicator.map(Communicator::shared);
-        let trainer = detach(py, || RustTrainer::new(config, features, ring)).map_err(errors::train)?;
+        let trainer = detach(py, || RustTrainer::new(config, features, ring))?;
         Ok(Trainer { inner: Mutex::new(trainer) })
     }
 
-    /// Trains on `input` with the options (JSON: epochs, max_steps, eval_every), evaluating
-    /// on `eval`; `on_log(line)` gets every progress line as JSON. Returns the summary as JSON.
-    #[pyo3(signature = (input, options, eval=None, on_log=None))]
+    /// Trains on `input` for `epochs` passes (counted from the start of training) or until
+    /// `max_steps` steps in all, evaluating on `eval` every `eval_every` steps and at the end;
+    /// `on_log(line)` gets every progress line.
+    #[pyo3(signature = (
+        input, *, epochs=FitOptions::default().epochs, max_steps=FitOptions::default().max_steps,
+        eval_every=FitOptions::default().eval_every, eval=None, on_log=None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn fit(
         &self,
         py: Python<'_>,
         input: &Input,
-        options: &str,
+        epochs: u64,
+        max_steps: Option<u64>,
+        eval_every: Option<u64>,
         eval: Option<&Input>,
         on_log: Option<Py<PyAny>>,
-    ) -> PyResult<String> {
-        let options: FitOptions = json(options, "fit options")?;
+    ) -> Result<FitSummary> {
+        if eval_every == Some(0) {
+            return Err(Error::invalid("eval_every=0 must be at least 1"));
+        }
+        let options = FitOptions { epochs, max_steps, eval_every };
         let (input, eval) = (input.inner.clone(), eval.map(|e| e.inner.clone()));
         let raised: Mutex<Option<PyErr>> = Mutex::new(None);
         let summary = detach(py, || {
-            let mut trainer = self.lock();
-            let mut hook = |line: &LogLine| -> sparktrain_train::Result<()> {
+            let mut trainer = lock(&self.inner);
+            let mut hook = |line: &RustLogLine| -> sparktrain_train::Result<()> {
                 let outcome = Python::attach(|py| -> PyResult<()> {
                     py.check_signals()?;
                     if let Some(callback) = &on_log {
-                        callback.call1(py, (to_json(line),))?;
+                        callback.call1(py, (LogLine::from(line),))?;
                     }
                     Ok(())
                 });
                 outcome.map_err(|e| {
-                    *raised.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    *lock(&raised) = Some(e);
                     TrainError::InvalidArgument("training was interrupted".into())
                 })
             };
             trainer.fit(&input, &options, eval.as_deref(), &mut hook)
         });
         if let Some(e) = raised.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            return Err(e);
+            return Err(e.into());
         }
-        summary.map(|s| to_json(&s)).map_err(errors::train)
+        Ok(summary?.into())
     }
 
-    /// Evaluates on `input` together with the other workers; the metrics as JSON.
-    fn evaluate(&self, py: Python<'_>, input: &Input) -> PyResult<String> {
+    /// Evaluates on `input` together with the other workers.
+    fn evaluate(&self, py: Python<'_>, input: &Input) -> Result<Metrics> {
         let input = input.inner.clone();
-        detach(py, || self.lock().evaluate(&input)).map(|m| to_json(&m)).map_err(errors::train)
+        Ok(detach(py, || lock(&self.inner).evaluate(&input))?.into())
     }
 
     /// The chief writes the exported model into `dir`; returns whether this worker wrote it.
-    fn export(&self, py: Python<'_>, dir: String) -> PyResult<bool> {
-        detach(py, || self.lock().export(&dir)).map_err(errors::train)
+    fn export(&self, py: Python<'_>, dir: String) -> Result<bool> {
+        Ok(detach(py, || lock(&self.inner).export(&dir))?)
     }
 
     /// The chief writes a checkpoint; its folder, or None on other workers.
-    fn save_checkpoint(&self, py: Python<'_>) -> PyResult<Option<String>> {
-        detach(py, || self.lock().save_checkpoint()).map_err(errors::train)
+    fn save_checkpoint(&self, py: Python<'_>) -> Result<Option<String>> {
+        Ok(detach(py, || lock(&self.inner).save_checkpoint())?)
     }
 
     /// Closes the TensorBoard event file.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        detach(py, || self.lock().close()).map_err(errors::train)
+    fn close(&self, py: Python<'_>) -> Result<()> {
+        Ok(detach(py, || lock(&self.inner).close())?)
     }
 
     /// The weights, flat in parameter-name order, as a `pyarrow.Float32Array`.
-    fn weights<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let values = Float32Array::from(self.lock().weights().to_vec());
-        values.to_data().to_pyarrow(py)
+    fn weights<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyAny>> {
+        let values = Float32Array::from(lock(&self.inner).weights().to_vec());
+        Ok(values.to_data().to_pyarrow(py)?)
     }
 
-    /// How far training has come (JSON: step, epoch, batches_in_epoch).
+    /// How far training has come.
     #[getter]
-    fn progress(&self) -> String {
-        to_json(&self.lock().progress())
+    fn progress(&self) -> Progress {
+        let p = lock(&self.inner).progress();
+        Progress { step: p.step, epoch: p.epoch, batches_in_epoch: p.batches_in_epoch }
     }
 
     /// The step training resumed from, if it did.
     #[getter]
     fn resumed_from(&self) -> Option<u64> {
-        self.lock().resumed_from()
+        lock(&self.inner).resumed_from()
     }
 
-    /// The feature spec, as JSON.
+    /// The feature spec.
     #[getter]
-    fn features(&self) -> String {
-        to_json(self.lock().features())
+    fn features(&self) -> FeatureSpec {
+        FeatureSpec { inner: lock(&self.inner).features().clone() }
     }
 }
 
@@ -262,37 +617,48 @@ struct ExportedModel {
 impl ExportedModel {
     /// Loads the export folder `dir` (any storage URL).
     #[new]
-    fn new(py: Python<'_>, dir: String) -> PyResult<Self> {
+    fn new(py: Python<'_>, dir: String) -> Result<Self> {
         tune_allocator();
-        let inner = detach(py, || Exported::load(&dir)).map_err(errors::train)?;
+        let inner = detach(py, || Exported::load(&dir))?;
         Ok(ExportedModel { inner })
     }
 
     /// Scores a `pyarrow.RecordBatch`: a `pyarrow.Float32Array` of one probability per row,
     /// or of `classes` probabilities per row, row after row, for a softmax model.
-    fn predict<'py>(&self, py: Python<'py>, batch: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn predict<'py>(&self, py: Python<'py>, batch: &Bound<'py, PyAny>) -> Result<Bound<'py, PyAny>> {
         let batch = RecordBatch::from_pyarrow_bound(batch)?;
-        let scores = detach(py, || self.inner.predict(&batch)).map_err(errors::train)?;
-        Float32Array::from(scores).to_data().to_pyarrow(py)
+        let scores = detach(py, || self.inner.predict(&batch))?;
+        Ok(Float32Array::from(scores).to_data().to_pyarrow(py)?)
     }
 
-    /// The feature spec the model was trained on, as JSON.
+    /// The feature spec the model was trained on.
     #[getter]
-    fn features(&self) -> String {
-        to_json(self.inner.features())
+    fn features(&self) -> FeatureSpec {
+        FeatureSpec { inner: self.inner.features().clone() }
     }
 
     /// The loss it was trained with (`binary_cross_entropy` or `softmax_cross_entropy`).
     #[getter]
-    fn loss(&self) -> String {
-        to_json(&self.inner.loss()).trim_matches('"').to_string()
+    fn loss(&self) -> &'static str {
+        self.inner.loss().name()
     }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<FeatureSpec>()?;
+    m.add_class::<TrainerConfig>()?;
     m.add_class::<Input>()?;
     m.add_class::<Trainer>()?;
     m.add_class::<ExportedModel>()?;
+    m.add_class::<LogLine>()?;
+    m.add_class::<Metrics>()?;
+    m.add_class::<EvalLine>()?;
+    m.add_class::<FitSummary>()?;
+    m.add_class::<Progress>()?;
     m.add_function(wrap_pyfunction!(infer_features, m)?)?;
+    m.add("DEFAULT_BUCKETS", DEFAULT_BUCKETS)?;
+    m.add("MODELS", MODELS.to_vec())?;
+    m.add("LEARNING_RATES", LEARNING_RATES.to_vec())?;
+    m.add("HYPERPARAMETERS", HYPERPARAMETERS.to_vec())?;
     Ok(())
 }

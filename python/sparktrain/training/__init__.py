@@ -1,0 +1,50 @@
+"""Synchronous data-parallel training on sparktrain's Rust engine (candle).
+
+Inside ``Cluster.run``, ``ctx.trainer(...)`` gives each trainer a :class:`Trainer` whose
+``fit`` trains together with every other trainer: gradients are averaged over the ring each
+step, and the chief writes checkpoints, TensorBoard event files and the exported model.
+:func:`train` runs such a job from the driver in one call; :func:`sparktrain.predict` scores a
+DataFrame with the exported model.
+
+Models: ``"logistic_regression"``, ``"mlp"``, ``"wide_deep"`` and ``"deep_fm"``. Optimizers:
+``"sgd"``, ``"momentum"``, ``"adam"``, ``"adamw"``, ``"adagrad"`` and ``"ftrl"``, plus
+``wide_optimizer`` for the wide part of Wide&Deep and DeepFM (``"ftrl"``, as Keras's
+``WideDeepModel`` trains its linear part).
+
+Input: a path (a folder, file or glob of TFRecord or Parquet files, on any storage URL), split
+among the trainers by whole files (``sharding="static"``) or handed out file by file by the
+driver (``sharding="dynamic"``: fast trainers read more); or, with
+``Cluster.run(..., input_mode="spark", data=df)``, each trainer's partition of the DataFrame
+(``data=None``).
+
+The modules: :mod:`~sparktrain.training.driver` (:func:`train`, on the driver),
+:mod:`~sparktrain.training.trainer` (:class:`Trainer`, in each trainer) and
+:mod:`~sparktrain.training.results` (the values that travel between them).
+"""
+
+from __future__ import annotations
+
+from sparktrain import _native
+from sparktrain.training.driver import train
+from sparktrain.training.results import FeatureSpec, FitResult, Metrics, TrainResult
+from sparktrain.training.trainer import DEFAULTS, Trainer
+
+#: Models the engine builds.
+MODELS: tuple[str, ...] = tuple(_native.MODELS)
+#: Optimizers, and their default learning rates.
+LEARNING_RATES: dict[str, float] = dict(_native.LEARNING_RATES)
+#: Ids a categorical column is hashed into when the feature spec is inferred.
+DEFAULT_BUCKETS: int = _native.DEFAULT_BUCKETS
+
+__all__ = [
+    "DEFAULTS",
+    "DEFAULT_BUCKETS",
+    "LEARNING_RATES",
+    "MODELS",
+    "FeatureSpec",
+    "FitResult",
+    "Metrics",
+    "TrainResult",
+    "Trainer",
+    "train",
+]

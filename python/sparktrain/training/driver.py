@@ -1,0 +1,113 @@
+"""The driver's side of training: :func:`train` checks every argument, then runs the whole
+job through ``Cluster.run`` and returns the chief's result."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from sparktrain.errors import InvalidArgumentError
+from sparktrain.training.results import FeatureSpec, FitResult, TrainResult
+from sparktrain.training.trainer import DEFAULTS, Trainer, check_fit_arguments
+
+if TYPE_CHECKING:
+    from sparktrain.cluster.context import TrainerContext
+
+
+def _train_main(args: dict[str, Any], ctx: TrainerContext) -> dict[str, Any] | None:
+    """The trainers' function of :func:`train`."""
+    trainer = ctx.trainer(**args["trainer"])
+    result = trainer.fit(args["data"], **args["fit"])
+    export_dir = trainer.export(args["export_dir"]) if args["export_dir"] else None
+    trainer.close()
+    if not ctx.is_chief:
+        return None
+    return {"fit": result, "export_dir": export_dir}
+
+
+def train(
+    spark: Any,
+    data: Any,
+    model: str = "wide_deep",
+    features: FeatureSpec | Mapping[str, Any] | None = None,
+    num_workers: int = 2,
+    epochs: int = 1,
+    batch_size: int = DEFAULTS.batch_size,
+    model_dir: str | None = None,
+    eval_data: str | None = None,
+    tensorboard_dir: str | None = None,
+    *,
+    steps: int | None = None,
+    eval_every: int | None = None,
+    export_dir: str | None = None,
+    sharding: str = "static",
+    log: bool = True,
+    env: dict[str, str] | None = None,
+    **hyperparameters: Any,
+) -> TrainResult:
+    """Trains ``model`` on ``num_workers`` Spark task slots in sync and returns the final
+    figures and the exported model's folder.
+
+    ``data`` is a path (TFRecord or Parquet files on any storage URL) or a DataFrame (each
+    trainer then reads one partition of it). The chief checkpoints into ``model_dir`` (and
+    training resumes from there), writes TensorBoard files into ``tensorboard_dir``, evaluates
+    on ``eval_data`` and exports the model to ``export_dir`` (default ``<model_dir>/export``).
+    ``batch_size`` and every other keyword argument go to
+    :class:`~sparktrain.training.Trainer` (``optimizer``, ``learning_rate``, ``hidden``,
+    ``label``, ``buckets``, ``checkpoint_every``...).
+
+    Every argument is checked here, before any Spark job starts:
+    :class:`~sparktrain.errors.InvalidArgumentError` names the one at fault."""
+    from sparktrain.cluster import Cluster
+
+    fed = not isinstance(data, str)
+    if data is None or (fed and not hasattr(data, "mapInArrow")):
+        raise InvalidArgumentError(f"data={data!r}: give a path (str) or a Spark DataFrame")
+    if fed and sharding != "static":
+        raise InvalidArgumentError(f"sharding={sharding!r}: a DataFrame is split by partitions, not files")
+    if eval_data is not None and not isinstance(eval_data, str):
+        raise InvalidArgumentError(f"eval_data={eval_data!r}: give a path")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise InvalidArgumentError(f"num_workers={num_workers!r} must be a positive integer")
+    check_fit_arguments(epochs, steps, eval_every, sharding)
+    if export_dir is None and model_dir is not None:
+        export_dir = model_dir.rstrip("/") + "/export"
+    trainer_args: dict[str, Any] = {
+        "model": model,
+        "features": None if features is None else asdict(FeatureSpec.of(features)),
+        "model_dir": model_dir,
+        "tensorboard_dir": tensorboard_dir,
+        "batch_size": batch_size,
+        **hyperparameters,
+    }
+    # The trainers build the same Trainer; building it here refuses a bad argument now rather
+    # than as every trainer's failure once the Spark stage runs.
+    Trainer(None, **trainer_args)
+    args = {
+        "trainer": trainer_args,
+        "data": None if fed else data,
+        "fit": {
+            "epochs": epochs,
+            "steps": steps,
+            "eval_data": eval_data,
+            "eval_every": eval_every,
+            "sharding": sharding,
+        },
+        "export_dir": export_dir,
+    }
+    cluster = Cluster.run(
+        spark,
+        _train_main,
+        args,
+        num_workers,
+        input_mode="spark" if fed else "files",
+        data=data if fed else None,
+        work=data if sharding == "dynamic" else None,
+        env=env,
+        log=log,
+    )
+    with cluster:
+        outcome = cluster.wait()
+    fit: FitResult = outcome["fit"]
+    return TrainResult(fit=fit, metrics=fit.metrics, export_dir=outcome["export_dir"])

@@ -1,0 +1,182 @@
+"""The values that cross between the driver and the trainers: the feature spec, evaluation
+metrics and what ``fit`` and :func:`~sparktrain.train` did.
+
+They are plain frozen dataclasses, so they pickle from a trainer back to the driver; each has
+a conversion from the engine's own class in :mod:`sparktrain._native`, which holds the
+defaults and does the checking."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparktrain import _native
+from sparktrain.errors import InvalidArgumentError
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """Which columns feed the model, and how.
+
+    ``dense`` columns (any numeric type) are float values; ``categorical`` columns (integers,
+    strings or bytes) are hashed into a number of ids each (``{"shop": 1000}``); ``crossed``
+    hashes tuples of columns together (``[(("shop", "city"), 10000)]``); ``label`` is 0/1 for
+    binary models or a class id."""
+
+    dense: tuple[str, ...] = ()
+    categorical: tuple[tuple[str, int], ...] = ()
+    crossed: tuple[tuple[tuple[str, ...], int], ...] = ()
+    label: str = "label"
+
+    @classmethod
+    def of(cls, value: FeatureSpec | Mapping[str, Any]) -> FeatureSpec:
+        """A spec from itself or a dict with the same keys; checked as the engine would."""
+        if isinstance(value, FeatureSpec):
+            spec = value
+        else:
+            unknown = set(value) - {"dense", "categorical", "crossed", "label"}
+            if unknown:
+                raise InvalidArgumentError(f"features: unknown feature spec keys {sorted(unknown)}")
+            categorical = value.get("categorical", ())
+            pairs = categorical.items() if isinstance(categorical, Mapping) else categorical
+            try:
+                spec = cls(
+                    dense=tuple(str(d) for d in value.get("dense", ())),
+                    categorical=tuple((str(n), int(b)) for n, b in pairs),
+                    crossed=tuple((tuple(str(n) for n in names), int(b)) for names, b in value.get("crossed", ())),
+                    label=str(value.get("label", "label")),
+                )
+            except (TypeError, ValueError) as e:
+                raise InvalidArgumentError(f"features: {e}") from e
+        spec.to_native()
+        return spec
+
+    def to_native(self) -> _native.FeatureSpec:
+        """The engine's form (which checks buckets and names)."""
+        try:
+            return _native.FeatureSpec(
+                dense=list(self.dense),
+                categorical=list(self.categorical),
+                crossed=[(list(names), buckets) for names, buckets in self.crossed],
+                label=self.label,
+            )
+        except OverflowError as e:
+            raise InvalidArgumentError(f"features: a bucket count does not fit 32 bits: {e}") from e
+
+    @classmethod
+    def from_native(cls, spec: _native.FeatureSpec) -> FeatureSpec:
+        """The spec the engine holds (given, or inferred from the data)."""
+        return cls(
+            dense=tuple(spec.dense),
+            categorical=tuple(spec.categorical),
+            crossed=tuple((tuple(names), buckets) for names, buckets in spec.crossed),
+            label=spec.label,
+        )
+
+    def to_json(self) -> str:
+        """The form stored in an export's ``model.json``."""
+        return json.dumps(
+            {
+                "dense": list(self.dense),
+                "categorical": [{"name": n, "buckets": b} for n, b in self.categorical],
+                "crossed": [{"names": list(n), "buckets": b} for n, b in self.crossed],
+                "label": self.label,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> FeatureSpec:
+        """The spec from :meth:`to_json`'s form."""
+        d = json.loads(text)
+        return cls(
+            dense=tuple(d["dense"]),
+            categorical=tuple((c["name"], c["buckets"]) for c in d["categorical"]),
+            crossed=tuple((tuple(c["names"]), c["buckets"]) for c in d["crossed"]),
+            label=d["label"],
+        )
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """An evaluation over every trainer's share: the mean loss, the accuracy (threshold 0.5,
+    or the largest logit) and, for binary models, the AUC."""
+
+    examples: int
+    loss: float
+    accuracy: float
+    auc: float | None
+
+    @classmethod
+    def from_native(cls, m: _native.Metrics) -> Metrics:
+        """The engine's metrics as a picklable value."""
+        return cls(examples=m.examples, loss=m.loss, accuracy=m.accuracy, auc=m.auc)
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What ``fit`` did. ``steps`` counts every step of the training (a resumed run counts
+    the earlier ones), ``new_steps`` those of this call; ``examples_per_sec`` covers all
+    trainers; ``loss`` is the mean training loss of the last progress window; ``history``
+    holds the progress lines (``step``, ``epoch``, ``loss``, ``examples_per_sec``,
+    ``learning_rate``, ``wall_time``) and ``evaluations`` ``(step, Metrics)`` pairs;
+    ``first_step_at`` is the wall time (``time.time()``) when this call's first step ended."""
+
+    steps: int
+    new_steps: int
+    examples: int
+    seconds: float
+    examples_per_sec: float
+    epochs: int
+    loss: float | None
+    resumed_from: int | None
+    history: list[dict[str, float]] = field(default_factory=list)
+    evaluations: list[tuple[int, Metrics]] = field(default_factory=list)
+    checkpoint: str | None = None
+    first_step_at: float | None = None
+
+    @classmethod
+    def from_native(cls, s: _native.FitSummary) -> FitResult:
+        """The engine's summary as a picklable value."""
+        return cls(
+            steps=s.steps,
+            new_steps=s.new_steps,
+            examples=s.examples,
+            seconds=s.seconds,
+            examples_per_sec=s.examples_per_sec,
+            epochs=s.epochs,
+            loss=s.loss,
+            resumed_from=s.resumed_from,
+            history=[log_line(line) for line in s.history],
+            evaluations=[(e.step, Metrics.from_native(e.metrics)) for e in s.evaluations],
+            checkpoint=s.checkpoint,
+            first_step_at=s.first_step_at,
+        )
+
+    @property
+    def metrics(self) -> Metrics | None:
+        """The last evaluation, if any."""
+        return self.evaluations[-1][1] if self.evaluations else None
+
+
+def log_line(line: _native.LogLine) -> dict[str, float]:
+    """A progress line as the dict ``FitResult.history`` holds."""
+    return {
+        "step": line.step,
+        "epoch": line.epoch,
+        "loss": line.loss,
+        "examples_per_sec": line.examples_per_sec,
+        "learning_rate": line.learning_rate,
+        "wall_time": line.wall_time,
+    }
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What :func:`~sparktrain.train` did: the chief's ``fit`` result, its final evaluation
+    (if ``eval_data`` was given) and the exported model's folder (if any)."""
+
+    fit: FitResult
+    metrics: Metrics | None
+    export_dir: str | None

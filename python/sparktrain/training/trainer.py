@@ -1,0 +1,266 @@
+"""The trainer's side of synchronous training: :class:`Trainer`, which runs in each trainer
+process (``ctx.trainer(...)`` inside ``Cluster.run``) or alone in this one (``ctx=None``).
+
+Every default and every check of the configuration lives in the engine
+(:class:`sparktrain._native.TrainerConfig`); the signature below shows the engine's defaults,
+read from it when this module loads."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sparktrain import _native
+from sparktrain.errors import InvalidArgumentError
+from sparktrain.training.results import FeatureSpec, FitResult, Metrics
+
+if TYPE_CHECKING:
+    from sparktrain.cluster.context import TrainerContext
+
+#: The engine's configuration with every default.
+DEFAULTS = _native.TrainerConfig()
+
+#: How the input is split among the trainers.
+SHARDINGS = ("static", "dynamic")
+
+
+def _rule(
+    parameter: str, optimizer: str | Mapping[str, Any], learning_rate: float | None, settings: Mapping[str, Any]
+) -> tuple[str, float | None, dict[str, float]]:
+    """``(name, learning rate, settings)`` of an update rule given by name or as a dict with
+    ``name``, ``learning_rate`` and its settings; ``parameter`` names it in errors."""
+    if isinstance(optimizer, Mapping):
+        spec = dict(optimizer)
+        if "name" not in spec:
+            raise InvalidArgumentError(f"{parameter}={optimizer!r} needs a 'name'")
+        name = spec.pop("name")
+        learning_rate = spec.pop("learning_rate", learning_rate)
+        settings = {**settings, **spec}
+    else:
+        name = optimizer
+    try:
+        return (
+            str(name),
+            None if learning_rate is None else float(learning_rate),
+            {k: float(v) for k, v in settings.items()},
+        )
+    except (TypeError, ValueError) as e:
+        raise InvalidArgumentError(f"{parameter}: a learning rate or setting is not a number: {e}") from e
+
+
+class Trainer:
+    """One trainer's side of synchronous training; build it with ``ctx.trainer(...)`` inside
+    ``Cluster.run`` (every trainer must make the same calls), or with ``ctx=None`` to train
+    alone in this process. The arguments are checked here, so a bad one fails before any
+    data is read.
+
+    ``features`` is a :class:`FeatureSpec` (or dict); when left out it is inferred from the
+    data's schema: ``label`` is the label, floating-point columns are dense, integer and string
+    columns categorical with ``buckets`` ids each. ``classes`` > 1 trains a softmax model.
+
+    Hyperparameters: ``optimizer`` (a name or a dict with ``name`` and its settings),
+    ``learning_rate`` (the optimizer's default when None), and the optimizer's settings by
+    name: ``momentum``, ``nesterov``, ``weight_decay``, ``beta1``, ``beta2``, ``eps``, ``l1``,
+    ``l2``, ``initial_accumulator``; ``wide_optimizer`` and ``wide_learning_rate`` for the
+    wide part; ``sparse_tables`` (update only the embedding rows a step touched, the "lazy"
+    form for momentum and Adam). ``hidden`` and ``dim`` shape the model (None: the model's
+    own default).
+
+    The chief checkpoints into ``model_dir`` every ``checkpoint_every`` steps and at the end
+    (``keep_checkpoints`` kept, shards of at most ``max_shard_bytes``), and training resumes
+    from the latest checkpoint there. ``tensorboard_dir`` receives event files; progress lines
+    come every ``log_every`` steps and go to the driver through ``ctx.report``.
+
+    ``device="cuda"`` (or ``"cuda:<n>"``) computes on a GPU the trainer sees (Spark's GPU
+    resources set ``CUDA_VISIBLE_DEVICES``); it needs a build with the ``cuda`` feature.
+    ``threads`` splits large optimizer updates across threads.
+    """
+
+    def __init__(
+        self,
+        ctx: TrainerContext | None = None,
+        *,
+        model: str = DEFAULTS.model,
+        features: FeatureSpec | Mapping[str, Any] | None = None,
+        label: str = "label",
+        buckets: int = _native.DEFAULT_BUCKETS,
+        classes: int = DEFAULTS.classes,
+        hidden: Sequence[int] | None = None,
+        dim: int | None = None,
+        optimizer: str | Mapping[str, Any] = DEFAULTS.optimizer,
+        learning_rate: float | None = None,
+        wide_optimizer: str | Mapping[str, Any] | None = None,
+        wide_learning_rate: float | None = None,
+        sparse_tables: bool = DEFAULTS.sparse_tables,
+        batch_size: int = DEFAULTS.batch_size,
+        shuffle_buffer: int = DEFAULTS.shuffle_buffer,
+        prefetch: int = DEFAULTS.prefetch,
+        seed: int = DEFAULTS.seed,
+        model_dir: str | None = None,
+        checkpoint_every: int | None = None,
+        keep_checkpoints: int = DEFAULTS.keep_checkpoints,
+        max_shard_bytes: int = DEFAULTS.max_shard_bytes,
+        tensorboard_dir: str | None = None,
+        log_every: int = DEFAULTS.log_every,
+        threads: int = DEFAULTS.threads,
+        device: str = DEFAULTS.device,
+        **hyperparameters: float,
+    ) -> None:
+        unknown = set(hyperparameters) - set(_native.HYPERPARAMETERS)
+        if unknown:
+            raise InvalidArgumentError(f"unknown training arguments {sorted(unknown)}")
+        if buckets < 1:
+            raise InvalidArgumentError(f"buckets={buckets} must be at least 1")
+        resolve = ctx.absolute_path if ctx is not None else (lambda p: p)
+        self._ctx = ctx
+        self._features = FeatureSpec.of(features) if features is not None else None
+        self._label = label
+        self._buckets = buckets
+        try:
+            self._config = _native.TrainerConfig(
+                model=model,
+                classes=classes,
+                hidden=None if hidden is None else list(hidden),
+                dim=dim,
+                optimizer=_rule("optimizer", optimizer, learning_rate, hyperparameters),
+                wide_optimizer=None
+                if wide_optimizer is None
+                else _rule("wide_optimizer", wide_optimizer, wide_learning_rate, {}),
+                sparse_tables=sparse_tables,
+                threads=threads,
+                batch_size=batch_size,
+                shuffle_buffer=shuffle_buffer,
+                prefetch=prefetch,
+                seed=seed,
+                model_dir=resolve(model_dir) if model_dir else None,
+                checkpoint_every=checkpoint_every,
+                keep_checkpoints=keep_checkpoints,
+                max_shard_bytes=max_shard_bytes,
+                tensorboard_dir=resolve(tensorboard_dir) if tensorboard_dir else None,
+                log_every=log_every,
+                device=device,
+            )
+        except (OverflowError, TypeError) as e:
+            # pyo3 refuses a negative count or a wrong type before the engine sees it.
+            raise InvalidArgumentError(f"a training argument has the wrong type or sign: {e}") from e
+        self._native: _native.Trainer | None = None
+
+    @property
+    def config(self) -> _native.TrainerConfig:
+        """The engine's configuration, every default filled in."""
+        return self._config
+
+    @property
+    def rank(self) -> int:
+        """This trainer's rank (0: the chief)."""
+        return self._ctx.rank if self._ctx is not None else 0
+
+    @property
+    def num_workers(self) -> int:
+        """How many trainers train together."""
+        return self._ctx.num_workers if self._ctx is not None else 1
+
+    @property
+    def is_chief(self) -> bool:
+        """Whether this trainer writes checkpoints, event files and the export."""
+        return self.rank == 0
+
+    @property
+    def features(self) -> FeatureSpec | None:
+        """The feature spec, once known (given, or inferred at the first ``fit``)."""
+        return self._features
+
+    def _input(self, data: str | None, sharding: str = "static") -> _native.Input:
+        if sharding not in SHARDINGS:
+            raise InvalidArgumentError(f"sharding={sharding!r}: use one of {list(SHARDINGS)}")
+        if data is None:
+            if self._ctx is None or self._ctx.feed_path is None:
+                raise InvalidArgumentError(
+                    "data=None reads the Spark feed: use Cluster.run(..., input_mode='spark', data=df)"
+                )
+            return _native.Input.feed(self._ctx.feed_path, self.rank, self._config)
+        path = self._ctx.absolute_path(data) if self._ctx is not None else data
+        if sharding == "dynamic" and self._ctx is not None:
+            return _native.Input.queued(path, self._ctx.control_client(), self.rank, self._config)
+        return _native.Input.files(path, self.num_workers, self.rank, self._config)
+
+    def _trainer(self, input: _native.Input) -> _native.Trainer:
+        """The engine's trainer, built on first use (the feature spec may need the data)."""
+        if self._native is None:
+            if self._features is None:
+                inferred = _native.infer_features(input.schema, self._label, self._buckets)
+                self._features = FeatureSpec.from_native(inferred)
+            ring = self._ctx.communicator() if self._ctx is not None and self.num_workers > 1 else None
+            self._native = _native.Trainer(self._config, self._features.to_native(), ring)
+        return self._native
+
+    def _report(self, line: _native.LogLine) -> None:
+        if self._ctx is not None:
+            self._ctx.report(
+                step=line.step, loss=line.loss, examples_per_sec=line.examples_per_sec, epoch=line.epoch
+            )
+
+    def fit(
+        self,
+        data: str | None = None,
+        *,
+        epochs: int = 1,
+        steps: int | None = None,
+        eval_data: str | None = None,
+        eval_every: int | None = None,
+        sharding: str = "static",
+    ) -> FitResult:
+        """Trains for ``epochs`` passes over ``data`` (counted from the start of training, so
+        a resumed run finishes the remaining ones), or until ``steps`` steps in all;
+        evaluates on ``eval_data`` every ``eval_every`` steps and at the end."""
+        check_fit_arguments(epochs, steps, eval_every, sharding)
+        input = self._input(data, sharding)
+        trainer = self._trainer(input)
+        evaluation = self._input(eval_data) if eval_data is not None else None
+        summary = trainer.fit(
+            input, epochs=epochs, max_steps=steps, eval_every=eval_every, eval=evaluation, on_log=self._report
+        )
+        return FitResult.from_native(summary)
+
+    def evaluate(self, data: str | None = None) -> Metrics:
+        """Loss, accuracy and AUC over ``data``, every trainer evaluating its share."""
+        input = self._input(data)
+        return Metrics.from_native(self._trainer(input).evaluate(input))
+
+    def export(self, export_dir: str) -> str:
+        """The chief writes the model into ``export_dir`` (``model.json`` and
+        ``model.safetensors``), which :func:`sparktrain.predict` loads; returns the folder."""
+        if self._native is None:
+            raise InvalidArgumentError("export() needs a trained model: call fit() first")
+        path = self._ctx.absolute_path(export_dir) if self._ctx is not None else export_dir
+        self._native.export(path)
+        return path
+
+    def save_checkpoint(self) -> str | None:
+        """The chief writes a checkpoint now; its folder (None on other trainers)."""
+        if self._native is None:
+            raise InvalidArgumentError("save_checkpoint() needs a model: call fit() first")
+        return self._native.save_checkpoint()
+
+    def weights(self) -> Any:
+        """The weights, flat in parameter-name order, as a NumPy float32 array."""
+        if self._native is None:
+            raise InvalidArgumentError("weights() needs a model: call fit() first")
+        return self._native.weights().to_numpy(zero_copy_only=False)
+
+    def close(self) -> None:
+        """Closes the TensorBoard event file."""
+        if self._native is not None:
+            self._native.close()
+
+
+def check_fit_arguments(epochs: int, steps: int | None, eval_every: int | None, sharding: str) -> None:
+    """Refuses ``fit``'s arguments that cannot work, naming the parameter."""
+    if epochs < 0:
+        raise InvalidArgumentError(f"epochs={epochs} must not be negative")
+    if steps is not None and steps < 0:
+        raise InvalidArgumentError(f"steps={steps} must not be negative")
+    if eval_every is not None and eval_every < 1:
+        raise InvalidArgumentError(f"eval_every={eval_every} must be at least 1")
+    if sharding not in SHARDINGS:
+        raise InvalidArgumentError(f"sharding={sharding!r}: use one of {list(SHARDINGS)}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import enum
 import pickle
-import re
 import socket
 import threading
 import time
@@ -20,7 +19,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from sparktrain.cluster.console import Console
-from sparktrain.cluster.settings import JobSettings
+from sparktrain.cluster.failures import parse_task_failure, spark_error_summary, worker_failed
+from sparktrain.cluster.settings import JobSettings, role_names
 from sparktrain.cluster.slots import ensure_slots
 from sparktrain.cluster.task import TaskResult, run_task
 from sparktrain.errors import (
@@ -52,12 +52,6 @@ class State(enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     SHUT_DOWN = "shut down"
-
-
-def role_names(num_workers: int, num_evaluators: int) -> list[str]:
-    """``chief:0``, ``worker:0``..., ``evaluator:0``... by task index."""
-    names = ["chief:0"] + [f"worker:{i}" for i in range(num_workers - 1)]
-    return names + [f"evaluator:{i}" for i in range(num_evaluators)]
 
 
 def _positive_int(conf: Any, key: str, default: int) -> int:
@@ -320,16 +314,12 @@ class Cluster:
         naming the task when Spark's message names a failed barrier task (its Python worker or
         executor died), else the Spark error itself."""
         text = str(error)
-        task = re.search(
-            r"barrier task (?:ResultTask|ShuffleMapTask)\(\d+, (\d+)\) finished unsuccessfully", text
-        )
-        if task is None or int(task.group(1)) >= self._num_tasks:
-            return ClusterError(
-                f"the Spark job of {self.name} failed: {text.splitlines()[0] if text else error!r}"
-            )
-        cause = text[task.end() :].strip().splitlines()
-        what = "lost its Spark task" + (f": {cause[0][:500]}" if cause else "")
-        return self._worker_failed(int(task.group(1)), None, "", what)
+        task = parse_task_failure(text)
+        if task is None or task.task_index >= self._num_tasks:
+            summary = spark_error_summary(text) or repr(error)
+            return ClusterError(f"the Spark job of {self.name} failed: {summary}")
+        what = "lost its Spark task" + (f": {task.cause}" if task.cause else "")
+        return self._worker_failed(task.task_index, None, "", what)
 
     # --- watching the job ------------------------------------------------------------
 
@@ -390,23 +380,9 @@ class Cluster:
             self._fail(self._worker_failed(rank, None, "", what))
 
     def _worker_failed(self, rank: int, code: int | None, tail: str, what: str | None = None) -> WorkerFailed:
-        role, host = self._roles[rank], self._hosts.get(rank, "an unknown host")
-        if what is None:
-            from sparktrain.cluster.task import _describe_exit
-
-            what = _describe_exit(code or 0)
-        message = f"{role} (task {rank} on {host}) {what}"
-        if tail:
-            message += f"; the last lines of its stderr:\n{tail}"
-        return WorkerFailed(
-            message,
-            task_index=rank,
-            role=role,
-            host=host,
-            exit_code=code if code is not None and code >= 0 else None,
-            signal=-code if code is not None and code < 0 else None,
-            stderr_tail=tail,
-        )
+        """The error for task ``rank``'s trainer (see :func:`~sparktrain.cluster.failures.worker_failed`)."""
+        host = self._hosts.get(rank, "an unknown host")
+        return worker_failed(rank, self._roles[rank], host, returncode=code, stderr_tail=tail, what=what)
 
     def _fail(self, failure: ClusterError) -> None:
         with self._lock:

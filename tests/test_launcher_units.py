@@ -1,17 +1,30 @@
 """The launcher's pure helpers, without Spark or HDFS: Spark's barrier-task failure messages,
-exit codes and ``WorkerFailed``.
+exit codes and ``WorkerFailed``, the Spark confs, and the checks of every public entry point's
+arguments (each refusal names the parameter).
 
-Nothing here starts a JVM.
+Nothing here starts a JVM: every refusal tested happens before Spark is touched.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import signal
+from pathlib import Path
 
 import pytest
 
 from sparktrain.cluster import failures
+from sparktrain.cluster.conf import (
+    PORT_CONF,
+    TASK_GPU_CONF,
+    TLS_CONF,
+    port_range,
+    positive_int,
+    read_conf,
+    task_gpus,
+    tls_files,
+)
 from sparktrain.cluster.failures import (
     FAILED,
     ORPHANED,
@@ -23,7 +36,17 @@ from sparktrain.cluster.failures import (
     worker_failed,
 )
 from sparktrain.cluster.launcher import Cluster, role_names
-from sparktrain.errors import ClusterError, WorkerFailed
+from sparktrain.cluster.options import JobOptions
+from sparktrain.errors import (
+    ClusterError,
+    InvalidArgumentError,
+    WorkerFailed,
+)
+
+
+def main_fun(args, ctx):
+    return None
+
 
 # --- Spark's message about a failed barrier stage -------------------------------------------
 # As Spark 4.3 prints them (str() of the Py4JJavaError), Java stack traces shortened.
@@ -233,3 +256,284 @@ def test_worker_failed_keeps_its_attributes_through_pickle():
 )
 def test_role_names_by_task_index(workers, evaluators, names):
     assert role_names(workers, evaluators) == names
+
+
+# --- Spark confs ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "ports"),
+    [("0", (0, 0)), ("40000", (40000, 40000)), ("40000-40100", (40000, 40100)), ("0-65535", (0, 65535))],
+)
+def test_port_range(value, ports):
+    assert port_range(value) == ports
+
+
+@pytest.mark.parametrize("value", ["", "abc", "1-2-3", "40100-40000", "70000", "-1"])
+def test_a_bad_port_range_names_the_conf(value):
+    with pytest.raises(InvalidArgumentError, match=PORT_CONF):
+        port_range(value)
+
+
+def test_positive_int_confs():
+    conf = {"a": "4", "zero": "0", "negative": "-2", "word": "four"}
+    assert positive_int(conf, "a", 1) == 4
+    assert positive_int(conf, "unset", 7) == 7
+    for key in ("zero", "negative", "word"):
+        with pytest.raises(InvalidArgumentError, match=f"^{key} must be a positive integer, not '"):
+            positive_int(conf, key, 1)
+
+
+@pytest.fixture
+def pem_files(tmp_path):
+    paths = {}
+    for name in ("cert", "key", "ca"):
+        path = tmp_path / f"{name}.pem"
+        path.write_text(f"-----BEGIN {name.upper()}-----\n{name}\n-----END {name.upper()}-----\n")
+        paths[name] = str(path)
+    return paths
+
+
+def test_tls_files_are_read_and_the_ca_defaults_to_the_certificate(pem_files):
+    cert, key, ca = (Path(pem_files[n]).read_text() for n in ("cert", "key", "ca"))
+    assert tls_files({}, None) == (None, None, None)
+    assert tls_files({}, (pem_files["cert"], pem_files["key"])) == (cert, key, cert)
+    assert tls_files({}, (pem_files["cert"], pem_files["key"], pem_files["ca"])) == (cert, key, ca)
+    conf = dict(zip(TLS_CONF, (pem_files["cert"], pem_files["key"], pem_files["ca"]), strict=True))
+    assert tls_files(conf, None) == (cert, key, ca)
+    # The argument wins over the confs.
+    assert tls_files(conf, (pem_files["ca"], pem_files["key"])) == (ca, key, ca)
+
+
+def test_tls_files_refuse_a_missing_key_or_an_unreadable_file(pem_files, tmp_path):
+    with pytest.raises(InvalidArgumentError, match="TLS needs a certificate and a key"):
+        tls_files({TLS_CONF[0]: pem_files["cert"]}, None)
+    missing = str(tmp_path / "missing.pem")
+    with pytest.raises(
+        InvalidArgumentError, match=r"cannot read the control plane's TLS file .*missing\.pem"
+    ):
+        tls_files({}, (pem_files["cert"], missing))
+
+
+@pytest.mark.parametrize(
+    ("amount", "gpus"), [(None, 0), ("0", 0), ("0.25", 1), ("1", 1), ("2", 2), ("2.0", 2)]
+)
+def test_task_gpus(amount, gpus):
+    assert task_gpus({} if amount is None else {TASK_GPU_CONF: amount}) == gpus
+
+
+def test_gpus_per_worker_beyond_the_tasks_gpus_is_refused_before_the_job():
+    assert read_conf({TASK_GPU_CONF: "0.5"}, None, gpus_per_worker=1).ports == (0, 0)
+    assert read_conf({}, None, gpus_per_worker=0).ports == (0, 0)
+    expected = r"^gpus_per_worker=2: Spark gives each task 1 GPU; set spark.task.resource.gpu.amount to 2$"
+    with pytest.raises(InvalidArgumentError, match=expected):
+        read_conf({TASK_GPU_CONF: "1"}, None, gpus_per_worker=2)
+    with pytest.raises(InvalidArgumentError, match=r"^gpus_per_worker=1: Spark gives each task 0 GPUs"):
+        read_conf({}, None, gpus_per_worker=1)
+
+
+def test_read_conf_takes_every_conf(pem_files):
+    conf = {
+        "spark.driver.host": "10.0.0.1",
+        PORT_CONF: "41000-41010",
+        "spark.sparktrain.collective.streams": "2",
+        "spark.sparktrain.collective.chunkBytes": "65536",
+    }
+    read = read_conf(conf, (pem_files["cert"], pem_files["key"]))
+    assert (read.host, read.ports, read.collective_streams, read.collective_chunk_bytes) == (
+        "10.0.0.1",
+        (41000, 41010),
+        2,
+        65536,
+    )
+    assert read.tls[0] == read.tls[2] == Path(pem_files["cert"]).read_text()
+    defaults = read_conf({}, None)
+    assert (defaults.host, defaults.ports, defaults.tls) == (None, (0, 0), (None, None, None))
+    assert (defaults.collective_streams, defaults.collective_chunk_bytes) == (1, 1 << 20)
+
+
+# --- Cluster.run's arguments ----------------------------------------------------------------
+
+
+def test_job_options_keep_good_arguments_and_normalize_them(pem_files):
+    import numpy as np
+
+    options = JobOptions(
+        main_fun=main_fun,
+        name="job",
+        num_workers=np.int64(3),
+        num_evaluators=1,
+        reservation_timeout=30,
+        env={"A": "1"},
+        gpus_per_worker=0,
+        heartbeat_interval=1,
+        heartbeat_timeout=5,
+        tls=[pem_files["cert"], pem_files["key"], None],
+        work="hdfs://nn/data/*.tfrecord",
+        data="ignored when trainers read files",
+    )
+    assert (options.num_workers, options.num_tasks) == (3, 4)
+    assert type(options.num_workers) is int
+    assert (options.reservation_timeout, options.heartbeat_interval) == (30.0, 1.0)
+    assert type(options.reservation_timeout) is float
+    assert options.tls == (pem_files["cert"], pem_files["key"])
+    assert options.data is None
+    assert options.env == {"A": "1"}
+
+
+@pytest.mark.parametrize(
+    ("parameter", "value", "requirement"),
+    [
+        ("main_fun", "train.py", "must be callable"),
+        ("name", "", "must not be empty"),
+        ("name", 7, "must be a str"),
+        ("num_workers", 0, "must be >= 1"),
+        ("num_workers", 2.0, "must be an integer >= 1"),
+        ("num_workers", "2", "must be an integer >= 1"),
+        ("num_evaluators", -1, "must be >= 0"),
+        ("input_mode", "tensorflow", "use one of 'files', 'spark'"),
+        ("reservation_timeout", 0, "must be > 0"),
+        ("reservation_timeout", float("inf"), "must be finite"),
+        ("reservation_timeout", "120", "must be a number of seconds > 0"),
+        ("heartbeat_interval", -0.5, "must be > 0"),
+        ("heartbeat_timeout", -1, "must be > 0"),
+        ("heartbeat_timeout", float("nan"), "must be > 0"),
+        ("heartbeat_interval", 10.0, "must be < heartbeat_timeout=10.0"),
+        ("collective_timeout", 0.0, "must be > 0"),
+        ("max_result_bytes", 0, "must be >= 1"),
+        ("gpus_per_worker", -1, "must be >= 0"),
+        ("gpus_per_worker", 0.5, "must be an integer >= 0"),
+        ("env", ["A=1"], "must be a mapping of str to str"),
+        ("env", {"OMP_NUM_THREADS": 4}, "must map str to str, but 'OMP_NUM_THREADS' maps to 4"),
+        ("env", {1: "x"}, "must map str to str, but 1 maps to 'x'"),
+        ("tls", "cert.pem", "must be (cert, key) or (cert, key, ca)"),
+        ("tls", ("cert.pem",), "must be (cert, key) or (cert, key, ca)"),
+        ("tls", ("cert.pem", None), "its key must be the path of a PEM file"),
+        ("tls", ("cert.pem", "key.pem", 3), "its ca must be the path of a PEM file"),
+        ("work", 3, "must be a str"),
+    ],
+)
+def test_each_bad_argument_is_named(parameter, value, requirement):
+    arguments = {"main_fun": main_fun, "name": "job", parameter: value}
+    with pytest.raises(InvalidArgumentError) as refused:
+        JobOptions(**arguments)
+    message = str(refused.value)
+    assert message.startswith(f"{parameter}={value!r}: "), message
+    assert requirement in message
+
+
+def test_spark_input_needs_a_dataframe():
+    with pytest.raises(
+        InvalidArgumentError, match=r"^data=None: input_mode='spark' needs data=<a DataFrame>"
+    ):
+        JobOptions(main_fun=main_fun, name="job", input_mode="spark")
+    with pytest.raises(InvalidArgumentError, match=r"^data=\[1, 2\]: must be a pyspark DataFrame"):
+        JobOptions(main_fun=main_fun, name="job", input_mode="spark", data=[1, 2])
+
+
+def test_cluster_run_checks_its_arguments_before_touching_spark():
+    # No SparkContext at all: every refusal comes before Spark would be used.
+    with pytest.raises(InvalidArgumentError, match=r"^heartbeat_timeout=-1: must be > 0"):
+        Cluster.run(None, main_fun, heartbeat_timeout=-1)
+    with pytest.raises(InvalidArgumentError, match=r"^num_workers=0: must be >= 1"):
+        Cluster.run(None, main_fun, None, 0)
+    with pytest.raises(InvalidArgumentError, match=r"^sc=None: must be a SparkContext or a SparkSession"):
+        Cluster.run(None, main_fun, None, 2)
+
+
+# --- the TFoS shim's and the DataFrame functions' arguments ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"map_fun": None}, r"^map_fun=None: must be callable"),
+        ({"num_executors": 0}, r"^num_executors=0: must be >= 1"),
+        ({"num_executors": "2"}, r"^num_executors='2': must be an integer"),
+        ({"num_ps": -1}, r"^num_ps=-1: must be >= 0"),
+        ({"reservation_timeout": -5}, r"^reservation_timeout=-5: must be > 0"),
+        ({"num_ps": 1}, r"^num_ps=1: parameter servers are not supported"),
+        ({"master_node": "master"}, r"^master_node='master': use None or 'chief'"),
+        ({"input_mode": 2}, r"^input_mode=2: use InputMode"),
+        ({"eval_node": True, "num_executors": 1}, r"^num_executors=1 leaves no training node"),
+        ({}, r"^sc=None: must be a SparkContext"),
+    ],
+)
+def test_tfcluster_run_names_a_bad_argument(arguments, message):
+    from sparktrain.tfos import TFCluster
+
+    call = {"sc": None, "map_fun": main_fun, "tf_args": None, "num_executors": 2, **arguments}
+    with pytest.raises(InvalidArgumentError, match=message):
+        TFCluster.run(**call)
+
+
+def test_tfcluster_feeds_only_rdds_and_dataframes():
+    from sparktrain.tfos.TFCluster import InputMode, TFCluster
+
+    # In InputMode.SPARK nothing starts before train or inference.
+    cluster = TFCluster(None, main_fun, None, 2, 0, InputMode.SPARK, None, 60.0)
+    with pytest.raises(InvalidArgumentError, match=r"^dataRDD=\[1, 2\]: must be an RDD or a DataFrame"):
+        cluster.train([1, 2])
+    with pytest.raises(InvalidArgumentError, match=r"^dataRDD='rows': must be an RDD or a DataFrame"):
+        cluster.inference("rows")
+
+
+def test_tfparallel_run_names_a_bad_argument():
+    from sparktrain.tfos import TFParallel
+
+    with pytest.raises(InvalidArgumentError, match=r"^map_fn=3: must be callable"):
+        TFParallel.run(None, 3, None, 2)
+    with pytest.raises(InvalidArgumentError, match=r"^num_executors=0: must be >= 1"):
+        TFParallel.run(None, main_fun, None, 0)
+
+
+def test_datafeed_names_a_bad_argument():
+    from sparktrain.tfos.TFNode import DataFeed
+
+    class Manager:
+        def __init__(self):
+            self.results = []
+
+        def rows(self):
+            return iter([(0, ("a", 1)), (1, ("b", 2))])
+
+    with pytest.raises(InvalidArgumentError, match=r"^input_mapping=\['x'\]: must be a dict"):
+        DataFeed(Manager(), input_mapping=["x"])
+    feed = DataFeed(Manager(), input_mapping={"a": "x", "b": "y"})
+    with pytest.raises(InvalidArgumentError, match=r"^batch_size=0: must be >= 1"):
+        feed.next_batch(0)
+    assert feed.next_batch(5) == {"x": ["a", "b"], "y": [1, 2]}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"path": 5}, r"^path=5: must be a str"),
+        ({"path": ""}, r"^path='': must not be empty"),
+        ({"mode": None}, r"^mode=None: must be a str"),
+        ({"mode": "replace"}, r"^unknown mode 'replace'"),
+        ({"record_type": "Proto"}, r"^unknown record type 'Proto'"),
+        ({"compression": 9}, r"^compression=9: must be None, 'GZIP' or 'ZLIB'"),
+        ({"partition_by": 3}, r"^partition_by=3: must be a column name"),
+        ({"num_files": 0}, r"^num_files=0: must be >= 1"),
+        ({}, r"^data=\[\{'a': 1\}\]: must be a DataFrame or an RDD, not list"),
+    ],
+)
+def test_tfrecord_write_names_a_bad_argument(arguments, message):
+    from sparktrain import tfrecord
+
+    call = {"data": [{"a": 1}], "path": "/tmp/sparktrain-never-written", **arguments}
+    with pytest.raises(InvalidArgumentError, match=message):
+        tfrecord.write(**call)
+    assert not os.path.exists("/tmp/sparktrain-never-written")
+
+
+def test_read_dataframe_and_predict_name_a_bad_argument():
+    from sparktrain import predict, tfrecord
+
+    with pytest.raises(InvalidArgumentError, match=r"^spark=None: must be a SparkSession"):
+        tfrecord.read_dataframe(None, "/data")
+    with pytest.raises(InvalidArgumentError, match=r"^export_dir=None: must be a str"):
+        predict(None, None, None)
+    with pytest.raises(InvalidArgumentError, match=r"^df='table': must be a DataFrame"):
+        predict(None, "/models/m", "table")

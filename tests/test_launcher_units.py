@@ -1,6 +1,6 @@
 """The launcher's pure helpers, without Spark or HDFS: Spark's barrier-task failure messages,
-exit codes and ``WorkerFailed``, the Spark confs, and the checks of every public entry point's
-arguments (each refusal names the parameter).
+exit codes and ``WorkerFailed``, the Spark confs, the checks of every public entry point's
+arguments (each refusal names the parameter), and the error for a missing optional dependency.
 
 Nothing here starts a JVM: every refusal tested happens before Spark is touched.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,8 @@ from sparktrain.cluster.options import JobOptions
 from sparktrain.errors import (
     ClusterError,
     InvalidArgumentError,
+    MissingDependencyError,
+    SparktrainError,
     WorkerFailed,
 )
 
@@ -537,3 +540,72 @@ def test_read_dataframe_and_predict_name_a_bad_argument():
         predict(None, None, None)
     with pytest.raises(InvalidArgumentError, match=r"^df='table': must be a DataFrame"):
         predict(None, "/models/m", "table")
+
+
+# --- missing optional dependencies ----------------------------------------------------------
+
+
+def test_missing_dependency_error_is_an_import_error_naming_the_extra():
+    from sparktrain._deps import require
+
+    assert require("json", extra="spark", needed_by="x").dumps([]) == "[]"
+    with pytest.raises(MissingDependencyError) as missing:
+        require("sparktrain_no_such_module.sub", extra="spark", needed_by="sparktrain.something")
+    e = missing.value
+    assert isinstance(e, ImportError)
+    assert isinstance(e, SparktrainError)
+    assert str(e) == "sparktrain.something needs sparktrain_no_such_module: pip install 'sparktrain[spark]'"
+    assert (e.package, e.extra, e.name) == ("sparktrain_no_such_module", "spark", "sparktrain_no_such_module")
+    assert isinstance(e.__cause__, ModuleNotFoundError)
+    copy = pickle.loads(pickle.dumps(e))
+    assert (str(copy), copy.package, copy.extra, copy.name) == (str(e), e.package, e.extra, e.name)
+
+
+def _entry_point_calls():
+    """Each Spark-side entry point, called with arguments it would otherwise accept this far."""
+    from sparktrain import predict, tfrecord
+    from sparktrain.tfos import TFCluster, TFParallel
+
+    return {
+        "sparktrain.Cluster.run": lambda: Cluster.run(None, main_fun),
+        "sparktrain.tfrecord.write": lambda: tfrecord.write([], "/x"),
+        "sparktrain.tfrecord.read_dataframe": lambda: tfrecord.read_dataframe(None, "/x"),
+        "sparktrain.tfrecord.register": lambda: tfrecord.register(None),
+        "sparktrain.predict": lambda: predict(None, "/m", None),
+        "sparktrain.tfos.TFCluster.run": lambda: TFCluster.run(None, main_fun, None, 2),
+        "sparktrain.tfos.TFParallel.run": lambda: TFParallel.run(None, main_fun, None, 2),
+    }
+
+
+@pytest.mark.parametrize(
+    "entry_point",
+    [
+        "sparktrain.Cluster.run",
+        "sparktrain.tfrecord.write",
+        "sparktrain.tfrecord.read_dataframe",
+        "sparktrain.tfrecord.register",
+        "sparktrain.predict",
+        "sparktrain.tfos.TFCluster.run",
+        "sparktrain.tfos.TFParallel.run",
+    ],
+)
+def test_an_entry_point_without_pyspark_names_the_extra(monkeypatch, entry_point):
+    call = _entry_point_calls()[entry_point]  # imported while pyspark is there, as users would
+    # A None entry makes `import pyspark` fail as if it were not installed.
+    for name in [m for m in sys.modules if m.startswith("pyspark.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "pyspark", None)
+    with pytest.raises(MissingDependencyError) as missing:
+        call()
+    assert str(missing.value) == f"{entry_point} needs pyspark: pip install 'sparktrain[spark]'"
+    assert missing.value.package == "pyspark"
+
+
+def test_spark_input_without_pandas_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    needs_pandas = r"^sparktrain.Cluster.run needs pandas: pip install 'sparktrain\[spark\]'$"
+    with pytest.raises(MissingDependencyError, match=needs_pandas):
+        Cluster.run(None, main_fun, input_mode="spark")
+    # Files input does not need pandas: the next refusal is about the missing SparkContext.
+    with pytest.raises(InvalidArgumentError, match=r"^sc=None"):
+        Cluster.run(None, main_fun)

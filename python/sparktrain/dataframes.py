@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from sparktrain import _checks, fs
+from sparktrain._deps import require_spark
 from sparktrain.errors import InvalidArgumentError, PathExistsError
 from sparktrain.output import (
     RESULT_SCHEMA,
@@ -136,6 +137,7 @@ def write(
     The files are ``part-<task>-<job id>.tfrecord[.gz]``; ``_SUCCESS`` is written after every
     task succeeded. Returns the files written and the row count.
     """
+    require_spark("sparktrain.tfrecord.write")
     path = _checks.text("path", path)
     mode = _mode_of(_checks.text("mode", mode))
     record_type = record_type_of(_checks.optional_text("record_type", record_type))
@@ -168,6 +170,8 @@ def write(
 
         data = SparkSession.builder.getOrCreate().createDataFrame(data)  # type: ignore[arg-type]
 
+    # Only a DataFrame's write runs through mapInArrow, which needs pandas.
+    require_spark("sparktrain.tfrecord.write", arrow_udfs=True)
     df: DataFrame = data  # type: ignore[assignment]
     check_writable(df.schema, record_type, columns)
     if num_files:
@@ -245,6 +249,7 @@ def read_dataframe(
     source (``spark.read.format("tfrecord")``). Without ``schema`` one is inferred from a sample
     spread over all files, plus the ``col=value/`` partition columns of the folders. Only the
     schema's columns are decoded: give a schema with fewer columns to read less."""
+    require_spark("sparktrain.tfrecord.read_dataframe")
     from sparktrain.datasource import register
 
     if not hasattr(spark, "dataSource"):

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from sparktrain import _checks
+from sparktrain._deps import require_spark
 from sparktrain.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ def predict(spark: Any, export_dir: str, df: Any, *, score_column: str = "score"
     (any storage URL the executors can read). The features are found by name; the label
     column may be absent. The result is lazy, like any DataFrame: write it where it belongs.
     ``spark`` is the session ``df`` belongs to (taken for symmetry with :func:`train`)."""
+    require_spark("sparktrain.predict", arrow_udfs=True)
     from pyspark.sql import DataFrame
     from pyspark.sql.types import ArrayType, FloatType, StructField, StructType
 

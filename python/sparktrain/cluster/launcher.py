@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from sparktrain._deps import SPARK_EXTRA, require, require_spark
 from sparktrain.cluster.conf import read_conf
 from sparktrain.cluster.console import Console
 from sparktrain.cluster.failures import parse_task_failure, spark_error_summary, worker_failed
@@ -34,6 +35,8 @@ from sparktrain.errors import (
 
 #: Seconds the driver waits for executors to offer enough task slots.
 SLOT_GRACE_SECONDS = 20.0
+#: How users call the launcher, for messages about a missing dependency.
+_ENTRY_POINT = "sparktrain.Cluster.run"
 
 
 class State(enum.Enum):
@@ -106,8 +109,11 @@ class Cluster:
         fast trainers read more, and an epoch ends when its files are all taken.
 
         Every argument is checked here, on the driver, before any Spark job starts:
-        :class:`~sparktrain.errors.InvalidArgumentError` names the one at fault.
+        :class:`~sparktrain.errors.InvalidArgumentError` names the one at fault, and
+        :class:`~sparktrain.errors.MissingDependencyError` says when pyspark (or pandas, for
+        ``input_mode="spark"``) is not installed.
         """
+        require_spark(_ENTRY_POINT, arrow_udfs=input_mode == "spark")
         options = JobOptions(
             main_fun=main_fun,
             name=name or f"sparktrain-{uuid.uuid4().hex[:8]}",
@@ -131,7 +137,7 @@ class Cluster:
 
     def __init__(self, sc: Any, options: JobOptions) -> None:
         """Starts the job described by ``options`` on ``sc``; use :meth:`run`."""
-        from pyspark import cloudpickle
+        cloudpickle = require("pyspark.cloudpickle", extra=SPARK_EXTRA, needed_by=_ENTRY_POINT)
 
         from sparktrain._native import Rendezvous, generate_secret
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sparktrain import _checks
+from sparktrain._deps import require_spark
 from sparktrain.cluster import Cluster
 from sparktrain.cluster.launcher import spark_context
 from sparktrain.errors import InvalidArgumentError
@@ -172,6 +173,7 @@ def run(
 
     The arguments are checked at once, on the driver, even in ``InputMode.SPARK``."""
     del tensorboard, log_dir, queues, release_port
+    require_spark("sparktrain.tfos.TFCluster.run", arrow_udfs=input_mode == InputMode.SPARK)
     _checks.function("map_fun", map_fun)
     num_executors = _checks.integer("num_executors", num_executors, minimum=1)
     num_ps = _checks.integer("num_ps", num_ps, minimum=0)

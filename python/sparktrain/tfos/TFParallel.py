@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sparktrain import _checks
+from sparktrain._deps import require_spark
 from sparktrain.cluster import Cluster
 from sparktrain.cluster.context import TrainerContext
 
@@ -40,6 +41,7 @@ def run(
     ``use_barrier`` is accepted for compatibility: the tasks always run as one barrier stage."""
     del use_barrier
     # Cluster.run checks the rest; these would otherwise be named after its own parameters.
+    require_spark("sparktrain.tfos.TFParallel.run")
     _checks.function("map_fn", map_fn)
     num_executors = _checks.integer("num_executors", num_executors, minimum=1)
     Cluster.run(sc, _run_single, (map_fn, tf_args), num_executors).wait()

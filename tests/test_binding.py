@@ -117,7 +117,9 @@ def test_fit_returns_typed_figures_and_progress_lines(tmp_path):
     trainer = Trainer(model="logistic_regression", batch_size=50, log_every=2, shuffle_buffer=0)
     original = trainer._report
     trainer._report = lambda line: (lines.append(line), original(line))  # type: ignore[method-assign]
-    result = trainer.fit(str(tmp_path / "train.tfrecord"), epochs=1, eval_data=str(tmp_path / "train.tfrecord"))
+    result = trainer.fit(
+        str(tmp_path / "train.tfrecord"), epochs=1, eval_data=str(tmp_path / "train.tfrecord")
+    )
     assert (result.steps, result.new_steps, result.examples, result.epochs) == (8, 8, 400, 1)
     assert [line.step for line in lines] == [2, 4, 6, 8]
     assert all(isinstance(line, _native.LogLine) for line in lines)

@@ -79,6 +79,7 @@ def infer_example_schema(
     skip_corrupt: bool = False,
     record_type: str = "Example",
 ) -> pa.Schema: ...
+
 @final
 class FileStatus:
     @property
@@ -338,6 +339,7 @@ class Input:
     def schema(self) -> pa.Schema: ...
 
 def infer_features(schema: pa.Schema, label: str, buckets: int = ...) -> FeatureSpec: ...
+
 @final
 class LogLine:
     @property

@@ -16,9 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from sparktrain import fs
+from sparktrain import _checks, fs
+from sparktrain._deps import require_spark
 from sparktrain.errors import InvalidArgumentError, PathExistsError
-from sparktrain.output import RESULT_SCHEMA, WriteJob, binary_batches, result_batch, write_task
+from sparktrain.output import (
+    RESULT_SCHEMA,
+    WriteJob,
+    binary_batches,
+    compression_of,
+    result_batch,
+    write_task,
+)
 from sparktrain.spark_types import check_writable, record_type_of
 
 if TYPE_CHECKING:
@@ -82,6 +90,24 @@ def _is_rdd(data: object) -> bool:
     return isinstance(data, RDD)
 
 
+def _partition_columns(partition_by: object) -> tuple[str, ...]:
+    """``partition_by`` (a column, or a sequence of them) as a tuple of column names."""
+    if partition_by is None:
+        return ()
+    if isinstance(partition_by, str):
+        return (partition_by,)
+    if isinstance(partition_by, Sequence) and all(isinstance(c, str) for c in partition_by):
+        return tuple(partition_by)
+    raise _checks.refuse("partition_by", partition_by, "must be a column name or a sequence of them")
+
+
+def _check_data(data: object) -> None:
+    from pyspark import RDD
+    from pyspark.sql import DataFrame
+
+    _checks.instance("data", data, (DataFrame, RDD), "a DataFrame or an RDD")
+
+
 def write(
     data: DataFrame | RDD[Any],
     path: str,
@@ -111,11 +137,15 @@ def write(
     The files are ``part-<task>-<job id>.tfrecord[.gz]``; ``_SUCCESS`` is written after every
     task succeeded. Returns the files written and the row count.
     """
-    mode = _mode_of(mode)
-    record_type = record_type_of(record_type)
-    columns = (partition_by,) if isinstance(partition_by, str) else tuple(partition_by or ())
-    if num_files is not None and num_files < 1:
-        raise InvalidArgumentError(f"num_files must be at least 1, not {num_files}")
+    require_spark("sparktrain.tfrecord.write")
+    path = _checks.text("path", path)
+    mode = _mode_of(_checks.text("mode", mode))
+    record_type = record_type_of(_checks.optional_text("record_type", record_type))
+    if compression is not None:
+        _checks.instance("compression", compression, str, "None, 'GZIP' or 'ZLIB'")
+    columns = _partition_columns(partition_by)
+    num_files = _checks.optional_integer("num_files", num_files, minimum=1)
+    _check_data(data)
     job = WriteJob(path.rstrip("/") or path, record_type, compression, columns)
 
     if fs.exists(path):
@@ -140,6 +170,8 @@ def write(
 
         data = SparkSession.builder.getOrCreate().createDataFrame(data)  # type: ignore[arg-type]
 
+    # Only a DataFrame's write runs through mapInArrow, which needs pandas.
+    require_spark("sparktrain.tfrecord.write", arrow_udfs=True)
     df: DataFrame = data  # type: ignore[assignment]
     check_writable(df.schema, record_type, columns)
     if num_files:
@@ -217,10 +249,17 @@ def read_dataframe(
     source (``spark.read.format("tfrecord")``). Without ``schema`` one is inferred from a sample
     spread over all files, plus the ``col=value/`` partition columns of the folders. Only the
     schema's columns are decoded: give a schema with fewer columns to read less."""
+    require_spark("sparktrain.tfrecord.read_dataframe")
     from sparktrain.datasource import register
 
+    if not hasattr(spark, "dataSource"):
+        raise _checks.refuse("spark", spark, "must be a SparkSession")
+    path = _checks.text("path", path)
+    record_type = record_type_of(_checks.optional_text("record_type", record_type))
+    if compression is not None:
+        compression_of(_checks.instance("compression", compression, str, "None, 'GZIP' or 'ZLIB'"))
     register(spark)
-    reader = spark.read.format("tfrecord").option("recordType", record_type_of(record_type))
+    reader = spark.read.format("tfrecord").option("recordType", record_type)
     if compression:
         reader = reader.option("compression", compression)
     if skip_corrupt:

@@ -35,6 +35,20 @@ class ClosedError(SparktrainError, ValueError):
     """A call on an object after its ``close()`` (a writer, a reader, the rendezvous)."""
 
 
+class MissingDependencyError(SparktrainError, ImportError):
+    """An optional dependency is not installed. ``package`` names it (``"pyspark"``) and
+    ``extra`` the sparktrain extra that installs it (``"spark"``): ``sparktrain.Cluster.run
+    needs pyspark: pip install 'sparktrain[spark]'``."""
+
+    package: str
+    extra: str
+
+    def __init__(self, message: str, **attrs: object) -> None:
+        super().__init__(message, **attrs)
+        # ImportError's own field, for code that reads it.
+        self.name = str(attrs["package"]) if "package" in attrs else None
+
+
 class StorageError(SparktrainError, OSError):
     """A file-system operation failed. ``path`` names the file or folder."""
 

@@ -11,6 +11,8 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from sparktrain import _checks
+from sparktrain._deps import require_spark
 from sparktrain.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -57,8 +59,13 @@ def predict(spark: Any, export_dir: str, df: Any, *, score_column: str = "score"
     (any storage URL the executors can read). The features are found by name; the label
     column may be absent. The result is lazy, like any DataFrame: write it where it belongs.
     ``spark`` is the session ``df`` belongs to (taken for symmetry with :func:`train`)."""
+    require_spark("sparktrain.predict", arrow_udfs=True)
+    from pyspark.sql import DataFrame
     from pyspark.sql.types import ArrayType, FloatType, StructField, StructType
 
+    export_dir = _checks.text("export_dir", export_dir)
+    _checks.instance("df", df, DataFrame, "a DataFrame")
+    score_column = _checks.text("score_column", score_column)
     if score_column in df.columns:
         raise InvalidArgumentError(f"the DataFrame already has a column {score_column!r}")
     model = _model(export_dir)  # fails early, on the driver, for a missing or damaged export

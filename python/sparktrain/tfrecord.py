@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from sparktrain import _native
+from sparktrain._deps import require_spark
 from sparktrain._native import SkippedRecord
 from sparktrain.dataframes import WriteResult, read_dataframe, write
 
@@ -235,6 +236,7 @@ class RecordReader(Iterator[bytes]):
 
 def register(spark: SparkSession) -> None:
     """Adds the ``tfrecord`` format to ``spark.read`` and ``df.write`` of this session."""
+    require_spark("sparktrain.tfrecord.register")
     from sparktrain.datasource import register as register_source
 
     register_source(spark)

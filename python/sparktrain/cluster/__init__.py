@@ -2,6 +2,9 @@
 failure detection and a synchronized exit.
 
 - :mod:`~sparktrain.cluster.launcher`: ``Cluster.run`` and the job handle, on the driver;
+- :mod:`~sparktrain.cluster.options`: ``Cluster.run``'s arguments, checked on the driver;
+- :mod:`~sparktrain.cluster.conf`: the Spark confs the launcher reads;
+- :mod:`~sparktrain.cluster.failures`: exit codes, ``WorkerFailed``, and Spark's task failures;
 - :mod:`~sparktrain.cluster.task`: what each barrier task does on its executor;
 - :mod:`~sparktrain.cluster.trainer`: the trainer process that runs ``main_fun(args, ctx)``;
 - :mod:`~sparktrain.cluster.context`: ``ctx``, the trainer's view of the job;

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import enum
 import pickle
-import re
 import socket
 import threading
 import time
@@ -19,9 +18,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from sparktrain._deps import SPARK_EXTRA, require, require_spark
 from sparktrain._native import Event
+from sparktrain.cluster.conf import read_conf
 from sparktrain.cluster.console import Console
-from sparktrain.cluster.settings import JobSettings
+from sparktrain.cluster.failures import parse_task_failure, spark_error_summary, worker_failed
+from sparktrain.cluster.options import MAX_RESULT_BYTES, JobOptions
+from sparktrain.cluster.settings import JobSettings, role_names
 from sparktrain.cluster.slots import ensure_slots
 from sparktrain.cluster.task import TaskResult, run_task
 from sparktrain.errors import (
@@ -31,18 +34,10 @@ from sparktrain.errors import (
     WorkerFailed,
 )
 
-#: The Spark conf key for the rendezvous port or port range (``"0"``: any free port).
-PORT_CONF = "spark.sparktrain.rendezvous.port"
-#: Spark conf keys of the control plane's TLS files on the driver (PEM): certificate, key, and
-#: the CA that signed the certificate (the certificate itself when left out: self-signed).
-TLS_CONF = ("spark.sparktrain.tls.cert", "spark.sparktrain.tls.key", "spark.sparktrain.tls.ca")
-#: Spark conf keys of the data plane's tuning: parallel rings, and bytes per pipeline chunk.
-STREAMS_CONF = "spark.sparktrain.collective.streams"
-CHUNK_CONF = "spark.sparktrain.collective.chunkBytes"
 #: Seconds the driver waits for executors to offer enough task slots.
 SLOT_GRACE_SECONDS = 20.0
-#: The default limit on a pickled return value.
-MAX_RESULT_BYTES = 64 << 20
+#: How users call the launcher, for messages about a missing dependency.
+_ENTRY_POINT = "sparktrain.Cluster.run"
 
 
 class State(enum.Enum):
@@ -55,60 +50,21 @@ class State(enum.Enum):
     SHUT_DOWN = "shut down"
 
 
-def role_names(num_workers: int, num_evaluators: int) -> list[str]:
-    """``chief:0``, ``worker:0``..., ``evaluator:0``... by task index."""
-    names = ["chief:0"] + [f"worker:{i}" for i in range(num_workers - 1)]
-    return names + [f"evaluator:{i}" for i in range(num_evaluators)]
+def spark_context(sc_or_session: Any) -> Any:
+    """The SparkContext of ``sc_or_session`` (a SparkContext, or a session that has one);
+    anything else is refused naming the parameter ``sc``."""
+    from pyspark import SparkContext
 
-
-def _positive_int(conf: Any, key: str, default: int) -> int:
-    text = conf.get(key, None)
-    if text is None:
-        return default
     try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise InvalidArgumentError(f"{key} must be a positive integer, not {text!r}")
-    return value
-
-
-def _port_range(value: str) -> tuple[int, int]:
-    try:
-        low, _, high = value.partition("-")
-        start, end = int(low), int(high or low)
-    except ValueError:
-        raise InvalidArgumentError(f"{PORT_CONF}={value!r} is not a port or range like 40000-40100") from None
-    if not 0 <= start <= end <= 65535:
-        raise InvalidArgumentError(f"{PORT_CONF}={value!r} is not a valid port range")
-    return start, end
-
-
-def _tls_files(conf: Any, tls: tuple[str, ...] | None) -> tuple[str | None, str | None, str | None]:
-    """The PEM certificate, key and CA of the control plane, or three Nones."""
-    paths = list(tls) if tls is not None else [conf.get(key, None) for key in TLS_CONF]
-    if len(paths) not in (2, 3) or not paths[0] or not paths[1]:
-        if tls is None and not any(paths):
-            return None, None, None
-        raise InvalidArgumentError(f"TLS needs a certificate and a key (and optionally a CA), got {paths}")
-    texts = []
-    for path in paths:
-        if path is None:
-            texts.append(None)
-            continue
-        try:
-            with open(path) as f:
-                texts.append(f.read())
-        except OSError as e:
-            raise InvalidArgumentError(f"cannot read the control plane's TLS file {path}: {e}") from e
-    cert, key = texts[0], texts[1]
-    ca = texts[2] if len(texts) == 3 and texts[2] else cert
-    return cert, key, ca
-
-
-def _spark_context(sc_or_session: Any) -> Any:
-    return getattr(sc_or_session, "sparkContext", sc_or_session)
+        sc = getattr(sc_or_session, "sparkContext", sc_or_session)
+    except Exception:  # a Spark Connect session refuses to hand out a SparkContext
+        sc = None
+    if not isinstance(sc, SparkContext):
+        raise InvalidArgumentError(
+            f"sc={sc_or_session!r}: must be a SparkContext or a SparkSession that has one "
+            "(Spark Connect sessions have none)"
+        )
+    return sc
 
 
 class Cluster:
@@ -152,107 +108,88 @@ class Cluster:
         ``work`` (a path or glob) makes the driver hand out its files one at a time, each epoch,
         to whichever trainer asks first (``ctx.trainer(...).fit(path, sharding="dynamic")``):
         fast trainers read more, and an epoch ends when its files are all taken.
-        """
-        if num_workers < 1 or num_evaluators < 0:
-            raise InvalidArgumentError(
-                f"num_workers={num_workers} must be >= 1 and num_evaluators={num_evaluators} >= 0"
-            )
-        if input_mode not in ("files", "spark"):
-            raise InvalidArgumentError(f"input_mode={input_mode!r}: use 'files' or 'spark'")
-        if input_mode == "spark" and data is None:
-            raise InvalidArgumentError("input_mode='spark' needs data=<a DataFrame>")
-        return cls(
-            _spark_context(sc),
-            main_fun,
-            args,
-            num_workers,
-            num_evaluators,
-            data if input_mode == "spark" else None,
-            reservation_timeout,
-            dict(env or {}),
-            gpus_per_worker,
-            name or f"sparktrain-{uuid.uuid4().hex[:8]}",
-            heartbeat_interval,
-            heartbeat_timeout,
-            max_result_bytes,
-            log,
-            tls,
-            collective_timeout,
-            work,
-        )
 
-    def __init__(
-        self,
-        sc: Any,
-        main_fun: Callable[[Any, Any], Any],
-        args: Any,
-        num_workers: int,
-        num_evaluators: int,
-        data: Any,
-        reservation_timeout: float,
-        env: dict[str, str],
-        gpus_per_worker: int | None,
-        name: str,
-        heartbeat_interval: float,
-        heartbeat_timeout: float,
-        max_result_bytes: int,
-        log: bool,
-        tls: tuple[str, ...] | None,
-        collective_timeout: float,
-        work: str | None = None,
-    ) -> None:
-        from pyspark import cloudpickle
+        Every argument is checked here, on the driver, before any Spark job starts:
+        :class:`~sparktrain.errors.InvalidArgumentError` names the one at fault, and
+        :class:`~sparktrain.errors.MissingDependencyError` says when pyspark (or pandas, for
+        ``input_mode="spark"``) is not installed.
+        """
+        require_spark(_ENTRY_POINT, arrow_udfs=input_mode == "spark")
+        options = JobOptions(
+            main_fun=main_fun,
+            name=name or f"sparktrain-{uuid.uuid4().hex[:8]}",
+            args=args,
+            num_workers=num_workers,
+            num_evaluators=num_evaluators,
+            input_mode=input_mode,
+            data=data,
+            reservation_timeout=reservation_timeout,
+            env={} if env is None else env,
+            gpus_per_worker=gpus_per_worker,
+            heartbeat_interval=heartbeat_interval,
+            heartbeat_timeout=heartbeat_timeout,
+            max_result_bytes=max_result_bytes,
+            log=log,
+            tls=tls,
+            collective_timeout=collective_timeout,
+            work=work,
+        )
+        return cls(spark_context(sc), options)
+
+    def __init__(self, sc: Any, options: JobOptions) -> None:
+        """Starts the job described by ``options`` on ``sc``; use :meth:`run`."""
+        cloudpickle = require("pyspark.cloudpickle", extra=SPARK_EXTRA, needed_by=_ENTRY_POINT)
 
         from sparktrain._native import Rendezvous, generate_secret
 
-        self.name = name
+        self.name = options.name
         self._sc = sc
-        self._num_tasks = num_workers + num_evaluators
-        self._roles = role_names(num_workers, num_evaluators)
+        self._num_tasks = options.num_tasks
+        self._roles = role_names(options.num_workers, options.num_evaluators)
+        # A bad conf fails at once, not after the wait for slots.
+        conf = read_conf(sc.getConf(), options.tls, options.gpus_per_worker)
         ensure_slots(sc, self._num_tasks, SLOT_GRACE_SECONDS)
 
-        conf = sc.getConf()
-        host = conf.get("spark.driver.host", None) or socket.gethostname()
-        start, end = _port_range(conf.get(PORT_CONF, "0"))
+        host = conf.host or socket.gethostname()
         secret = generate_secret()
-        cert_pem, key_pem, ca_pem = _tls_files(conf, tls)
+        cert_pem, key_pem, ca_pem = conf.tls
         self._server = Rendezvous(
             socket.gethostbyname(host),
-            start,
-            end,
+            conf.ports[0],
+            conf.ports[1],
             secret,
-            num_workers,
-            num_evaluators,
-            reservation_timeout,
-            heartbeat_timeout,
+            options.num_workers,
+            options.num_evaluators,
+            options.reservation_timeout,
+            options.heartbeat_timeout,
             cert_pem,
             key_pem,
         )
-        if work is not None:
+        if options.work is not None:
             from sparktrain.fs import expand_inputs
 
-            self._server.set_work([(f.path, f.size) for f in expand_inputs(work)])
+            self._server.set_work([(f.path, f.size) for f in expand_inputs(options.work)])
         port = self._server.address.rsplit(":", 1)[1]
         self._settings = JobSettings(
             address=f"{host}:{port}",
             secret=secret,
-            num_workers=num_workers,
-            num_evaluators=num_evaluators,
-            function=cloudpickle.dumps((main_fun, args)),
-            env=env,
+            num_workers=options.num_workers,
+            num_evaluators=options.num_evaluators,
+            function=cloudpickle.dumps((options.main_fun, options.args)),
+            env=dict(options.env),
             default_fs=sc._jsc.hadoopConfiguration().get("fs.defaultFS") or "file:///",
-            reservation_timeout=reservation_timeout,
-            heartbeat_interval=heartbeat_interval,
-            heartbeat_timeout=heartbeat_timeout,
-            max_result_bytes=max_result_bytes,
-            gpus_per_worker=gpus_per_worker,
+            reservation_timeout=options.reservation_timeout,
+            heartbeat_interval=options.heartbeat_interval,
+            heartbeat_timeout=options.heartbeat_timeout,
+            max_result_bytes=options.max_result_bytes,
+            gpus_per_worker=options.gpus_per_worker,
             tls_ca=ca_pem,
-            collective_timeout=collective_timeout,
-            collective_streams=_positive_int(conf, STREAMS_CONF, 1),
-            collective_chunk_bytes=_positive_int(conf, CHUNK_CONF, 1 << 20),
+            collective_timeout=options.collective_timeout,
+            collective_streams=conf.collective_streams,
+            collective_chunk_bytes=conf.collective_chunk_bytes,
         )
-        self._deadline = time.monotonic() + reservation_timeout
-        self._console = Console(self._roles, enabled=log)
+        self._deadline = time.monotonic() + options.reservation_timeout
+        self._console = Console(self._roles, enabled=options.log)
         self._lock = threading.Lock()
         self._state = State.STARTING
         self._failure: ClusterError | None = None
@@ -263,7 +200,8 @@ class Cluster:
         self._metrics: dict[int, dict[str, Any]] = {}
         self._finished = threading.Event()
         self._stage_done = threading.Event()
-        self._stage = threading.Thread(target=self._run_stage, args=(data,), name=name, daemon=True)
+        name = options.name
+        self._stage = threading.Thread(target=self._run_stage, args=(options.data,), name=name, daemon=True)
         self._watch = threading.Thread(target=self._watch_events, name=f"{name}-watch", daemon=True)
         self._stage.start()
         self._watch.start()
@@ -321,16 +259,12 @@ class Cluster:
         naming the task when Spark's message names a failed barrier task (its Python worker or
         executor died), else the Spark error itself."""
         text = str(error)
-        task = re.search(
-            r"barrier task (?:ResultTask|ShuffleMapTask)\(\d+, (\d+)\) finished unsuccessfully", text
-        )
-        if task is None or int(task.group(1)) >= self._num_tasks:
-            return ClusterError(
-                f"the Spark job of {self.name} failed: {text.splitlines()[0] if text else error!r}"
-            )
-        cause = text[task.end() :].strip().splitlines()
-        what = "lost its Spark task" + (f": {cause[0][:500]}" if cause else "")
-        return self._worker_failed(int(task.group(1)), None, "", what)
+        task = parse_task_failure(text)
+        if task is None or task.task_index >= self._num_tasks:
+            summary = spark_error_summary(text) or repr(error)
+            return ClusterError(f"the Spark job of {self.name} failed: {summary}")
+        what = "lost its Spark task" + (f": {task.cause}" if task.cause else "")
+        return self._worker_failed(task.task_index, None, "", what)
 
     # --- watching the job ------------------------------------------------------------
 
@@ -389,23 +323,9 @@ class Cluster:
                 self._fail(self._worker_failed(rank, None, "", what))
 
     def _worker_failed(self, rank: int, code: int | None, tail: str, what: str | None = None) -> WorkerFailed:
-        role, host = self._roles[rank], self._hosts.get(rank, "an unknown host")
-        if what is None:
-            from sparktrain.cluster.task import _describe_exit
-
-            what = _describe_exit(code or 0)
-        message = f"{role} (task {rank} on {host}) {what}"
-        if tail:
-            message += f"; the last lines of its stderr:\n{tail}"
-        return WorkerFailed(
-            message,
-            task_index=rank,
-            role=role,
-            host=host,
-            exit_code=code if code is not None and code >= 0 else None,
-            signal=-code if code is not None and code < 0 else None,
-            stderr_tail=tail,
-        )
+        """The error for task ``rank``'s trainer (see :func:`~sparktrain.cluster.failures.worker_failed`)."""
+        host = self._hosts.get(rank, "an unknown host")
+        return worker_failed(rank, self._roles[rank], host, returncode=code, stderr_tail=tail, what=what)
 
     def _fail(self, failure: ClusterError) -> None:
         with self._lock:

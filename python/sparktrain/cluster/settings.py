@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 
 from sparktrain.cluster.context import TaskInfo
 
-#: The trainer's exit code when ``main_fun`` raised because a data-plane peer broke its
-#: connection: most likely that peer failed first, and its failure is the one to report.
-PEER_LOST = 3
+
+def role_names(num_workers: int, num_evaluators: int) -> list[str]:
+    """``chief:0``, ``worker:0``..., ``evaluator:0``... by task index."""
+    names = ["chief:0"] + [f"worker:{i}" for i in range(num_workers - 1)]
+    return names + [f"evaluator:{i}" for i in range(num_evaluators)]
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from sparktrain.cluster.context import TaskInfo
-from sparktrain.cluster.settings import PEER_LOST, JobSettings, TrainerLaunch
-from sparktrain.errors import DriverUnreachable, JobAborted, WorkerFailed
+from sparktrain.cluster.failures import PEER_LOST, worker_failed
+from sparktrain.cluster.settings import JobSettings, TrainerLaunch, role_names
+from sparktrain.errors import DriverUnreachable, JobAborted
 
 #: Lines of a trainer's stderr kept for the failure report.
 STDERR_TAIL_LINES = 60
@@ -127,12 +128,12 @@ class _Heartbeat:
 
     def beat(self) -> str | None:
         """One heartbeat; returns the driver's abort reason, if any."""
-        lines = []
+        lines: list[tuple[int, str]] = []
         while self.queue and len(lines) < MAX_LINES_PER_HEARTBEAT:
             lines.append(self.queue.popleft())
         try:
             timeout = self._settings.heartbeat_timeout
-            reason = self._client.heartbeat(self._rank, self._attempt, lines, timeout)
+            reason: str | None = self._client.heartbeat(self._rank, self._attempt, lines, timeout)
         except JobAborted as e:
             return e.reason
         except Exception as e:  # any failure counts as a missed answer
@@ -160,16 +161,6 @@ def _stop(process: subprocess.Popen[bytes], grace: float = 3.0) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
-
-
-def _describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"was killed by {name}"
-    return f"exited with code {code}"
 
 
 def _installed_pyspark_path(env: dict[str, str]) -> str | None:
@@ -251,16 +242,12 @@ def run_task(settings: JobSettings, feed: tuple[Iterator[Any], Any] | None = Non
     resources = spark_ctx.resources()
     gpus = tuple(resources["gpu"].addresses) if "gpu" in resources else ()
     if settings.gpus_per_worker is not None and len(gpus) < settings.gpus_per_worker:
-        raise WorkerFailed(
-            f"task {rank} on {host} has GPUs {list(gpus)} but the job asks for {settings.gpus_per_worker}; "
-            "set spark.task.resource.gpu.amount",
-            task_index=rank,
-            role="",
-            host=host,
-            exit_code=None,
-            signal=None,
-            stderr_tail="",
+        role = role_names(settings.num_workers, settings.num_evaluators)[rank]
+        what = (
+            f"has GPUs {list(gpus)} but the job asks for {settings.gpus_per_worker}; "
+            "set spark.task.resource.gpu.amount"
         )
+        raise worker_failed(rank, role, host, what=what)
 
     env = dict(os.environ)
     env.update(thread_env(spark_ctx.cpus()))
@@ -383,14 +370,6 @@ def _supervise(
             f"{role}: its collective failed because the job was aborted: {reason}", reason=reason
         )
     if code != 0:
-        raise WorkerFailed(
-            f"{role} (task {launch.rank} on {me.host}) {_describe_exit(code)}\n{tail}",
-            task_index=launch.rank,
-            role=role,
-            host=me.host,
-            exit_code=code if code >= 0 else None,
-            signal=-code if code < 0 else None,
-            stderr_tail=tail,
-        )
+        raise worker_failed(launch.rank, role, me.host, returncode=code, stderr_tail=tail)
     with open(launch.result_path, "rb") as f:
         return TaskResult(rank=launch.rank, value=f.read())

@@ -23,16 +23,12 @@ import traceback
 from typing import TYPE_CHECKING
 
 from sparktrain.cluster.context import EXIT_BARRIER, TrainerContext
-from sparktrain.cluster.settings import PEER_LOST, JobSettings, TrainerLaunch
+from sparktrain.cluster.failures import FAILED, ORPHANED, PEER_LOST
+from sparktrain.cluster.settings import JobSettings, TrainerLaunch
 from sparktrain.errors import InvalidArgumentError, PeerFailed
 
 if TYPE_CHECKING:
     from sparktrain._native import ControlClient
-
-#: Exit code when the supervising task disappeared.
-ORPHANED = 70
-#: Exit code when ``main_fun`` raised.
-FAILED = 1
 
 _PR_SET_PDEATHSIG = 1
 

@@ -13,7 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from sparktrain import _checks
+from sparktrain._deps import require_spark
 from sparktrain.cluster import Cluster
+from sparktrain.cluster.launcher import spark_context
 from sparktrain.errors import InvalidArgumentError
 from sparktrain.tfos._node import INDEX_COLUMN, ROW_COLUMN, run_map_fun
 
@@ -28,6 +31,20 @@ class InputMode:
     TENSORFLOW = 0
     #: ``TFCluster.train`` / ``inference`` feed an RDD to the trainers.
     SPARK = 1
+
+
+def _check_feed(data: Any) -> None:
+    """Refuses a ``dataRDD`` that is neither an RDD nor a DataFrame, before any job starts."""
+    from pyspark import RDD
+    from pyspark.sql import DataFrame
+
+    _checks.instance("dataRDD", data, (RDD, DataFrame), "an RDD or a DataFrame")
+
+
+def _num_partitions(data: Any) -> int:
+    from pyspark.sql import DataFrame
+
+    return int((data.rdd if isinstance(data, DataFrame) else data).getNumPartitions())
 
 
 def _feed_frame(sc: Any, data: Any) -> tuple[Any, bool]:
@@ -96,6 +113,8 @@ class TFCluster:
         replayed from a local spool instead of a ``union`` of copies."""
         del feed_timeout, qname
         self._check_spark_mode("train")
+        _check_feed(dataRDD)
+        num_epochs = _checks.integer("num_epochs", num_epochs, minimum=0)
         frame, pickled = _feed_frame(self.sc, dataRDD)
         self._cluster = self._start(num_epochs, frame, pickled)
         self._cluster.wait()
@@ -105,11 +124,12 @@ class TFCluster:
         passed to ``DataFeed.batch_results``: one per input row, in the input's order."""
         del feed_timeout, qname
         self._check_spark_mode("inference")
+        _check_feed(dataRDD)
         frame, pickled = _feed_frame(self.sc, dataRDD)
         self._cluster = self._start(1, frame, pickled, INFERENCE_RESULT_BYTES)
         self._cluster.wait()
         pairs = sorted((p for per_task in self._cluster.results() for p in per_task), key=lambda p: p[0])
-        return self.sc.parallelize([result for _, result in pairs], max(1, dataRDD.getNumPartitions()))
+        return self.sc.parallelize([result for _, result in pairs], max(1, _num_partitions(dataRDD)))
 
     def shutdown(self, ssc: Any = None, grace_secs: float = 0, timeout: float = 259200) -> None:
         """Waits for the trainers to finish (at most ``timeout`` seconds, -1 for no limit) and
@@ -149,8 +169,15 @@ def run(
 
     In ``InputMode.TENSORFLOW`` the nodes start now; in ``InputMode.SPARK`` they start with
     their data when ``train`` or ``inference`` is called. Parameter servers are refused:
-    sparktrain trains with MultiWorkerMirroredStrategy-style all-reduce only."""
+    sparktrain trains with MultiWorkerMirroredStrategy-style all-reduce only.
+
+    The arguments are checked at once, on the driver, even in ``InputMode.SPARK``."""
     del tensorboard, log_dir, queues, release_port
+    require_spark("sparktrain.tfos.TFCluster.run", arrow_udfs=input_mode == InputMode.SPARK)
+    _checks.function("map_fun", map_fun)
+    num_executors = _checks.integer("num_executors", num_executors, minimum=1)
+    num_ps = _checks.integer("num_ps", num_ps, minimum=0)
+    reservation_timeout = _checks.seconds("reservation_timeout", reservation_timeout)
     if num_ps > 0 or driver_ps_nodes:
         raise InvalidArgumentError(
             f"num_ps={num_ps}: parameter servers are not supported; use MultiWorkerMirroredStrategy "
@@ -164,6 +191,7 @@ def run(
     num_workers = num_executors - num_evaluators
     if num_workers < 1:
         raise InvalidArgumentError(f"num_executors={num_executors} leaves no training node")
+    spark_context(sc)
     return TFCluster(
         sc, map_fun, tf_args, num_workers, num_evaluators, input_mode, master_node, reservation_timeout
     )

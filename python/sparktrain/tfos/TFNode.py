@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
+from sparktrain import _checks
 from sparktrain.errors import InvalidArgumentError
 from sparktrain.tfos._node import FeedManager
 
@@ -34,6 +36,8 @@ class DataFeed:
     ) -> None:
         if mgr is None:
             raise InvalidArgumentError("DataFeed needs ctx.mgr, which exists only in InputMode.SPARK")
+        if input_mapping is not None:
+            _checks.instance("input_mapping", input_mapping, Mapping, "a dict of column to tensor name")
         self.mgr = mgr
         self.train_mode = train_mode
         self.qname_in = qname_in
@@ -45,6 +49,7 @@ class DataFeed:
 
     def next_batch(self, batch_size: int) -> list[Any] | dict[str, list[Any]]:
         """Up to ``batch_size`` rows."""
+        batch_size = _checks.integer("batch_size", batch_size, minimum=1)
         rows: list[Any] = []
         while len(rows) < batch_size and not self.done_feeding:
             item = next(self._rows, None)

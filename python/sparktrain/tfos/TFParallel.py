@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from sparktrain import _checks
+from sparktrain._deps import require_spark
 from sparktrain.cluster import Cluster
 from sparktrain.cluster.context import TrainerContext
 
@@ -38,4 +40,8 @@ def run(
     """Runs ``map_fn(tf_args, ctx)`` on ``num_executors`` tasks at once and waits for all.
     ``use_barrier`` is accepted for compatibility: the tasks always run as one barrier stage."""
     del use_barrier
+    # Cluster.run checks the rest; these would otherwise be named after its own parameters.
+    require_spark("sparktrain.tfos.TFParallel.run")
+    _checks.function("map_fn", map_fn)
+    num_executors = _checks.integer("num_executors", num_executors, minimum=1)
     Cluster.run(sc, _run_single, (map_fn, tf_args), num_executors).wait()

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from sparktrain._deps import require_spark
 from sparktrain.errors import InvalidArgumentError
 from sparktrain.training.results import FeatureSpec, FitResult, TrainResult
 from sparktrain.training.trainer import DEFAULTS, Trainer, check_fit_arguments
@@ -84,6 +85,7 @@ def train(
     # The trainers build the same Trainer; building it here refuses a bad argument now rather
     # than as every trainer's failure once the Spark stage runs.
     Trainer(None, **trainer_args)
+    require_spark("sparktrain.train", arrow_udfs=fed)
     args = {
         "trainer": trainer_args,
         "data": None if fed else data,

@@ -45,7 +45,9 @@ class FeatureSpec:
                 spec = cls(
                     dense=tuple(str(d) for d in value.get("dense", ())),
                     categorical=tuple((str(n), int(b)) for n, b in pairs),
-                    crossed=tuple((tuple(str(n) for n in names), int(b)) for names, b in value.get("crossed", ())),
+                    crossed=tuple(
+                        (tuple(str(n) for n in names), int(b)) for names, b in value.get("crossed", ())
+                    ),
                     label=str(value.get("label", "label")),
                 )
             except (TypeError, ValueError) as e:

@@ -25,7 +25,10 @@ SHARDINGS = ("static", "dynamic")
 
 
 def _rule(
-    parameter: str, optimizer: str | Mapping[str, Any], learning_rate: float | None, settings: Mapping[str, Any]
+    parameter: str,
+    optimizer: str | Mapping[str, Any],
+    learning_rate: float | None,
+    settings: Mapping[str, Any],
 ) -> tuple[str, float | None, dict[str, float]]:
     """``(name, learning rate, settings)`` of an update rule given by name or as a dict with
     ``name``, ``learning_rate`` and its settings; ``parameter`` names it in errors."""

@@ -1,0 +1,108 @@
+"""The options of one ``Cluster.run``, checked on the driver before anything starts.
+
+:class:`JobOptions` holds ``Cluster.run``'s arguments in the form the launcher uses. Building
+one checks every argument and raises :class:`~sparktrain.errors.InvalidArgumentError` naming
+the parameter (``heartbeat_timeout=-1: must be > 0``), so a bad argument fails at once on the
+driver, not minutes later in a Spark task or a trainer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from sparktrain import _checks
+
+#: Where trainers take their input from: files they read themselves, or a DataFrame's partition.
+INPUT_MODES: Final = ("files", "spark")
+#: The default limit on a pickled return value.
+MAX_RESULT_BYTES: Final = 64 << 20
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """``Cluster.run``'s arguments, checked (see :meth:`sparktrain.cluster.Cluster.run`).
+
+    ``data`` is None unless ``input_mode="spark"``; ``env`` is a copy; ``tls`` holds two or three
+    paths (certificate, key and optionally the CA)."""
+
+    main_fun: Callable[[Any, Any], Any]
+    name: str
+    args: Any = None
+    num_workers: int = 1
+    num_evaluators: int = 0
+    input_mode: str = "files"
+    data: Any = None
+    reservation_timeout: float = 120.0
+    env: Mapping[str, str] = field(default_factory=dict)
+    gpus_per_worker: int | None = None
+    heartbeat_interval: float = 0.25
+    heartbeat_timeout: float = 10.0
+    max_result_bytes: int = MAX_RESULT_BYTES
+    log: bool = True
+    tls: tuple[str, ...] | None = None
+    collective_timeout: float = 120.0
+    work: str | None = None
+
+    def __post_init__(self) -> None:
+        # Frozen: the checked, normalized values replace the given ones here, once.
+        def put(name: str, value: object) -> None:
+            object.__setattr__(self, name, value)
+
+        _checks.function("main_fun", self.main_fun)
+        put("name", _checks.text("name", self.name))
+        put("num_workers", _checks.integer("num_workers", self.num_workers, minimum=1))
+        put("num_evaluators", _checks.integer("num_evaluators", self.num_evaluators, minimum=0))
+        _checks.choice("input_mode", self.input_mode, INPUT_MODES)
+        if self.input_mode == "spark":
+            _check_data(self.data)
+        else:
+            put("data", None)  # ignored, as it always was, when trainers read files themselves
+        put("reservation_timeout", _checks.seconds("reservation_timeout", self.reservation_timeout))
+        put("env", _checks.string_map("env", self.env))
+        put("gpus_per_worker", _checks.optional_integer("gpus_per_worker", self.gpus_per_worker, minimum=0))
+        put("heartbeat_interval", _checks.seconds("heartbeat_interval", self.heartbeat_interval))
+        put("heartbeat_timeout", _checks.seconds("heartbeat_timeout", self.heartbeat_timeout))
+        if self.heartbeat_interval >= self.heartbeat_timeout:
+            raise _checks.refuse(
+                "heartbeat_interval",
+                self.heartbeat_interval,
+                f"must be < heartbeat_timeout={self.heartbeat_timeout!r}, or every beat would time out",
+            )
+        put("max_result_bytes", _checks.integer("max_result_bytes", self.max_result_bytes, minimum=1))
+        put("log", bool(self.log))
+        put("tls", _tls_paths(self.tls))
+        put("collective_timeout", _checks.seconds("collective_timeout", self.collective_timeout))
+        put("work", _checks.optional_text("work", self.work))
+
+    @property
+    def num_tasks(self) -> int:
+        """Trainers in all: the chief, the workers and the evaluators."""
+        return self.num_workers + self.num_evaluators
+
+
+def _check_data(data: Any) -> None:
+    if data is None:
+        raise _checks.refuse("data", data, "input_mode='spark' needs data=<a DataFrame>")
+    from pyspark.sql import DataFrame
+
+    _checks.instance("data", data, DataFrame, "a pyspark DataFrame for input_mode='spark'")
+
+
+def _tls_paths(tls: object) -> tuple[str, ...] | None:
+    """``(cert, key)`` or ``(cert, key, ca)`` as ``str`` paths; a None CA is left out."""
+    if tls is None:
+        return None
+    if isinstance(tls, str | bytes) or not isinstance(tls, tuple | list) or len(tls) not in (2, 3):
+        raise _checks.refuse("tls", tls, "must be (cert, key) or (cert, key, ca): paths of PEM files")
+    if len(tls) == 3 and tls[2] is None:
+        tls = tls[:2]
+    paths = []
+    for part, path in zip(("cert", "key", "ca"), tls, strict=False):
+        text = os.fspath(path) if isinstance(path, str | os.PathLike) else None
+        if not isinstance(text, str) or not text:
+            raise _checks.refuse("tls", tls, f"its {part} must be the path of a PEM file, not {path!r}")
+        paths.append(text)
+    return tuple(paths)

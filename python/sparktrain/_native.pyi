@@ -6,7 +6,53 @@ the package against them (``mypy --strict``), so they cannot drift from the bind
 from collections.abc import Callable, Mapping
 from typing import Any, final
 
+from typing_extensions import disjoint_base
+
 import pyarrow as pa
+
+__all__ = [
+    "Communicator",
+    "ControlClient",
+    "DEFAULT_BUCKETS",
+    "EvalLine",
+    "Event",
+    "ExampleReader",
+    "ExampleWriter",
+    "ExportedModel",
+    "FeatureSpec",
+    "FileStatus",
+    "FitSummary",
+    "HYPERPARAMETERS",
+    "Input",
+    "LEARNING_RATES",
+    "LogLine",
+    "MODELS",
+    "Metrics",
+    "OutputJob",
+    "Progress",
+    "RecordReader",
+    "RecordWriter",
+    "Rendezvous",
+    "SkippedRecord",
+    "TaskInfo",
+    "Trainer",
+    "TrainerConfig",
+    "__version__",
+    "fs_delete",
+    "fs_exists",
+    "fs_expand_inputs",
+    "fs_glob",
+    "fs_list",
+    "fs_mkdirs",
+    "fs_read_bytes",
+    "fs_rename",
+    "fs_size",
+    "fs_status",
+    "fs_write_bytes",
+    "generate_secret",
+    "infer_example_schema",
+    "infer_features",
+]
 
 __version__: str
 DEFAULT_BUCKETS: int
@@ -14,15 +60,19 @@ MODELS: list[str]
 LEARNING_RATES: list[tuple[str, float]]
 HYPERPARAMETERS: list[str]
 
+@final
 class RecordWriter:
-    def __init__(self, path: str, compression: str | None = None, overwrite: bool = False) -> None: ...
+    def __new__(cls, path: str, compression: str | None = None, overwrite: bool = False) -> RecordWriter: ...
     def write(self, record: bytes) -> None: ...
     def write_many(self, records: list[bytes]) -> None: ...
     def close(self) -> int: ...
     def abort(self) -> None: ...
 
+@final
 class RecordReader:
-    def __init__(self, path: str, compression: str | None = None, skip_corrupt: bool = False) -> None: ...
+    def __new__(
+        cls, path: str, compression: str | None = None, skip_corrupt: bool = False
+    ) -> RecordReader: ...
     def next_record(self) -> bytes | None: ...
     def next_records(self, n: int) -> list[bytes]: ...
     def skipped(self) -> list[SkippedRecord]: ...
@@ -37,34 +87,36 @@ class SkippedRecord:
     def bytes(self) -> int: ...
     @property
     def kind(self) -> str: ...
-    def __getitem__(self, key: str) -> Any: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __getitem__(self, key: str, /) -> Any: ...
+    def __eq__(self, value: object, /) -> bool: ...
 
+@final
 class ExampleWriter:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         path: str,
         compression: str | None = None,
         overwrite: bool = False,
         defaults: Mapping[str, Any] | None = None,
         record_type: str = "Example",
-    ) -> None: ...
+    ) -> ExampleWriter: ...
     def write_batch(self, batch: pa.RecordBatch) -> int: ...
     def close(self) -> int: ...
     def abort(self) -> None: ...
 
+@final
 class ExampleReader:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         path: str,
         schema: pa.Schema | None = None,
         columns: list[str] | None = None,
-        batch_size: int = 65536,
+        batch_size: int = ...,
         compression: str | None = None,
         skip_corrupt: bool = False,
-        infer_max_records: int = 10000,
+        infer_max_records: int = ...,
         record_type: str = "Example",
-    ) -> None: ...
+    ) -> ExampleReader: ...
     @property
     def schema(self) -> pa.Schema: ...
     @property
@@ -75,7 +127,7 @@ class ExampleReader:
 def infer_example_schema(
     path: str,
     compression: str | None = None,
-    max_records: int = 10000,
+    max_records: int = ...,
     skip_corrupt: bool = False,
     record_type: str = "Example",
 ) -> pa.Schema: ...
@@ -90,7 +142,7 @@ class FileStatus:
     def is_dir(self) -> bool: ...
     @property
     def modified_ms(self) -> int: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, value: object, /) -> bool: ...
 
 def fs_exists(path: str) -> bool: ...
 def fs_size(path: str) -> int: ...
@@ -104,8 +156,9 @@ def fs_delete(path: str, recursive: bool = False) -> bool: ...
 def fs_read_bytes(path: str) -> bytes: ...
 def fs_write_bytes(path: str, data: bytes, overwrite: bool = False) -> int: ...
 
+@final
 class OutputJob:
-    def __init__(self, root: str, job_id: str) -> None: ...
+    def __new__(cls, root: str, job_id: str) -> OutputJob: ...
     @property
     def staging_url(self) -> str: ...
     def setup_task(self, task: int, attempt: int) -> str: ...
@@ -116,9 +169,10 @@ class OutputJob:
 
 def generate_secret() -> str: ...
 
+@final
 class Rendezvous:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         host: str,
         port_start: int,
         port_end: int,
@@ -129,7 +183,7 @@ class Rendezvous:
         heartbeat_timeout: float,
         tls_cert_pem: str | None = None,
         tls_key_pem: str | None = None,
-    ) -> None: ...
+    ) -> Rendezvous: ...
     @property
     def address(self) -> str: ...
     def refused(self) -> list[str]: ...
@@ -140,38 +194,65 @@ class Rendezvous:
     def abort(self, reason: str) -> None: ...
     def close(self) -> None: ...
 
+@disjoint_base
 class Event:
+    @final
     class Registered(Event):
-        task_index: int
-        host: str
-        executor_id: str
-        def __init__(self, task_index: int, host: str, executor_id: str) -> None: ...
+        __match_args__ = ("task_index", "host", "executor_id")
+        @property
+        def task_index(self) -> int: ...
+        @property
+        def host(self) -> str: ...
+        @property
+        def executor_id(self) -> str: ...
+        def __new__(cls, task_index: int, host: str, executor_id: str) -> Event.Registered: ...
 
+    @final
     class Ready(Event):
-        def __init__(self) -> None: ...
+        __match_args__ = ()
+        def __new__(cls) -> Event.Ready: ...
 
+    @final
     class Log(Event):
-        task_index: int
-        stream: str
-        text: str
-        def __init__(self, task_index: int, stream: str, text: str) -> None: ...
+        __match_args__ = ("task_index", "stream", "text")
+        @property
+        def task_index(self) -> int: ...
+        @property
+        def stream(self) -> str: ...
+        @property
+        def text(self) -> str: ...
+        def __new__(cls, task_index: int, stream: str, text: str) -> Event.Log: ...
 
+    @final
     class Metrics(Event):
-        task_index: int
-        step: int | None
-        metrics: list[tuple[str, float]]
-        def __init__(self, task_index: int, step: int | None, metrics: list[tuple[str, float]]) -> None: ...
+        __match_args__ = ("task_index", "step", "metrics")
+        @property
+        def task_index(self) -> int: ...
+        @property
+        def step(self) -> int | None: ...
+        @property
+        def metrics(self) -> list[tuple[str, float]]: ...
+        def __new__(cls, task_index: int, step: int | None, metrics: list[tuple[str, float]]) -> Event.Metrics: ...
 
+    @final
     class Exited(Event):
-        task_index: int
-        exit_code: int
-        stderr_tail: str
-        def __init__(self, task_index: int, exit_code: int, stderr_tail: str) -> None: ...
+        __match_args__ = ("task_index", "exit_code", "stderr_tail")
+        @property
+        def task_index(self) -> int: ...
+        @property
+        def exit_code(self) -> int: ...
+        @property
+        def stderr_tail(self) -> str: ...
+        def __new__(cls, task_index: int, exit_code: int, stderr_tail: str) -> Event.Exited: ...
 
+    @final
     class Lost(Event):
-        task_index: int
-        silent_for: float
-        def __init__(self, task_index: int, silent_for: float) -> None: ...
+        __match_args__ = ("task_index", "silent_for")
+        @property
+        def task_index(self) -> int: ...
+        @property
+        def silent_for(self) -> float: ...
+        def __new__(cls, task_index: int, silent_for: float) -> Event.Lost: ...
 
 @final
 class TaskInfo:
@@ -191,17 +272,18 @@ class TaskInfo:
     def gpus(self) -> list[str]: ...
     @property
     def executor_id(self) -> str: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, value: object, /) -> bool: ...
 
+@final
 class ControlClient:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         address: str,
         secret: str,
         timeout: float,
         tls_ca_pem: str | None = None,
         tls_domain: str | None = None,
-    ) -> None: ...
+    ) -> ControlClient: ...
     def register(
         self,
         task_index: int,
@@ -226,9 +308,10 @@ class ControlClient:
         self, task_index: int, attempt: int, exit_code: int, stderr_tail: str, timeout: float
     ) -> None: ...
 
+@final
 class Communicator:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         listener_fd: int,
         rank: int,
         peers: list[str],
@@ -236,7 +319,7 @@ class Communicator:
         timeout: float,
         chunk_bytes: int = ...,
         streams: int = 1,
-    ) -> None: ...
+    ) -> Communicator: ...
     def allreduce_at(
         self, addresses: list[int], counts: list[int], dtype: str, op: str, wire: str = "native"
     ) -> None: ...
@@ -250,13 +333,13 @@ class Communicator:
 
 @final
 class FeatureSpec:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         dense: list[str] = ...,
         categorical: list[tuple[str, int]] = ...,
         crossed: list[tuple[list[str], int]] = ...,
         label: str = "label",
-    ) -> None: ...
+    ) -> FeatureSpec: ...
     @property
     def dense(self) -> list[str]: ...
     @property
@@ -265,12 +348,12 @@ class FeatureSpec:
     def crossed(self) -> list[tuple[list[str], int]]: ...
     @property
     def label(self) -> str: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, value: object, /) -> bool: ...
 
 @final
 class TrainerConfig:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         model: str = "mlp",
         classes: int = 1,
@@ -291,7 +374,7 @@ class TrainerConfig:
         tensorboard_dir: str | None = None,
         log_every: int | None = None,
         device: str | None = None,
-    ) -> None: ...
+    ) -> TrainerConfig: ...
     @property
     def model(self) -> str: ...
     @property
@@ -411,9 +494,9 @@ class Progress:
 
 @final
 class Trainer:
-    def __init__(
-        self, config: TrainerConfig, features: FeatureSpec, communicator: Communicator | None = None
-    ) -> None: ...
+    def __new__(
+        cls, config: TrainerConfig, features: FeatureSpec, communicator: Communicator | None = None
+    ) -> Trainer: ...
     def fit(
         self,
         input: Input,
@@ -438,7 +521,7 @@ class Trainer:
 
 @final
 class ExportedModel:
-    def __init__(self, dir: str) -> None: ...
+    def __new__(cls, dir: str) -> ExportedModel: ...
     def predict(self, batch: pa.RecordBatch) -> pa.Float32Array: ...
     @property
     def features(self) -> FeatureSpec: ...

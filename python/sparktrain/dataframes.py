@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
@@ -75,8 +75,8 @@ def _arrow_task(job: WriteJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[
     return run
 
 
-def _bytes_task(job: WriteJob) -> Callable[[Iterator[bytes]], Iterator[tuple[int, int, int, int, bool]]]:
-    def run(records: Iterator[bytes]) -> Iterator[tuple[int, int, int, int, bool]]:
+def _bytes_task(job: WriteJob) -> Callable[[Iterable[bytes]], Iterable[tuple[int, int, int, int, bool]]]:
+    def run(records: Iterable[bytes]) -> Iterator[tuple[int, int, int, int, bool]]:
         task, attempt = _task_identity()
         r = write_task(job, binary_batches(records), task, attempt)
         yield (r.task, r.attempt, r.rows, r.files, r.committed)
@@ -158,21 +158,22 @@ def write(
             raise PathExistsError(f"{path} is a file, not a folder", path=path)
 
     if _is_rdd(data):
-        sample = data.take(1)  # type: ignore[union-attr]
+        records = cast("RDD[Any]", data)
+        sample = records.take(1)
         if sample and isinstance(sample[0], bytes | bytearray):
             if columns:
                 raise InvalidArgumentError("partition_by needs columns; an RDD of bytes has none")
-            rdd = data.repartition(num_files) if num_files else data  # type: ignore[union-attr]
+            rdd = records.repartition(num_files) if num_files else records
             raw = WriteJob(job.root, "ByteArray", job.compression, (), job.job_id)
-            tasks = rdd.mapPartitions(_bytes_task(raw))
-            return _run(raw, mode, tasks.collect, path, rdd.context)
+            written = rdd.mapPartitions(_bytes_task(raw))
+            return _run(raw, mode, written.collect, path, rdd.context)
         from pyspark.sql import SparkSession
 
-        data = SparkSession.builder.getOrCreate().createDataFrame(data)  # type: ignore[arg-type]
+        data = SparkSession.builder.getOrCreate().createDataFrame(records)
 
     # Only a DataFrame's write runs through mapInArrow, which needs pandas.
     require_spark("sparktrain.tfrecord.write", arrow_udfs=True)
-    df: DataFrame = data  # type: ignore[assignment]
+    df = cast("DataFrame", data)
     check_writable(df.schema, record_type, columns)
     if num_files:
         df = df.repartition(num_files)

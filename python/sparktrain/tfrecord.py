@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 
@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-Batches = pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch]
+#: What the batch writers take.
+Batches: TypeAlias = "pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch]"
 
 
 def _batches(data: Batches) -> Iterator[pa.RecordBatch]:

@@ -13,7 +13,7 @@ from sparktrain.tfos._node import FeedManager
 
 def hdfs_path(ctx: Any, path: str) -> str:
     """``path`` as a full URL, as TFoS resolves it (see ``ctx.absolute_path``)."""
-    return ctx.absolute_path(path)
+    return str(ctx.absolute_path(path))
 
 
 class DataFeed:

@@ -231,7 +231,10 @@ impl RendezvousServer {
             ports: format!("{}-{}", config.ports.start(), config.ports.end()),
             reason: last_error.map_or_else(|| "the range is empty".into(), |e| e.to_string()),
         })?;
-        let address = listener.local_addr().map_err(|source| ClusterError::Io { what: "the rendezvous listener's address".into(), source })?;
+        let address = listener.local_addr().map_err(|source| ClusterError::Io {
+            what: "the rendezvous listener's address".into(),
+            source,
+        })?;
         let job = Arc::new(Job::new(spec, config.registration_timeout, config.heartbeat_timeout));
         let state = Arc::new(State { secret: config.secret, job, refused: Mutex::new(Vec::new()) });
         let mut builder = tonic::transport::Server::builder();

@@ -11,15 +11,16 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use sparktrain_cluster::{
-    ClientTls, ClusterError, JobSecret, Registration, RendezvousServer, ServerConfig, ServerTls,
-    Stream, TaskClient,
+    ClientTls, ClusterError, JobSecret, Registration, RendezvousServer, ServerConfig, ServerTls, Stream,
+    TaskClient,
 };
 
 use crate::errors::{Error, Result};
 use crate::{detach, lock};
 
 fn seconds(value: f64, what: &str) -> Result<Duration> {
-    Duration::try_from_secs_f64(value).map_err(|_| Error::invalid(format!("{what} must be >= 0, got {value}")))
+    Duration::try_from_secs_f64(value)
+        .map_err(|_| Error::invalid(format!("{what} must be >= 0, got {value}")))
 }
 
 /// Runs a control-plane future on the shared runtime without the GIL.
@@ -157,7 +158,14 @@ impl TaskInfo {
     fn __repr__(&self) -> String {
         format!(
             "TaskInfo(task_index={}, role={:?}, index={}, host={:?}, data_port={}, tf_port={}, gpus={:?}, executor_id={:?})",
-            self.task_index, self.role, self.index, self.host, self.data_port, self.tf_port, self.gpus, self.executor_id
+            self.task_index,
+            self.role,
+            self.index,
+            self.host,
+            self.data_port,
+            self.tf_port,
+            self.gpus,
+            self.executor_id
         )
     }
 }
@@ -376,13 +384,7 @@ impl ControlClient {
 
     /// Takes the next item of `epoch` from the driver's work queue; None once every item of
     /// that epoch has been handed out.
-    fn next_work(
-        &self,
-        py: Python<'_>,
-        task_index: u32,
-        epoch: u64,
-        timeout: f64,
-    ) -> Result<Option<String>> {
+    fn next_work(&self, py: Python<'_>, task_index: u32, epoch: u64, timeout: f64) -> Result<Option<String>> {
         let timeout = seconds(timeout, "timeout")?;
         let mut client = self.task_client();
         block(py, async move { client.next_work(task_index, epoch, timeout).await })

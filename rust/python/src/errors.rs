@@ -7,10 +7,10 @@
 //! path at compile time, so a renamed class fails the binding's tests instead of raising a
 //! different error at run time. Methods return `Result<T, Error>` and use `?` on core calls.
 
+use pyo3::PyTypeInfo;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
-use pyo3::PyTypeInfo;
 use sparktrain_cluster::ClusterError;
 use sparktrain_collective::CollectiveError;
 use sparktrain_dataset::Error as DatasetError;
@@ -281,11 +281,7 @@ fn cluster<'py>(py: Python<'py>, e: ClusterError, attrs: &Attrs<'py>) -> PyResul
 
 /// `CollectiveTimeout` and `PeerFailed` carry `op`, `peer` (the rank) and, where it is known,
 /// `address` (the peer's data-plane address); refusals are `Unauthenticated`.
-fn collective<'py>(
-    py: Python<'py>,
-    e: CollectiveError,
-    attrs: &Attrs<'py>,
-) -> PyResult<Bound<'py, PyType>> {
+fn collective<'py>(py: Python<'py>, e: CollectiveError, attrs: &Attrs<'py>) -> PyResult<Bound<'py, PyType>> {
     Ok(match e {
         CollectiveError::Timeout { op, peer, address, .. } => {
             attrs.set_item("op", op)?;

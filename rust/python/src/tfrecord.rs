@@ -77,8 +77,7 @@ impl RecordWriter {
     #[pyo3(signature = (path, compression=None, overwrite=false))]
     fn new(py: Python<'_>, path: String, compression: Option<&str>, overwrite: bool) -> Result<Self> {
         let compression = convert::compression(compression)?;
-        let writer = detach(py, || RecordFileWriter::create(&path, compression, overwrite))
-            ?;
+        let writer = detach(py, || RecordFileWriter::create(&path, compression, overwrite))?;
         Ok(RecordWriter { inner: Mutex::new(Some(writer)) })
     }
 
@@ -122,8 +121,7 @@ impl RecordReader {
     #[pyo3(signature = (path, compression=None, skip_corrupt=false))]
     fn new(py: Python<'_>, path: String, compression: Option<&str>, skip_corrupt: bool) -> Result<Self> {
         let compression = convert::compression(compression)?;
-        let reader = detach(py, || open_records(&path, compression, ReaderOptions { skip_corrupt }))
-            ?;
+        let reader = detach(py, || open_records(&path, compression, ReaderOptions { skip_corrupt }))?;
         Ok(RecordReader { inner: Mutex::new(reader) })
     }
 
@@ -152,8 +150,7 @@ impl RecordReader {
                 }
             }
             Ok::<_, sparktrain_tfrecord::Error>(out)
-        })
-        ?;
+        })?;
         Ok(records.iter().map(|r| PyBytes::new(py, r)).collect())
     }
 
@@ -190,8 +187,7 @@ impl ExampleWriter {
         let writer = detach(py, || {
             ExampleFileWriter::create(&path, compression, overwrite, defaults)
                 .map(|w| w.with_record_type(record_type))
-        })
-        ?;
+        })?;
         Ok(ExampleWriter { inner: Mutex::new(Some(writer)) })
     }
 

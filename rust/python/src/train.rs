@@ -72,18 +72,21 @@ pub struct FeatureSpec {
 impl FeatureSpec {
     /// Checks the spec (buckets, duplicate names, the id space) as it is built.
     #[new]
-    #[pyo3(signature = (dense=Vec::new(), categorical=Vec::new(), crossed=Vec::new(), label="label".to_string()))]
+    #[pyo3(signature = (dense=Vec::new(), categorical=Vec::new(), crossed=Vec::new(), label="label"))]
     fn new(
         dense: Vec<String>,
         categorical: Vec<(String, u32)>,
         crossed: Vec<(Vec<String>, u32)>,
-        label: String,
+        label: &str,
     ) -> Result<Self> {
         let inner = sparktrain_train::FeatureSpec {
             dense,
-            categorical: categorical.into_iter().map(|(name, buckets)| Categorical { name, buckets }).collect(),
+            categorical: categorical
+                .into_iter()
+                .map(|(name, buckets)| Categorical { name, buckets })
+                .collect(),
             crossed: crossed.into_iter().map(|(names, buckets)| Crossed { names, buckets }).collect(),
-            label,
+            label: label.to_string(),
         };
         inner.validate()?;
         Ok(FeatureSpec { inner })
@@ -192,7 +195,16 @@ impl TrainerConfig {
                 })*
             };
         }
-        given!(batch_size, shuffle_buffer, prefetch, seed, keep_checkpoints, max_shard_bytes, log_every, device);
+        given!(
+            batch_size,
+            shuffle_buffer,
+            prefetch,
+            seed,
+            keep_checkpoints,
+            max_shard_bytes,
+            log_every,
+            device
+        );
         config.model_dir = model_dir;
         config.checkpoint_every = checkpoint_every;
         config.tensorboard_dir = tensorboard_dir;
@@ -314,7 +326,13 @@ impl Input {
     /// The files at `path` (a folder, file or glob; TFRecord or Parquet), this worker's
     /// fixed share of them, batched as `config` says.
     #[staticmethod]
-    fn files(py: Python<'_>, path: String, workers: usize, worker: usize, config: &TrainerConfig) -> Result<Self> {
+    fn files(
+        py: Python<'_>,
+        path: String,
+        workers: usize,
+        worker: usize,
+        config: &TrainerConfig,
+    ) -> Result<Self> {
         let options = config.inner.input_options();
         let input = detach(py, || RustInput::open(&path, workers, worker, options))?;
         Ok(Input { inner: Arc::new(input) })

@@ -182,8 +182,7 @@ pub fn save(
             .collect::<Result<Vec<_>>>()?;
         let bytes = safetensors::serialize(views, None)
             .map_err(|e| TrainError::format(sparktrain_storage::join_url(&folder, file), e))?;
-        sparktrain_storage::write(&sparktrain_storage::join_url(&folder, file), &bytes, true)
-            ?;
+        sparktrain_storage::write(&sparktrain_storage::join_url(&folder, file), &bytes, true)?;
     }
     let groups = optimizer
         .iter()
@@ -196,8 +195,7 @@ pub fn save(
         .collect();
     let manifest = Manifest { progress, groups, shards: shard_names, tensors: entries };
     let json = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
-    sparktrain_storage::write(&sparktrain_storage::join_url(&folder, MANIFEST), &json, true)
-        ?;
+    sparktrain_storage::write(&sparktrain_storage::join_url(&folder, MANIFEST), &json, true)?;
 
     // Publish, then prune what is no longer kept.
     let mut kept = read_index(model_dir)?.map(|i| i.kept).unwrap_or_default();
@@ -206,8 +204,7 @@ pub fn save(
     let dropped: Vec<String> = kept.drain(..kept.len().saturating_sub(options.keep.max(1))).collect();
     let index = Index { latest: folder_name, kept };
     let json = serde_json::to_vec_pretty(&index).expect("an index serializes");
-    sparktrain_storage::write(&sparktrain_storage::join_url(model_dir, INDEX), &json, true)
-        ?;
+    sparktrain_storage::write(&sparktrain_storage::join_url(model_dir, INDEX), &json, true)?;
     for old in dropped {
         sparktrain_storage::delete(&sparktrain_storage::join_url(model_dir, &old), true)?;
     }
@@ -229,9 +226,8 @@ pub fn restore(model_dir: &str, layout: &Layout) -> Result<Option<Restored>> {
     let Some(index) = read_index(model_dir)? else { return Ok(None) };
     let folder = sparktrain_storage::join_url(model_dir, &index.latest);
     let manifest_url = sparktrain_storage::join_url(&folder, MANIFEST);
-    let manifest: Manifest =
-        serde_json::from_slice(&sparktrain_storage::read(&manifest_url)?)
-            .map_err(|e| TrainError::format(manifest_url.clone(), e))?;
+    let manifest: Manifest = serde_json::from_slice(&sparktrain_storage::read(&manifest_url)?)
+        .map_err(|e| TrainError::format(manifest_url.clone(), e))?;
     let saved: HashMap<&str, &Entry> = manifest.tensors.iter().map(|e| (e.name.as_str(), e)).collect();
 
     let mut shards: Vec<Option<Vec<u8>>> = vec![None; manifest.shards.len()];
@@ -242,9 +238,9 @@ pub fn restore(model_dir: &str, layout: &Layout) -> Result<Option<Restored>> {
                 Some(b) => b,
                 slot => slot.insert(sparktrain_storage::read(&url)?),
             };
-            let file =
-                SafeTensors::deserialize(bytes).map_err(|e| TrainError::format(url.clone(), e))?;
-            let view = file.tensor(key).map_err(|e| TrainError::format(url.clone(), format!("{key}: {e}")))?;
+            let file = SafeTensors::deserialize(bytes).map_err(|e| TrainError::format(url.clone(), e))?;
+            let view =
+                file.tensor(key).map_err(|e| TrainError::format(url.clone(), format!("{key}: {e}")))?;
             if view.dtype() != Dtype::F32 || view.data().len() != len * 4 {
                 return Err(TrainError::format(url, format!("{key} is not {len} float32 values")));
             }

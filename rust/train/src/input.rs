@@ -224,9 +224,7 @@ impl Input {
                     None => connect_feed(path)?,
                 };
                 let name = path.display().to_string();
-                let batches = reader.map(move |b| {
-                    b.map_err(|e| TrainError::read(name.clone(), e))
-                });
+                let batches = reader.map(move |b| b.map_err(|e| TrainError::read(name.clone(), e)));
                 (Box::new(batches), None)
             }
         };
@@ -280,9 +278,7 @@ fn file_batches(url: &str, schema: &SchemaRef, columns: &[String]) -> Result<Bat
         Format::Parquet => {
             let reader = parquet_reader(url, Some(columns))?;
             let url = url.to_string();
-            Ok(Box::new(reader.map(move |b| {
-                b.map_err(|e| TrainError::read(url.clone(), e))
-            })))
+            Ok(Box::new(reader.map(move |b| b.map_err(|e| TrainError::read(url.clone(), e)))))
         }
     }
 }
@@ -294,7 +290,8 @@ fn parquet_reader(
     columns: Option<&[String]>,
 ) -> Result<parquet::arrow::arrow_reader::ParquetRecordBatchReader> {
     let bytes = bytes::Bytes::from(sparktrain_storage::read(url).map_err(sparktrain_dataset::Error::from)?);
-    let mut builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| TrainError::read(url, e))?;
+    let mut builder =
+        ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| TrainError::read(url, e))?;
     if let Some(columns) = columns {
         let roots: Vec<usize> = builder
             .schema()
@@ -311,7 +308,9 @@ fn parquet_reader(
 }
 
 fn connect_feed(path: &Path) -> Result<StreamReader<UnixStream>> {
-    let fail = |e: &dyn std::fmt::Display| TrainError::read(path.display().to_string(), format!("the input feed: {e}"));
+    let fail = |e: &dyn std::fmt::Display| {
+        TrainError::read(path.display().to_string(), format!("the input feed: {e}"))
+    };
     let stream = UnixStream::connect(path).map_err(|e| fail(&e))?;
     stream.set_read_timeout(Some(FEED_READ_TIMEOUT)).map_err(|e| fail(&e))?;
     let reader = StreamReader::try_new(stream, None).map_err(|e| fail(&e))?;

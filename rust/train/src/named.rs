@@ -67,9 +67,11 @@ impl Rule {
                 weight_decay: get("weight_decay", if name == "adamw" { 0.01 } else { 0.0 }),
                 decoupled: name == "adamw",
             },
-            "adagrad" => {
-                Rule::Adagrad { lr, initial_accumulator: get("initial_accumulator", 0.1), eps: get("eps", 1e-7) }
-            }
+            "adagrad" => Rule::Adagrad {
+                lr,
+                initial_accumulator: get("initial_accumulator", 0.1),
+                eps: get("eps", 1e-7),
+            },
             _ => Rule::Ftrl {
                 lr,
                 l1: get("l1", 0.0),
@@ -99,11 +101,15 @@ impl ModelKind {
         let deep = |hidden: Option<Vec<usize>>| hidden.unwrap_or_else(|| DEEP_HIDDEN.to_vec());
         match name {
             "logistic_regression" => Ok(ModelKind::LogisticRegression { outputs: classes }),
-            "mlp" => Ok(ModelKind::Mlp { hidden: hidden.unwrap_or_else(|| MLP_HIDDEN.to_vec()), outputs: classes }),
+            "mlp" => {
+                Ok(ModelKind::Mlp { hidden: hidden.unwrap_or_else(|| MLP_HIDDEN.to_vec()), outputs: classes })
+            }
             "wide_deep" | "deep_fm" if classes != 1 => Err(invalid(format!(
                 "{name} is a binary model; classes={classes} needs 'mlp' or 'logistic_regression'"
             ))),
-            "wide_deep" => Ok(ModelKind::WideDeep { dim: dim.unwrap_or(EMBEDDING_DIM), hidden: deep(hidden) }),
+            "wide_deep" => {
+                Ok(ModelKind::WideDeep { dim: dim.unwrap_or(EMBEDDING_DIM), hidden: deep(hidden) })
+            }
             "deep_fm" => Ok(ModelKind::DeepFm { dim: dim.unwrap_or(EMBEDDING_DIM), hidden: deep(hidden) }),
             other => Err(invalid(format!("model '{other}': use one of {MODELS:?}"))),
         }
@@ -133,7 +139,10 @@ mod tests {
         for (name, lr) in LEARNING_RATES {
             let rule = Rule::named(name, None, &BTreeMap::new()).unwrap();
             let got = match rule {
-                Rule::Sgd { lr, .. } | Rule::Adam { lr, .. } | Rule::Adagrad { lr, .. } | Rule::Ftrl { lr, .. } => lr,
+                Rule::Sgd { lr, .. }
+                | Rule::Adam { lr, .. }
+                | Rule::Adagrad { lr, .. }
+                | Rule::Ftrl { lr, .. } => lr,
             };
             assert_eq!(got, lr as f32, "{name}");
         }

@@ -12,6 +12,8 @@ from harness.minidfs import MiniDfs
 from harness.spark import local_cluster_session
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from pyspark.sql import SparkSession
 
 # --- HDFS (MiniDFSCluster) -------------------------------------------------------------------
@@ -41,3 +43,33 @@ def spark() -> Iterator[SparkSession]:
     session = local_cluster_session("sparktrain-tests", cores=2)
     yield session
     session.stop()
+
+
+# --- TensorFlow (tensorflow-cpu) -------------------------------------------------------------
+# A fixture rather than a module-level import: importing TensorFlow takes seconds, which a run
+# that deselects the TensorFlow tests should not pay while collecting them.
+
+
+@pytest.fixture(scope="session")
+def tf() -> ModuleType:
+    """The ``tensorflow`` module, without its C++ start-up log lines."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow
+
+    return tensorflow
+
+
+# --- Markers ---------------------------------------------------------------------------------
+# The fast tier (bash tests/run.sh --fast) selects tests by marker, so a test that starts Spark or
+# HDFS or needs TensorFlow must carry the marker, or it would run there. A test that gets these
+# through the fixtures above, directly or through other fixtures, is marked here; a test that
+# starts them another way (spark-submit, a MiniDfs of its own, TensorFlow in a trainer process,
+# a fixture taken with request.getfixturevalue) carries the marker itself.
+
+FIXTURE_MARKERS = {"spark": "spark", "hdfs_url": "hdfs", "tf": "tensorflow"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture in FIXTURE_MARKERS.keys() & set(getattr(item, "fixturenames", ())):
+            item.add_marker(FIXTURE_MARKERS[fixture])

@@ -7,7 +7,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from sparktrain import Cluster
+
+# TensorFlow runs in the trainer processes, not through the tf fixture.
+pytestmark = pytest.mark.tensorflow
 
 
 def test_keras_multi_worker_mirrored_strategy_trains_under_our_tf_config(spark, tmp_path):

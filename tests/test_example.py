@@ -12,7 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+
+# spark-submit starts its own driver, outside the spark fixture.
+pytestmark = pytest.mark.spark
 
 
 def spark_submit(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -45,6 +50,7 @@ def test_the_main_job_writes_trains_evaluates_exports_and_scores(tmp_path):
     assert list((tmp_path / "sparktrain-example" / "tensorboard").glob("events.out.tfevents.*"))
 
 
+@pytest.mark.tensorflow
 def test_the_keras_job_trains_on_two_executors_and_exports(tmp_path):
     done = spark_submit(
         "keras_on_spark.py", "--rows", "8000", "--epochs", "2", "--output", str(tmp_path), cwd=tmp_path

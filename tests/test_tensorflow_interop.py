@@ -3,22 +3,24 @@ for every compression TensorFlow offers."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pytest
-import tensorflow as tf
 
 from sparktrain import tfrecord
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    import tensorflow
 
 COMPRESSIONS = ["", "GZIP", "ZLIB"]
 
 
-def _tf_examples() -> list[tf.train.Example]:
+def _tf_examples(tf: ModuleType) -> list[tensorflow.train.Example]:
     """Examples covering every feature kind: empty lists, multi-valued lists, negative and extreme
     int64, non-ASCII and binary bytes."""
     rows = [
@@ -34,7 +36,7 @@ def _tf_examples() -> list[tf.train.Example]:
         {"i": [0], "f": [float("inf")], "s": ["日本".encode()], "li": [7], "lf": [-1.0], "lb": [b"a", b"b"]},
     ]
 
-    def feature(values: list[object], kind: str) -> tf.train.Feature:
+    def feature(values: list[object], kind: str) -> tensorflow.train.Feature:
         if kind == "i":
             return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
         if kind == "f":
@@ -51,9 +53,9 @@ def _tf_examples() -> list[tf.train.Example]:
 
 
 @pytest.mark.parametrize("compression", COMPRESSIONS)
-def test_sparktrain_reads_what_tensorflow_writes(tmp_path: Path, compression: str) -> None:
+def test_sparktrain_reads_what_tensorflow_writes(tf: ModuleType, tmp_path: Path, compression: str) -> None:
     path = str(tmp_path / "tf.tfrecord")
-    examples = _tf_examples()
+    examples = _tf_examples(tf)
     with tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type=compression)) as w:
         for ex in examples:
             w.write(ex.SerializeToString())
@@ -87,7 +89,7 @@ def test_sparktrain_reads_what_tensorflow_writes(tmp_path: Path, compression: st
 
 
 @pytest.mark.parametrize("compression", COMPRESSIONS)
-def test_tensorflow_reads_what_sparktrain_writes(tmp_path: Path, compression: str) -> None:
+def test_tensorflow_reads_what_sparktrain_writes(tf: ModuleType, tmp_path: Path, compression: str) -> None:
     table = pa.table(
         {
             "label": pa.array([0, 1, 1], pa.int64()),

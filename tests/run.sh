@@ -24,6 +24,12 @@ install_wheel() {
     step "Python package (release wheel, installed the way users get it)"
     source submit/install.sh
     python -c "import sparktrain, sys; print('sparktrain', sparktrain.__version__, 'from', sparktrain.__file__)"
+
+    # The stub of the compiled module against the module just built, then the package against
+    # the stub: neither can drift from the binding.
+    step "Type check (mypy --strict, stubtest)"
+    mypy
+    python -m mypy.stubtest sparktrain._native --mypy-config-file pyproject.toml
 }
 
 # Without SPARKTRAIN_TEST_HDFS, a Rust test that needs HDFS starts a MiniDFS of its own (Maven, a

@@ -6,14 +6,16 @@ the package against them (``mypy --strict``), so they cannot drift from the bind
 from collections.abc import Callable, Mapping
 from typing import Any, final
 
+import pyarrow as pa
 from typing_extensions import disjoint_base
 
-import pyarrow as pa
-
 __all__ = [
+    "DEFAULT_BUCKETS",
+    "HYPERPARAMETERS",
+    "LEARNING_RATES",
+    "MODELS",
     "Communicator",
     "ControlClient",
-    "DEFAULT_BUCKETS",
     "EvalLine",
     "Event",
     "ExampleReader",
@@ -22,11 +24,8 @@ __all__ = [
     "FeatureSpec",
     "FileStatus",
     "FitSummary",
-    "HYPERPARAMETERS",
     "Input",
-    "LEARNING_RATES",
     "LogLine",
-    "MODELS",
     "Metrics",
     "OutputJob",
     "Progress",
@@ -232,7 +231,9 @@ class Event:
         def step(self) -> int | None: ...
         @property
         def metrics(self) -> list[tuple[str, float]]: ...
-        def __new__(cls, task_index: int, step: int | None, metrics: list[tuple[str, float]]) -> Event.Metrics: ...
+        def __new__(
+            cls, task_index: int, step: int | None, metrics: list[tuple[str, float]]
+        ) -> Event.Metrics: ...
 
     @final
     class Exited(Event):

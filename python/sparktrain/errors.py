@@ -196,3 +196,33 @@ class InputError(TrainingError):
 class CheckpointError(TrainingError):
     """A checkpoint, event file or exported model could not be written or read, or does not
     fit the model; the message names the file or tensor."""
+
+
+__all__ = [
+    "BarrierTimeout",
+    "CheckpointError",
+    "ClosedError",
+    "ClusterError",
+    "CollectiveError",
+    "CollectiveTimeout",
+    "ControlPlaneError",
+    "DriverUnreachable",
+    "InputError",
+    "InvalidArgumentError",
+    "JobAborted",
+    "MissingDependencyError",
+    "PathExistsError",
+    "PathNotFoundError",
+    "PeerFailed",
+    "RecordDecodeError",
+    "RendezvousTimeout",
+    "SchemaError",
+    "SlotsUnavailable",
+    "SparktrainError",
+    "StorageError",
+    "TFRecordCorruptError",
+    "TFRecordError",
+    "TrainingError",
+    "Unauthenticated",
+    "WorkerFailed",
+]

@@ -77,3 +77,9 @@ def predict(spark: Any, export_dir: str, df: Any, *, score_column: str = "score"
             yield score_batch(export_dir, batch, score_column)
 
     return df.mapInArrow(score, schema)
+
+
+__all__ = [
+    "predict",
+    "score_batch",
+]

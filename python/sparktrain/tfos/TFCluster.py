@@ -195,3 +195,10 @@ def run(
     return TFCluster(
         sc, map_fun, tf_args, num_workers, num_evaluators, input_mode, master_node, reservation_timeout
     )
+
+
+__all__ = [
+    "InputMode",
+    "TFCluster",
+    "run",
+]

@@ -80,3 +80,9 @@ class DataFeed:
     def terminate(self) -> None:
         """Stops reading; the rest of the partition is ignored."""
         self.done_feeding = True
+
+
+__all__ = [
+    "DataFeed",
+    "hdfs_path",
+]

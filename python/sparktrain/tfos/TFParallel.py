@@ -45,3 +45,8 @@ def run(
     _checks.function("map_fn", map_fn)
     num_executors = _checks.integer("num_executors", num_executors, minimum=1)
     Cluster.run(sc, _run_single, (map_fn, tf_args), num_executors).wait()
+
+
+__all__ = [
+    "run",
+]

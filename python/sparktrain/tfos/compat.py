@@ -32,3 +32,10 @@ def is_gpu_available() -> bool:
     import tensorflow as tf
 
     return len(tf.config.list_physical_devices("GPU")) > 0
+
+
+__all__ = [
+    "disable_auto_shard",
+    "export_saved_model",
+    "is_gpu_available",
+]

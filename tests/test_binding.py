@@ -66,7 +66,11 @@ def test_the_configuration_holds_what_was_given_and_defaults_the_rest(tmp_path):
         ({"classes": 0}, "classes=0"),
         ({"buckets": 0}, "buckets=0"),
         ({"lr": 0.1}, "unknown training arguments \\['lr'\\]"),
-        ({"batch_size": -1}, "wrong type or sign"),
+        ({"batch_size": -1}, "batch_size=-1: must be >= 0"),
+        ({"seed": 1.5}, r"seed=1\.5: must be an integer"),
+        ({"classes": "2"}, "classes='2': must be an integer"),
+        ({"hidden": "64"}, "hidden='64': must be a sequence"),
+        ({"features": {"dense": "price"}}, "give a list of columns"),
         ({"features": {"dense": ["x"], "categorical": {"shop": 0}}}, "'shop' has 0 buckets"),
         ({"features": {"dense": ["x"], "labels": "y"}}, "unknown feature spec keys \\['labels'\\]"),
     ],
@@ -84,6 +88,8 @@ def test_train_refuses_bad_arguments_before_touching_spark():
         st.train(None, "/data", num_workers=0)
     with pytest.raises(errors.InvalidArgumentError, match="eval_every=0"):
         st.train(None, "/data", eval_every=0)
+    with pytest.raises(errors.InvalidArgumentError, match=r"epochs=2\.5: must be an integer"):
+        st.train(None, "/data", epochs=2.5)
     with pytest.raises(errors.InvalidArgumentError, match="sharding='random'"):
         st.train(None, "/data", sharding="random")
     with pytest.raises(errors.InvalidArgumentError, match="data=42"):

@@ -39,6 +39,10 @@ class FeatureSpec:
             unknown = set(value) - {"dense", "categorical", "crossed", "label"}
             if unknown:
                 raise InvalidArgumentError(f"features: unknown feature spec keys {sorted(unknown)}")
+            for key in ("dense", "categorical", "crossed"):
+                # A bare string would be taken letter by letter.
+                if isinstance(value.get(key), str):
+                    raise InvalidArgumentError(f"features[{key!r}]={value[key]!r}: give a list of columns")
             categorical = value.get("categorical", ())
             pairs = categorical.items() if isinstance(categorical, Mapping) else categorical
             try:

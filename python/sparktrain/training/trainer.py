@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sparktrain import _native
+from sparktrain import _checks, _native
 from sparktrain.errors import InvalidArgumentError
 from sparktrain.training.results import FeatureSpec, FitResult, Metrics
 
@@ -112,8 +112,27 @@ class Trainer:
         unknown = set(hyperparameters) - set(_native.HYPERPARAMETERS)
         if unknown:
             raise InvalidArgumentError(f"unknown training arguments {sorted(unknown)}")
-        if buckets < 1:
-            raise InvalidArgumentError(f"buckets={buckets} must be at least 1")
+        # Counts are checked here so the error names the parameter; the engine checks the
+        # rest (names, ranges that depend on each other) as it builds its configuration.
+        counts = {
+            "batch_size": batch_size,
+            "shuffle_buffer": shuffle_buffer,
+            "prefetch": prefetch,
+            "seed": seed,
+            "keep_checkpoints": keep_checkpoints,
+            "max_shard_bytes": max_shard_bytes,
+            "log_every": log_every,
+            "threads": threads,
+        }
+        for name, value in counts.items():
+            _checks.integer(name, value, minimum=0)
+        for name, value in {"classes": classes, "buckets": buckets}.items():
+            _checks.integer(name, value, minimum=1)
+        _checks.optional_integer("checkpoint_every", checkpoint_every, minimum=1)
+        _checks.optional_integer("dim", dim, minimum=1)
+        shape: object = hidden  # typed as a sequence, but users pass anything
+        if shape is not None and (isinstance(shape, str) or not isinstance(shape, Sequence)):
+            raise _checks.refuse("hidden", hidden, "must be a sequence of layer widths")
         resolve = ctx.absolute_path if ctx is not None else (lambda p: p)
         self._ctx = ctx
         self._features = FeatureSpec.of(features) if features is not None else None
@@ -259,11 +278,8 @@ class Trainer:
 
 def check_fit_arguments(epochs: int, steps: int | None, eval_every: int | None, sharding: str) -> None:
     """Refuses ``fit``'s arguments that cannot work, naming the parameter."""
-    if epochs < 0:
-        raise InvalidArgumentError(f"epochs={epochs} must not be negative")
-    if steps is not None and steps < 0:
-        raise InvalidArgumentError(f"steps={steps} must not be negative")
-    if eval_every is not None and eval_every < 1:
-        raise InvalidArgumentError(f"eval_every={eval_every} must be at least 1")
+    _checks.integer("epochs", epochs, minimum=0)
+    _checks.optional_integer("steps", steps, minimum=0)
+    _checks.optional_integer("eval_every", eval_every, minimum=1)
     if sharding not in SHARDINGS:
         raise InvalidArgumentError(f"sharding={sharding!r}: use one of {list(SHARDINGS)}")

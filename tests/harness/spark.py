@@ -4,6 +4,7 @@ on a real cluster, everything bound to 127.0.0.1, with the sparktrain jar on the
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,12 +15,22 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _version() -> str:
+    """The project's version, as ``Cargo.toml`` (and so the jar's name) gives it."""
+    for line in (ROOT / "Cargo.toml").read_text().splitlines():
+        if line.startswith("version = "):
+            return line.split('"')[1]
+    raise RuntimeError("Cargo.toml names no version")
+
+
 def sparktrain_jar() -> Path:
-    """The jar that ``tests/run.sh`` (or ``mvn -f jars/pom.xml package``) builds."""
-    jars = sorted((ROOT / "jars" / "target").glob("sparktrain-hadoop-*.jar"))
-    if not jars:
-        raise RuntimeError("jars/target/sparktrain-hadoop-*.jar is missing: run mvn -f jars/pom.xml package")
-    return jars[-1]
+    """The jar that ``tests/run.sh`` builds; built here with Maven when it is missing, so a
+    benchmark or a single test runs from a fresh clone too."""
+    jar = ROOT / "jars" / "target" / f"sparktrain-hadoop-{_version()}.jar"
+    if not jar.exists():
+        command = ["mvn", "-q", "-B", "-f", str(ROOT / "jars" / "pom.xml"), "package", "-DskipTests"]
+        subprocess.run([*command, f"-Drevision={_version()}"], check=True)
+    return jar
 
 
 def local_cluster_session(app_name: str, cores: int = 1, conf: dict[str, str] | None = None) -> SparkSession:

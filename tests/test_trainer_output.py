@@ -4,11 +4,13 @@ The output pump reads a real pipe (``os.pipe``) as it reads a trainer's stdout o
 heartbeat sends to a small client of our own that records each heartbeat's lines. The limits
 checked are those of :mod:`sparktrain.cluster.trainer_output`: a line is cut, a heartbeat stays
 well under gRPC's 4 MiB, the queue is bounded and says how many lines it dropped, and the
-stderr tail of a failure report is bounded too.
+stderr tail of a failure report is bounded too. The watcher tests run the driver's real loop on
+a Cluster whose rendezvous service and SparkContext are stand-ins.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -16,6 +18,10 @@ import tracemalloc
 
 import pytest
 
+from sparktrain._native import Event
+from sparktrain.cluster import launcher
+from sparktrain.cluster.console import Console
+from sparktrain.cluster.launcher import Cluster, State
 from sparktrain.cluster.settings import JobSettings
 from sparktrain.cluster.task import _Heartbeat, _OutputPump
 from sparktrain.cluster.trainer_output import (
@@ -32,6 +38,7 @@ from sparktrain.cluster.trainer_output import (
     cut_marker,
     line_size,
 )
+from sparktrain.errors import ClusterError, WorkerFailed
 
 SECRET = "ab" * 32
 
@@ -225,6 +232,127 @@ def test_the_stderr_tail_keeps_the_last_bytes_within_its_cap():
 
     short, _, _ = pump([b"Traceback (most recent call last):\n", b"ValueError: bad\n"], STDERR)
     assert short.tail() == "Traceback (most recent call last):\nValueError: bad"
+
+
+# --- the driver's watcher ---------------------------------------------------------------------
+
+
+class FakeRendezvous:
+    """The driver's rendezvous service: hands out ``batches`` of events, then ends the stage."""
+
+    def __init__(self, cluster: Cluster, batches: list[list[object]], fail: bool = False) -> None:
+        self.cluster, self.batches, self.fail = cluster, batches, fail
+        self.aborted: list[str] = []
+
+    def events(self, timeout: float) -> list[object]:
+        if self.fail:
+            raise RuntimeError("the rendezvous service is gone")
+        if self.batches:
+            return self.batches.pop(0)
+        self.cluster._stage_done.set()
+        return []
+
+    def missing(self) -> list[int]:
+        return []
+
+    def abort(self, reason: str) -> None:
+        self.aborted.append(reason)
+
+
+class FakeSparkContext:
+    def __init__(self) -> None:
+        self.cancelled: list[str] = []
+
+    def cancelJobGroup(self, name: str) -> None:
+        self.cancelled.append(name)
+
+
+def watched_cluster(batches: list[list[object]], fail: bool = False) -> Cluster:
+    """A running two-task Cluster as far as the watcher sees it, without Spark."""
+    cluster = object.__new__(Cluster)
+    cluster.name = "job-1"
+    cluster._num_tasks = 2
+    cluster._roles = ["chief:0", "worker:0"]
+    cluster._sc = FakeSparkContext()
+    cluster._server = FakeRendezvous(cluster, batches, fail)
+    cluster._console = Console(cluster._roles, enabled=True)
+    cluster._lock = threading.Lock()
+    cluster._state = State.RUNNING
+    cluster._deadline = time.monotonic() + 60
+    cluster._failure = None
+    cluster._hosts = {0: "h0", 1: "h1"}
+    cluster._exits, cluster._exit_times, cluster._metrics = {}, {}, {}
+    cluster._finished = threading.Event()
+    cluster._stage_done = threading.Event()
+    cluster._watch_errors = set()
+    return cluster
+
+
+def test_the_watcher_logs_an_error_once_and_goes_on_watching(caplog):
+    handled: list[object] = []
+
+    def on_event(event: object) -> None:
+        if event == "bad" and "bad" not in handled:
+            handled.append(event)
+            raise KeyError("no such task")
+        handled.append(event)
+
+    cluster = watched_cluster([["a", "bad", "b"], ["c", "bad"]])
+    cluster._on_event = on_event
+    with caplog.at_level(logging.DEBUG, logger=launcher.__name__):
+        cluster._watch_events()
+    assert handled == ["a", "bad", "b", "c", "bad"]
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert "the watcher of job-1 failed; it goes on watching" in errors[0].getMessage()
+    assert errors[0].exc_info is not None
+    assert "KeyError: 'no such task'" in caplog.text
+
+
+def test_a_broken_console_does_not_stop_failure_detection(caplog, monkeypatch):
+    class BrokenPipe:
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("sys.stdout", BrokenPipe())
+    events = [Event.Log(0, "stdout", "hello"), Event.Log(1, "stdout", "again")]
+    cluster = watched_cluster([events, [Event.Exited(1, 2, "boom")]])
+    with caplog.at_level(logging.ERROR, logger=launcher.__name__):
+        cluster._watch_events()
+    assert isinstance(cluster._failure, WorkerFailed)
+    assert cluster._failure.task_index == 1
+    assert cluster._finished.is_set()
+    assert cluster._sc.cancelled == ["job-1"]
+    assert len([r for r in caplog.records if "BrokenPipeError" in r.exc_text]) == 1
+
+
+def test_a_rendezvous_service_that_cannot_be_read_fails_the_job(caplog, monkeypatch):
+    monkeypatch.setattr(launcher, "WATCH_POLL_SECONDS", 0.001)
+    cluster = watched_cluster([], fail=True)
+    with caplog.at_level(logging.ERROR, logger=launcher.__name__):
+        cluster._watch_events()
+    assert isinstance(cluster._failure, ClusterError)
+    assert f"failed {launcher.MAX_WATCH_FAILURES} times in a row" in str(cluster._failure)
+    assert cluster._state is State.FAILED
+    assert cluster._finished.is_set()
+    assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 1
+
+
+def test_the_job_ends_even_when_stopping_its_tasks_fails(caplog):
+    cluster = watched_cluster([])
+
+    def cannot_cancel(name: str) -> None:
+        raise RuntimeError("py4j gateway is gone")
+
+    cluster._sc.cancelJobGroup = cannot_cancel
+    with caplog.at_level(logging.ERROR, logger=launcher.__name__):
+        cluster._fail(ClusterError("trainer 1 failed"))
+    assert cluster._finished.is_set()
+    assert cluster._server.aborted == ["trainer 1 failed"]
+    assert "could not cancel the Spark stage of job-1" in caplog.text
 
 
 def test_the_line_overhead_is_what_a_heartbeat_line_costs_beyond_its_text():

@@ -234,6 +234,13 @@ def test_the_stderr_tail_keeps_the_last_bytes_within_its_cap():
     assert short.tail() == "Traceback (most recent call last):\nValueError: bad"
 
 
+def test_the_settings_repr_hides_the_job_secret():
+    shown = repr(settings())
+    assert SECRET not in shown
+    assert "secret" not in shown
+    assert "driver:1" in shown
+
+
 # --- the driver's watcher ---------------------------------------------------------------------
 
 

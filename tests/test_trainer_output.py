@@ -362,6 +362,22 @@ def test_the_job_ends_even_when_stopping_its_tasks_fails(caplog):
     assert "could not cancel the Spark stage of job-1" in caplog.text
 
 
+# --- the plain control plane ------------------------------------------------------------------
+
+
+def test_a_plain_control_plane_on_a_network_address_is_warned_about_once(caplog, monkeypatch):
+    monkeypatch.setattr(launcher, "_warned_plain", set())
+    with caplog.at_level(logging.WARNING, logger=launcher.__name__):
+        launcher.warn_if_plain("127.0.0.1", tls=False)
+        launcher.warn_if_plain("10.1.2.3", tls=True)
+        assert caplog.records == []
+        launcher.warn_if_plain("10.1.2.3", tls=False)
+        launcher.warn_if_plain("10.1.2.3", tls=False)
+    [record] = caplog.records
+    assert "10.1.2.3 without TLS" in record.getMessage()
+    assert "spark.network.crypto.enabled=true" in record.getMessage()
+
+
 def test_the_line_overhead_is_what_a_heartbeat_line_costs_beyond_its_text():
     assert line_size("é") == 2 + LINE_OVERHEAD_BYTES
 

@@ -10,6 +10,7 @@ the chief's return value when every trainer has returned.
 from __future__ import annotations
 
 import enum
+import ipaddress
 import logging
 import pickle
 import socket
@@ -48,6 +49,8 @@ MAX_WATCH_FAILURES = 25
 MAX_LOGGED_WATCH_ERRORS = 20
 
 _log = logging.getLogger(__name__)
+#: The addresses whose plain control plane was warned about; once per address is enough.
+_warned_plain: set[str] = set()
 
 
 class State(enum.Enum):
@@ -58,6 +61,30 @@ class State(enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     SHUT_DOWN = "shut down"
+
+
+def _reachable_from_other_hosts(ip: str) -> bool:
+    """Whether a service bound to ``ip`` can be reached from other hosts (it is not loopback)."""
+    try:
+        return not ipaddress.ip_address(ip).is_loopback
+    except ValueError:
+        return True
+
+
+def warn_if_plain(ip: str, tls: bool) -> None:
+    """Warns, once per address in this driver's log, that the control plane listens on a
+    non-loopback ``ip`` without TLS: its traffic (registrations, heartbeats, trainer output)
+    crosses the network unencrypted."""
+    if tls or not _reachable_from_other_hosts(ip) or ip in _warned_plain:
+        return
+    _warned_plain.add(ip)
+    _log.warning(
+        "sparktrain's control plane listens on %s without TLS: its traffic crosses the network "
+        "unencrypted, and the job secret travels in the Spark task closure. On an untrusted "
+        "network set spark.network.crypto.enabled=true and TLS for the control plane "
+        "(spark.sparktrain.tls.cert/key/ca or Cluster.run(tls=...)).",
+        ip,
+    )
 
 
 def spark_context(sc_or_session: Any) -> Any:
@@ -163,8 +190,10 @@ class Cluster:
         host = conf.host or socket.gethostname()
         secret = generate_secret()
         cert_pem, key_pem, ca_pem = conf.tls
+        bind_ip = socket.gethostbyname(host)
+        warn_if_plain(bind_ip, tls=cert_pem is not None)
         self._server = Rendezvous(
-            socket.gethostbyname(host),
+            bind_ip,
             conf.ports[0],
             conf.ports[1],
             secret,

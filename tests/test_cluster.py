@@ -10,6 +10,7 @@ module.
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -193,6 +194,37 @@ def test_barriers_reports_and_prefixed_logs_reach_the_driver(spark, capfd):
     assert "[chief:0] hello from rank 0" in out
     assert "[worker:0] hello from rank 1" in out
     assert "[worker:0] warning from rank 1" in err
+
+
+def test_a_flood_of_trainer_output_reaches_the_driver_or_is_counted(spark, capfd):
+    def main_fun(args, ctx):
+        import sys
+
+        print("y" * 2_000_000)
+        for i in range(3000):
+            print(f"{i:05d} " + "x" * 8000)
+        sys.stdout.flush()
+        return "done"
+
+    start = time.monotonic()
+    with Cluster.run(spark, main_fun, None, 1) as cluster:
+        assert cluster.wait(timeout=120) == "done"
+    assert time.monotonic() - start < 60
+    out, _ = capfd.readouterr()
+    lines = out.splitlines()
+    # The 2 MB line came first, into an empty queue: it arrives, cut.
+    cut = [line for line in lines if line.startswith("[chief:0] yyy")]
+    assert len(cut) == 1
+    assert cut[0].endswith(f"... [{2_000_000 - 8192} more bytes cut; the executor log has the whole line]")
+    received = [int(line[10:15]) for line in lines if re.fullmatch(r"\[chief:0\] \d{5} x{8000}", line)]
+    assert received == sorted(set(received))
+    notices = [
+        re.fullmatch(r"\[chief:0\] sparktrain: (\d+) lines of stdout were dropped.*", line) for line in lines
+    ]
+    dropped = sum(int(n.group(1)) for n in notices if n)
+    assert len(received) + dropped == 3000
+    if dropped:
+        assert "the executor's stdout log has every line" in out
 
 
 def test_spark_input_mode_feeds_each_trainer_a_partition_for_every_epoch(spark):

@@ -10,6 +10,8 @@ the chief's return value when every trainer has returned.
 from __future__ import annotations
 
 import enum
+import ipaddress
+import logging
 import pickle
 import socket
 import threading
@@ -38,6 +40,17 @@ from sparktrain.errors import (
 SLOT_GRACE_SECONDS = 20.0
 #: How users call the launcher, for messages about a missing dependency.
 _ENTRY_POINT = "sparktrain.Cluster.run"
+#: Seconds the watcher waits for the rendezvous service's events at a time.
+WATCH_POLL_SECONDS = 0.2
+#: Polls of the rendezvous service that fail in a row before the watcher gives the job up:
+#: about five seconds of a service that cannot be read.
+MAX_WATCH_FAILURES = 25
+#: Distinct watcher errors logged with their traceback; more of them are logged at DEBUG.
+MAX_LOGGED_WATCH_ERRORS = 20
+
+_log = logging.getLogger(__name__)
+#: The addresses whose plain control plane was warned about; once per address is enough.
+_warned_plain: set[str] = set()
 
 
 class State(enum.Enum):
@@ -48,6 +61,30 @@ class State(enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     SHUT_DOWN = "shut down"
+
+
+def _reachable_from_other_hosts(ip: str) -> bool:
+    """Whether a service bound to ``ip`` can be reached from other hosts (it is not loopback)."""
+    try:
+        return not ipaddress.ip_address(ip).is_loopback
+    except ValueError:
+        return True
+
+
+def warn_if_plain(ip: str, tls: bool) -> None:
+    """Warns, once per address in this driver's log, that the control plane listens on a
+    non-loopback ``ip`` without TLS: its traffic (registrations, heartbeats, trainer output)
+    crosses the network unencrypted."""
+    if tls or not _reachable_from_other_hosts(ip) or ip in _warned_plain:
+        return
+    _warned_plain.add(ip)
+    _log.warning(
+        "sparktrain's control plane listens on %s without TLS: its traffic crosses the network "
+        "unencrypted, and the job secret travels in the Spark task closure. On an untrusted "
+        "network set spark.network.crypto.enabled=true and TLS for the control plane "
+        "(spark.sparktrain.tls.cert/key/ca or Cluster.run(tls=...)).",
+        ip,
+    )
 
 
 def spark_context(sc_or_session: Any) -> Any:
@@ -153,8 +190,10 @@ class Cluster:
         host = conf.host or socket.gethostname()
         secret = generate_secret()
         cert_pem, key_pem, ca_pem = conf.tls
+        bind_ip = socket.gethostbyname(host)
+        warn_if_plain(bind_ip, tls=cert_pem is not None)
         self._server = Rendezvous(
-            socket.gethostbyname(host),
+            bind_ip,
             conf.ports[0],
             conf.ports[1],
             secret,
@@ -200,6 +239,7 @@ class Cluster:
         self._metrics: dict[int, dict[str, Any]] = {}
         self._finished = threading.Event()
         self._stage_done = threading.Event()
+        self._watch_errors: set[tuple[str, str]] = set()
         name = options.name
         self._stage = threading.Thread(target=self._run_stage, args=(options.data,), name=name, daemon=True)
         self._watch = threading.Thread(target=self._watch_events, name=f"{name}-watch", daemon=True)
@@ -269,30 +309,74 @@ class Cluster:
     # --- watching the job ------------------------------------------------------------
 
     def _watch_events(self) -> None:
-        while True:
-            events = self._server.events(0.2)
-            for event in events:
-                self._on_event(event)
-            if self._state is State.STARTING and time.monotonic() > self._deadline:
-                missing = self._server.missing()
-                if missing:
-                    total = self._num_tasks
-                    self._fail(
-                        RendezvousTimeout(
-                            f"{len(missing)} of {total} tasks never registered: {missing}",
-                            missing=missing,
-                            total=total,
+        """Handles the rendezvous service's events until the stage ends or the job is shut
+        down. Failure detection depends on it, so it never stops silently: an error handling
+        an event is logged and the next event handled, and a service that cannot be read
+        :data:`MAX_WATCH_FAILURES` times in a row fails the job with a ClusterError."""
+        failures = 0
+        try:
+            while True:
+                try:
+                    if self._watch_once():
+                        return
+                    failures = 0
+                except Exception as e:
+                    failures += 1
+                    self._watch_error(e)
+                    if failures >= MAX_WATCH_FAILURES:
+                        self._fail(
+                            ClusterError(
+                                f"the driver lost track of {self.name}: its rendezvous service "
+                                f"failed {failures} times in a row ({e!r}); see the driver's log"
+                            )
                         )
+                        return
+                    time.sleep(WATCH_POLL_SECONDS)
+        finally:
+            try:
+                self._console.done()
+            except Exception as e:
+                self._watch_error(e)
+
+    def _watch_once(self) -> bool:
+        """One poll of the rendezvous service; True when there is nothing left to watch."""
+        self._handle(self._server.events(WATCH_POLL_SECONDS))
+        if self._state is State.STARTING and time.monotonic() > self._deadline:
+            missing = self._server.missing()
+            if missing:
+                total = self._num_tasks
+                self._fail(
+                    RendezvousTimeout(
+                        f"{len(missing)} of {total} tasks never registered: {missing}",
+                        missing=missing,
+                        total=total,
                     )
-            if self._stage_done.is_set():
-                # Every task sent its last output and exit before its Spark task ended.
-                while events := self._server.events(0.0):
-                    for event in events:
-                        self._on_event(event)
-                break
-            if self._state is State.SHUT_DOWN:
-                break
-        self._console.done()
+                )
+        if self._stage_done.is_set():
+            # Every task sent its last output and exit before its Spark task ended.
+            while events := self._server.events(0.0):
+                self._handle(events)
+            return True
+        return self._state is State.SHUT_DOWN
+
+    def _handle(self, events: list[Event]) -> None:
+        """Handles each event; one that fails is logged and does not keep the others (an exit
+        among them, perhaps) from being handled."""
+        for event in events:
+            try:
+                self._on_event(event)
+            except Exception as e:
+                self._watch_error(e)
+
+    def _watch_error(self, error: Exception) -> None:
+        """Logs an error of the watcher: with its traceback the first time, at DEBUG after
+        that, so a failing console does not flood the log with one error per line."""
+        key = (type(error).__name__, str(error)[:200])
+        if key in self._watch_errors or len(self._watch_errors) >= MAX_LOGGED_WATCH_ERRORS:
+            _log.debug("the watcher of %s failed again; it goes on", self.name, exc_info=error)
+            return
+        self._watch_errors.add(key)
+        _log.error("the watcher of %s failed; it goes on watching the job", self.name, exc_info=error)
 
     def _on_event(self, event: Event) -> None:
         match event:
@@ -333,9 +417,24 @@ class Cluster:
                 return
             self._failure = failure
             self._state = State.FAILED
-        self._server.abort(str(failure).split("\n", 1)[0])
-        self._sc.cancelJobGroup(self.name)
-        self._finished.set()
+        # wait() must return even if stopping the tasks fails: the failure is already decided.
+        try:
+            self._stop_tasks(str(failure).split("\n", 1)[0])
+        finally:
+            self._finished.set()
+
+    def _stop_tasks(self, reason: str) -> None:
+        """Tells the trainers to stop and cancels the Spark stage; either failing is logged and
+        does not keep the other from being tried."""
+        stops: list[tuple[str, Callable[[], object]]] = [
+            ("abort the trainers", lambda: self._server.abort(reason)),
+            ("cancel the Spark stage", lambda: self._sc.cancelJobGroup(self.name)),
+        ]
+        for what, stop in stops:
+            try:
+                stop()
+            except Exception:
+                _log.exception("could not %s of %s after it failed", what, self.name)
 
     # --- the public handle -----------------------------------------------------------
 

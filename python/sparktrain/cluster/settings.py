@@ -24,8 +24,8 @@ class JobSettings:
 
     #: ``host:port`` of the driver's rendezvous service.
     address: str
-    #: The job secret, as hex.
-    secret: str
+    #: The job secret, as hex; left out of the repr, so that no log or traceback shows it.
+    secret: str = field(repr=False)
     num_workers: int
     num_evaluators: int
     #: ``(main_fun, args)``, pickled with cloudpickle on the driver.

@@ -2,14 +2,17 @@
 supervise it until it ends.
 
 The task heart-beats to the driver a few times a second, carrying the trainer's new output
-lines; the driver's reply says when the job has failed elsewhere, and then the trainer is
-stopped. A trainer that ends non-zero fails the task after its exit code and the tail of its
-stderr have reached the driver. If the driver stops answering for longer than the heartbeat
+lines (within the bounds of :mod:`sparktrain.cluster.trainer_output`; the executor's log
+keeps all of the output). The driver's reply says when the job has failed elsewhere, and then
+the trainer is stopped. When the trainer ends, every queued line is sent before its exit is
+reported; one that ends non-zero fails the task after its exit code and the tail of its stderr
+have reached the driver. If the driver stops answering for longer than the heartbeat
 time-out, the trainer is stopped too: nobody waits forever.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import json
 import os
@@ -33,14 +36,18 @@ from typing import IO, Any
 from sparktrain.cluster.context import TaskInfo
 from sparktrain.cluster.failures import PEER_LOST, worker_failed
 from sparktrain.cluster.settings import JobSettings, TrainerLaunch, role_names
+from sparktrain.cluster.trainer_output import (
+    MAX_HEARTBEAT_BYTES,
+    MAX_LINES_PER_HEARTBEAT,
+    READ_CHUNK_BYTES,
+    STDERR,
+    STDERR_TAIL_LINES,
+    STDOUT,
+    LineSplitter,
+    OutputQueue,
+    tail_text,
+)
 from sparktrain.errors import DriverUnreachable, JobAborted
-
-#: Lines of a trainer's stderr kept for the failure report.
-STDERR_TAIL_LINES = 60
-#: Longest log line forwarded to the driver; the executor log keeps the whole line.
-MAX_LINE_CHARS = 8192
-#: Most lines sent in one heartbeat.
-MAX_LINES_PER_HEARTBEAT = 2000
 
 
 @dataclass(frozen=True)
@@ -100,50 +107,105 @@ def _bind_outside_ephemeral_range(sock: socket.socket, address: str) -> None:
 
 
 class _OutputPump:
-    """Copies one stream of the trainer to the executor's log and queues it for the driver."""
+    """Copies one stream of the trainer to the executor's log, every byte of it, and queues its
+    lines for the driver, each cut to a bounded length (see
+    :mod:`sparktrain.cluster.trainer_output`)."""
 
-    def __init__(self, source: IO[bytes], stream: int, sink: IO[str], queue: deque[tuple[int, str]]) -> None:
-        self.tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
-        self._source, self._stream, self._sink, self._queue = source, stream, sink, queue
+    def __init__(self, source: IO[bytes], stream: int, sink: IO[str], queue: OutputQueue) -> None:
+        self._tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        self._source, self._stream, self._queue = source, stream, queue
+        self._sink: IO[str] | None = sink
+        self._splitter = LineSplitter(self._line)
         self.thread = threading.Thread(target=self._run, name=f"sparktrain-pump-{stream}", daemon=True)
         self.thread.start()
 
+    def tail(self) -> str:
+        """The stream's last lines, at most :data:`STDERR_TAIL_LINES` and
+        :data:`~sparktrain.cluster.trainer_output.MAX_STDERR_TAIL_BYTES`."""
+        return tail_text(list(self._tail))
+
     def _run(self) -> None:
-        for raw in iter(self._source.readline, b""):
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            self._sink.write(line + "\n")
+        # os.read returns whatever the pipe holds, so neither a line without an end nor a
+        # progress bar's redraws wait for a newline, and no more than a chunk is held at once.
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        ended = True
+        fd = self._source.fileno()
+        try:
+            while chunk := os.read(fd, READ_CHUNK_BYTES):
+                text = decoder.decode(chunk)
+                if text:
+                    self._copy(text)
+                    ended = text.endswith("\n")
+                self._splitter.feed(chunk)
+        finally:
+            rest = decoder.decode(b"", final=True)
+            if rest or not ended:
+                self._copy(rest + "\n")
+            self._splitter.close()
+
+    def _copy(self, text: str) -> None:
+        """Writes to the executor's log. A log that fails is given up, not the pump: the
+        trainer would block on a full pipe if nobody read it."""
+        if self._sink is None:
+            return
+        try:
+            self._sink.write(text)
             self._sink.flush()
-            self.tail.append(line)
-            self._queue.append((self._stream, line[:MAX_LINE_CHARS]))
+        except (OSError, ValueError):
+            self._sink = None
+
+    def _line(self, text: str) -> None:
+        self._tail.append(text)
+        self._queue.put(self._stream, text)
 
 
 class _Heartbeat:
-    """Sends the queued lines; remembers when the driver last answered."""
+    """Sends the queued lines, a bounded batch per beat; remembers when the driver last
+    answered."""
 
     def __init__(self, client: Any, rank: int, attempt: int, settings: JobSettings) -> None:
         self._client, self._rank, self._attempt, self._settings = client, rank, attempt, settings
-        self.queue: deque[tuple[int, str]] = deque()
+        self.queue = OutputQueue()
         self.last_answer = time.monotonic()
         self.last_error: Exception | None = None
+        #: Whether the last beat went unanswered.
+        self.failed = False
 
     def beat(self) -> str | None:
         """One heartbeat; returns the driver's abort reason, if any."""
-        lines: list[tuple[int, str]] = []
-        while self.queue and len(lines) < MAX_LINES_PER_HEARTBEAT:
-            lines.append(self.queue.popleft())
+        lines = self.queue.take(MAX_LINES_PER_HEARTBEAT, MAX_HEARTBEAT_BYTES)
         try:
             timeout = self._settings.heartbeat_timeout
             reason: str | None = self._client.heartbeat(self._rank, self._attempt, lines, timeout)
         except JobAborted as e:
             return e.reason
         except Exception as e:  # any failure counts as a missed answer
-            self.queue.extendleft(reversed(lines))
+            self.queue.put_back(lines)
             self.last_error = e
+            self.failed = True
             return None
+        self.failed = False
         self.last_answer = time.monotonic()
         return reason
 
+    def drain(self, deadline: float) -> str | None:
+        """Beats until every queued line is sent, the driver aborts the job (its reason is
+        returned) or ``deadline`` (``time.monotonic()``) passes; at least once."""
+        reason = self.beat()
+        while reason is None and self.queue.pending() and time.monotonic() < deadline:
+            if self.failed:
+                time.sleep(self._settings.heartbeat_interval)
+            reason = self.beat()
+        if reason is None and self.queue.pending():
+            print(
+                "sparktrain: some of the trainer's output never reached the driver "
+                f"({self.last_error}); this log has all of it",
+                file=sys.stderr,
+            )
+        return reason
+
     def silent_for(self) -> float:
+        """Seconds since the driver last answered."""
         return time.monotonic() - self.last_answer
 
 
@@ -198,7 +260,7 @@ def _send(process: subprocess.Popen[bytes], message: object) -> None:
 
 
 def _start_trainer(
-    settings: JobSettings, env: dict[str, str], fds: tuple[int, ...], queue: deque[tuple[int, str]]
+    settings: JobSettings, env: dict[str, str], fds: tuple[int, ...], queue: OutputQueue
 ) -> tuple[subprocess.Popen[bytes], tuple[_OutputPump, _OutputPump]]:
     """Starts the trainer process and sends it the job, so that it loads the user's function
     and connects to the driver while this task registers. Returns it with its stdout and
@@ -214,8 +276,8 @@ def _start_trainer(
     )
     assert process.stdout is not None
     assert process.stderr is not None
-    out = _OutputPump(process.stdout, 1, sys.stdout, queue)
-    err = _OutputPump(process.stderr, 2, sys.stderr, queue)
+    out = _OutputPump(process.stdout, STDOUT, sys.stdout, queue)
+    err = _OutputPump(process.stderr, STDERR, sys.stderr, queue)
     # stdin stays open: the trainer exits when it sees end-of-file, i.e. when this task dies.
     _send(process, settings)
     return process, (out, err)
@@ -352,8 +414,10 @@ def _supervise(
     code = process.returncode
     for pump in pumps:
         pump.thread.join(5.0)
-    tail = "\n".join(pumps[1].tail)
-    reason = heartbeat.beat()
+    tail = pumps[1].tail()
+    # The driver must have every line before it learns of the exit: a failure's error is
+    # raised on the exit, and output arriving after it would be lost or out of place.
+    reason = heartbeat.drain(time.monotonic() + settings.heartbeat_timeout)
     if code == PEER_LOST:
         # A broken ring fails every trainer at once; give the driver time to learn which peer
         # died first, so the job's error names it rather than this bystander.

@@ -45,8 +45,13 @@ def optional_integer(name: str, value: object, *, minimum: int) -> int | None:
     return None if value is None else integer(name, value, minimum=minimum)
 
 
+#: The longest time-out taken (a year, as the compiled module's limit): longer ones overflow
+#: the clock arithmetic of the waits they set.
+MAX_SECONDS = 366 * 24 * 3600
+
+
 def seconds(name: str, value: object) -> float:
-    """``value`` as a finite number of seconds greater than zero."""
+    """``value`` as a number of seconds greater than zero and at most :data:`MAX_SECONDS`."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise refuse(name, value, "must be a number of seconds > 0")
     number = float(value)
@@ -54,6 +59,8 @@ def seconds(name: str, value: object) -> float:
         raise refuse(name, value, "must be > 0")
     if not math.isfinite(number):
         raise refuse(name, value, "must be finite")
+    if number > MAX_SECONDS:
+        raise refuse(name, value, f"must be at most {MAX_SECONDS} (a year)")
     return number
 
 

@@ -18,9 +18,20 @@ use sparktrain_cluster::{
 use crate::errors::{Error, Result};
 use crate::{detach, lock};
 
-fn seconds(value: f64, what: &str) -> Result<Duration> {
-    Duration::try_from_secs_f64(value)
-        .map_err(|_| Error::invalid(format!("{what} must be >= 0, got {value}")))
+/// The longest wait a call accepts: beyond any job, and far below where adding it to the
+/// clock overflows (a panic in the runtime rather than an error).
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// `value` seconds as a wait for the parameter `what`: not negative, not NaN, at most
+/// [`MAX_WAIT`].
+pub(crate) fn seconds(value: f64, what: &str) -> Result<Duration> {
+    match Duration::try_from_secs_f64(value) {
+        Ok(wait) if wait <= MAX_WAIT => Ok(wait),
+        _ => Err(Error::invalid(format!(
+            "{what}={value}: must be a number of seconds from 0 to {} (a year)",
+            MAX_WAIT.as_secs()
+        ))),
+    }
 }
 
 /// Runs a control-plane future on the shared runtime without the GIL.

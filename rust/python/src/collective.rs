@@ -3,7 +3,6 @@
 
 use std::net::TcpListener;
 use std::os::fd::{BorrowedFd, RawFd};
-use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -105,8 +104,7 @@ impl Communicator {
         streams: usize,
     ) -> Result<Self> {
         let secret = JobSecret::from_hex(secret)?;
-        let timeout =
-            Duration::try_from_secs_f64(timeout).map_err(|_| Error::invalid("timeout must be >= 0"))?;
+        let timeout = crate::cluster::seconds(timeout, "timeout")?;
         // SAFETY: the fd is open for the duration of this call (the caller's socket owns it);
         // it is duplicated before use, so Rust owns its copy.
         let owned = unsafe { BorrowedFd::borrow_raw(listener_fd) }

@@ -223,7 +223,7 @@ def test_a_closed_writer_says_so_and_is_still_a_value_error(tmp_path):
 
 def test_a_time_out_too_long_for_the_clock_is_refused_not_a_panic():
     secret = _native.generate_secret()
-    with pytest.raises(errors.InvalidArgumentError, match="registration_timeout=.*a year"):
+    with pytest.raises(errors.InvalidArgumentError, match=r"registration_timeout=.*a year"):
         _native.Rendezvous("127.0.0.1", 0, 0, secret, 1, 0, 1e19, 10.0)
     with pytest.raises(errors.InvalidArgumentError, match="reservation_timeout=1e"):
         st.Cluster.run(None, print, None, 1, reservation_timeout=1e19)

@@ -102,3 +102,48 @@ def test_skip_mode_in_dataset_reader_reports_regions(tmp_path: Path) -> None:
     batches = tfrecord.read(str(good), schema=pa.schema([("v", pa.int64())]), skip_corrupt=True)
     assert batches.read_all().column("v").to_pylist() == [1, 3]
     assert [(s["offset"], s["kind"]) for s in batches.skipped] == [(second, "payload_crc_mismatch")]
+
+
+def _masked_crc(data: bytes) -> int:
+    """TFRecord's masked CRC-32C, in Python, to forge headers."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _header(length: int) -> bytes:
+    raw = struct.pack("<Q", length)
+    return raw + struct.pack("<I", _masked_crc(raw))
+
+
+def test_a_gzip_bomb_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    # A valid header claiming 8 GiB, then zeros: a few hundred kB compressed. The reader must
+    # refuse the claim itself rather than buffer the zeros while it waits for 8 GiB.
+    import gzip
+
+    bomb = tmp_path / "bomb.tfrecord.gz"
+    with gzip.open(bomb, "wb", compresslevel=1) as f:
+        f.write(_header(8 << 30))
+        zeros = bytes(1 << 20)
+        for _ in range(64):
+            f.write(zeros)
+    with pytest.raises(errors.TFRecordCorruptError) as info:
+        list(tfrecord.RecordReader(str(bomb)))
+    assert (info.value.kind, info.value.offset) == ("record_too_long", 0)
+    assert "claims 8589934592 bytes" in str(info.value)
+
+
+def test_a_record_over_a_chosen_limit_is_skipped_in_skip_mode(tmp_path: Path) -> None:
+    data = _header(5000) + bytes(5000) + struct.pack("<I", _masked_crc(bytes(5000)))
+    path = tmp_path / "long.tfrecord"
+    with tfrecord.RecordWriter(str(tmp_path / "good.tfrecord")) as w:
+        w.write_many([b"after"])
+    path.write_bytes(data + (tmp_path / "good.tfrecord").read_bytes())
+    reader = tfrecord.RecordReader(str(path), skip_corrupt=True, max_record_bytes=1000)
+    assert list(reader) == [b"after"]
+    assert [(s.kind, s.offset, s.bytes) for s in reader.skipped] == [("record_too_long", 0, 5016)]
+    assert list(tfrecord.RecordReader(str(path))) == [bytes(5000), b"after"]

@@ -11,6 +11,7 @@ from typing_extensions import disjoint_base
 
 __all__ = [
     "DEFAULT_BUCKETS",
+    "DEFAULT_MAX_RECORD_BYTES",
     "HYPERPARAMETERS",
     "LEARNING_RATES",
     "MODELS",
@@ -55,6 +56,7 @@ __all__ = [
 
 __version__: str
 DEFAULT_BUCKETS: int
+DEFAULT_MAX_RECORD_BYTES: int
 MODELS: list[str]
 LEARNING_RATES: list[tuple[str, float]]
 HYPERPARAMETERS: list[str]
@@ -70,7 +72,11 @@ class RecordWriter:
 @final
 class RecordReader:
     def __new__(
-        cls, path: str, compression: str | None = None, skip_corrupt: bool = False
+        cls,
+        path: str,
+        compression: str | None = None,
+        skip_corrupt: bool = False,
+        max_record_bytes: int = ...,
     ) -> RecordReader: ...
     def next_record(self) -> bytes | None: ...
     def next_records(self, n: int) -> list[bytes]: ...
@@ -115,6 +121,7 @@ class ExampleReader:
         skip_corrupt: bool = False,
         infer_max_records: int = ...,
         record_type: str = "Example",
+        max_record_bytes: int = ...,
     ) -> ExampleReader: ...
     @property
     def schema(self) -> pa.Schema: ...
@@ -129,6 +136,7 @@ def infer_example_schema(
     max_records: int = ...,
     skip_corrupt: bool = False,
     record_type: str = "Example",
+    max_record_bytes: int = ...,
 ) -> pa.Schema: ...
 
 @final

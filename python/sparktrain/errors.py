@@ -72,7 +72,8 @@ class TFRecordCorruptError(TFRecordError):
 
     ``path`` names the file, ``offset`` the byte offset of the damaged record (in the
     decompressed stream for compressed files), and ``kind`` one of ``truncated_header``,
-    ``length_crc_mismatch``, ``truncated_payload``, ``payload_crc_mismatch`` or ``not_tfrecord``.
+    ``length_crc_mismatch``, ``truncated_payload``, ``payload_crc_mismatch``, ``not_tfrecord``
+    or ``record_too_long`` (a header claims more than the reader's ``max_record_bytes``).
     """
 
     path: str

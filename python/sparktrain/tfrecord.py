@@ -135,6 +135,7 @@ def read(
     batch_size: int = 65536,
     compression: str | None = None,
     skip_corrupt: bool = False,
+    max_record_bytes: int = _native.DEFAULT_MAX_RECORD_BYTES,
 ) -> ExampleBatches:
     """Reads ``tf.train.Example`` TFRecord files as Arrow record batches.
 
@@ -143,10 +144,21 @@ def read(
     features, in that order. Each file's compression is ``compression`` when given, else what its
     name implies, else what its first bytes show. With ``skip_corrupt``, damaged records are
     stepped over, logged, and listed in the result's ``skipped``; otherwise they raise
-    :class:`sparktrain.errors.TFRecordCorruptError` naming the file and offset.
+    :class:`sparktrain.errors.TFRecordCorruptError` naming the file and offset. A record whose
+    header claims more than ``max_record_bytes`` (256 MiB by default) is damage of kind
+    ``record_too_long``, refused before it is read: a damaged or hostile file cannot make the
+    reader hold gigabytes.
     """
     return ExampleBatches(
-        _native.ExampleReader(path_or_glob, schema, columns, batch_size, compression, skip_corrupt)
+        _native.ExampleReader(
+            path_or_glob,
+            schema,
+            columns,
+            batch_size,
+            compression,
+            skip_corrupt,
+            max_record_bytes=max_record_bytes,
+        )
     )
 
 
@@ -205,8 +217,15 @@ class RecordReader(Iterator[bytes]):
     With ``skip_corrupt``, damaged records are stepped over and listed in :attr:`skipped`.
     """
 
-    def __init__(self, path: str, compression: str | None = None, *, skip_corrupt: bool = False) -> None:
-        self._reader = _native.RecordReader(path, compression, skip_corrupt)
+    def __init__(
+        self,
+        path: str,
+        compression: str | None = None,
+        *,
+        skip_corrupt: bool = False,
+        max_record_bytes: int = _native.DEFAULT_MAX_RECORD_BYTES,
+    ) -> None:
+        self._reader = _native.RecordReader(path, compression, skip_corrupt, max_record_bytes)
 
     def __iter__(self) -> RecordReader:
         return self

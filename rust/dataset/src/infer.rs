@@ -6,7 +6,9 @@
 
 use arrow::datatypes::Schema;
 use sparktrain_storage::FileStatus;
-use sparktrain_tfrecord::{Compression, ReaderOptions, RecordSchemaInference, RecordType};
+use sparktrain_tfrecord::{
+    Compression, DEFAULT_MAX_RECORD_BYTES, ReaderOptions, RecordSchemaInference, RecordType,
+};
 
 use crate::error::Result;
 use crate::open::{input_files, open_records};
@@ -20,6 +22,8 @@ pub struct InferOptions {
     pub compression: Option<Compression>,
     /// Step over corrupt records instead of failing.
     pub skip_corrupt: bool,
+    /// The longest record taken; a header claiming more is damage.
+    pub max_record_bytes: u64,
     /// What the records hold.
     pub record_type: RecordType,
 }
@@ -30,6 +34,7 @@ impl Default for InferOptions {
             max_records: 10_000,
             compression: None,
             skip_corrupt: false,
+            max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
             record_type: RecordType::Example,
         }
     }
@@ -48,7 +53,8 @@ pub fn infer_schema_of(files: &[FileStatus], options: &InferOptions) -> Result<S
     }
     let budget = options.max_records.max(1);
     let per_file = (budget / files.len().max(1)).max(1);
-    let reader_options = ReaderOptions { skip_corrupt: options.skip_corrupt };
+    let reader_options =
+        ReaderOptions { skip_corrupt: options.skip_corrupt, max_record_bytes: options.max_record_bytes };
     for file in files {
         if inference.records() as usize >= budget {
             break;

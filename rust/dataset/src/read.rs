@@ -6,7 +6,9 @@ use std::sync::Arc;
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use sparktrain_storage::FileStatus;
-use sparktrain_tfrecord::{Compression, ExampleBatchReader, ReaderOptions, RecordType, SkippedRegion};
+use sparktrain_tfrecord::{
+    Compression, DEFAULT_MAX_RECORD_BYTES, ExampleBatchReader, ReaderOptions, RecordType, SkippedRegion,
+};
 
 use crate::error::{Error, Result};
 use crate::infer::{InferOptions, infer_schema_of};
@@ -25,6 +27,8 @@ pub struct ReadOptions {
     pub compression: Option<Compression>,
     /// Step over corrupt records and report them instead of failing.
     pub skip_corrupt: bool,
+    /// The longest record taken; a header claiming more is damage.
+    pub max_record_bytes: u64,
     /// Records sampled for inference when no schema is given.
     pub infer_max_records: usize,
     /// What the records hold.
@@ -39,6 +43,7 @@ impl Default for ReadOptions {
             batch_size: 65_536,
             compression: None,
             skip_corrupt: false,
+            max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
             infer_max_records: InferOptions::default().max_records,
             record_type: RecordType::Example,
         }
@@ -79,6 +84,7 @@ impl DatasetReader {
                     max_records: options.infer_max_records,
                     compression: options.compression,
                     skip_corrupt: options.skip_corrupt,
+                    max_record_bytes: options.max_record_bytes,
                     record_type: options.record_type,
                 };
                 Arc::new(infer_schema_of(&files, &infer)?)
@@ -133,7 +139,10 @@ impl DatasetReader {
             }
             let Some(file) = self.files.get(self.next_file) else { return Ok(None) };
             self.next_file += 1;
-            let options = ReaderOptions { skip_corrupt: self.options.skip_corrupt };
+            let options = ReaderOptions {
+                skip_corrupt: self.options.skip_corrupt,
+                max_record_bytes: self.options.max_record_bytes,
+            };
             let records = open_records(&file.url, self.options.compression, options)?;
             self.current = Some(ExampleBatchReader::with_record_type(
                 records,

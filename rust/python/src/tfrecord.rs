@@ -14,7 +14,7 @@ use sparktrain_dataset::{
     DatasetReader, ExampleFileWriter, InferOptions, ReadOptions, RecordFileWriter, SkippedInFile,
     infer_schema, open_records,
 };
-use sparktrain_tfrecord::ReaderOptions;
+use sparktrain_tfrecord::{DEFAULT_MAX_RECORD_BYTES, ReaderOptions};
 
 use crate::errors::{Error, Result};
 use crate::{convert, detach, lock};
@@ -118,10 +118,18 @@ struct RecordReader {
 #[pymethods]
 impl RecordReader {
     #[new]
-    #[pyo3(signature = (path, compression=None, skip_corrupt=false))]
-    fn new(py: Python<'_>, path: String, compression: Option<&str>, skip_corrupt: bool) -> Result<Self> {
+    #[pyo3(signature = (path, compression=None, skip_corrupt=false, max_record_bytes=DEFAULT_MAX_RECORD_BYTES))]
+    fn new(
+        py: Python<'_>,
+        path: String,
+        compression: Option<&str>,
+        skip_corrupt: bool,
+        max_record_bytes: u64,
+    ) -> Result<Self> {
         let compression = convert::compression(compression)?;
-        let reader = detach(py, || open_records(&path, compression, ReaderOptions { skip_corrupt }))?;
+        let reader = detach(py, || {
+            open_records(&path, compression, ReaderOptions { skip_corrupt, max_record_bytes })
+        })?;
         Ok(RecordReader { inner: Mutex::new(reader) })
     }
 
@@ -222,7 +230,7 @@ struct ExampleReader {
 #[pymethods]
 impl ExampleReader {
     #[new]
-    #[pyo3(signature = (path, schema=None, columns=None, batch_size=ReadOptions::default().batch_size, compression=None, skip_corrupt=false, infer_max_records=InferOptions::default().max_records, record_type="Example"))]
+    #[pyo3(signature = (path, schema=None, columns=None, batch_size=ReadOptions::default().batch_size, compression=None, skip_corrupt=false, infer_max_records=InferOptions::default().max_records, record_type="Example", max_record_bytes=DEFAULT_MAX_RECORD_BYTES))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -234,6 +242,7 @@ impl ExampleReader {
         skip_corrupt: bool,
         infer_max_records: usize,
         record_type: &str,
+        max_record_bytes: u64,
     ) -> Result<Self> {
         let schema = schema.map(Schema::from_pyarrow_bound).transpose()?.map(Arc::new);
         let record_type = convert::record_type(record_type)?;
@@ -243,6 +252,7 @@ impl ExampleReader {
             batch_size,
             compression: convert::compression(compression)?,
             skip_corrupt,
+            max_record_bytes,
             infer_max_records,
             record_type,
         };
@@ -281,7 +291,8 @@ impl ExampleReader {
 
 /// The `pyarrow.Schema` inferred from a sample of the records under `path`.
 #[pyfunction]
-#[pyo3(signature = (path, compression=None, max_records=InferOptions::default().max_records, skip_corrupt=false, record_type="Example"))]
+#[pyo3(signature = (path, compression=None, max_records=InferOptions::default().max_records, skip_corrupt=false, record_type="Example", max_record_bytes=DEFAULT_MAX_RECORD_BYTES))]
+#[allow(clippy::too_many_arguments)]
 fn infer_example_schema<'py>(
     py: Python<'py>,
     path: String,
@@ -289,11 +300,13 @@ fn infer_example_schema<'py>(
     max_records: usize,
     skip_corrupt: bool,
     record_type: &str,
+    max_record_bytes: u64,
 ) -> Result<Bound<'py, PyAny>> {
     let options = InferOptions {
         max_records,
         compression: convert::compression(compression)?,
         skip_corrupt,
+        max_record_bytes,
         record_type: convert::record_type(record_type)?,
     };
     let schema = detach(py, || infer_schema(&path, &options))?;
@@ -308,5 +321,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ExampleReader>()?;
     m.add_function(wrap_pyfunction!(infer_example_schema, m)?)?;
     m.add_class::<SkippedRecord>()?;
+    m.add("DEFAULT_MAX_RECORD_BYTES", DEFAULT_MAX_RECORD_BYTES)?;
     Ok(())
 }

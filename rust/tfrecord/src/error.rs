@@ -20,6 +20,8 @@ pub enum CorruptionKind {
     /// The very first header of the stream is not a TFRecord header: the file is something else
     /// (or is compressed and was opened without the right compression).
     NotTfRecord,
+    /// A header claims a record longer than the reader's `max_record_bytes`.
+    RecordTooLong,
 }
 
 impl CorruptionKind {
@@ -31,6 +33,7 @@ impl CorruptionKind {
             CorruptionKind::TruncatedPayload => "truncated_payload",
             CorruptionKind::PayloadCrcMismatch => "payload_crc_mismatch",
             CorruptionKind::NotTfRecord => "not_tfrecord",
+            CorruptionKind::RecordTooLong => "record_too_long",
         }
     }
 }
@@ -43,6 +46,7 @@ impl fmt::Display for CorruptionKind {
             CorruptionKind::TruncatedPayload => "truncated record payload",
             CorruptionKind::PayloadCrcMismatch => "record payload CRC mismatch",
             CorruptionKind::NotTfRecord => "not a TFRecord file",
+            CorruptionKind::RecordTooLong => "record longer than the limit",
         };
         f.write_str(text)
     }

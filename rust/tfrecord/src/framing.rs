@@ -153,11 +153,25 @@ impl<W: Write> RecordWriter<W> {
     }
 }
 
+/// The longest record a reader takes by default: far above what TensorFlow jobs store in one
+/// record, far below what a damaged or hostile header (a gzip stream of zeros that claims
+/// gigabytes) would make a reader hold in memory.
+pub const DEFAULT_MAX_RECORD_BYTES: u64 = 256 << 20;
+
 /// How a [`RecordReader`] treats damage.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct ReaderOptions {
     /// Step over damaged records and report them instead of failing.
     pub skip_corrupt: bool,
+    /// A record whose header claims more payload bytes than this is damage
+    /// ([`CorruptionKind::RecordTooLong`]), refused before any of it is read.
+    pub max_record_bytes: u64,
+}
+
+impl Default for ReaderOptions {
+    fn default() -> Self {
+        ReaderOptions { skip_corrupt: false, max_record_bytes: DEFAULT_MAX_RECORD_BYTES }
+    }
 }
 
 /// A damaged region that a reader in skip mode stepped over.
@@ -307,7 +321,9 @@ impl<R: Read> RecordReader<R> {
                 let rest = self.available();
                 self.consume(rest);
             }
-            CorruptionKind::LengthCrcMismatch | CorruptionKind::NotTfRecord => {
+            CorruptionKind::LengthCrcMismatch
+            | CorruptionKind::NotTfRecord
+            | CorruptionKind::RecordTooLong => {
                 self.consume(1);
                 self.resync()?;
             }
@@ -327,7 +343,7 @@ impl<R: Read> RecordReader<R> {
             let window = &self.buf[self.start..self.end];
             let found = (0..=window.len() - HEADER_LEN).find(|&i| {
                 let h = &window[i..i + HEADER_LEN];
-                header_is_valid(h) && read_u64(h) <= MAX_RESYNC_RECORD_LEN
+                header_is_valid(h) && read_u64(h) <= self.options.max_record_bytes.min(MAX_RESYNC_RECORD_LEN)
             });
             match found {
                 Some(i) => {
@@ -368,6 +384,14 @@ impl<R: Read> RecordReader<R> {
                 continue;
             }
             let len = read_u64(header);
+            if len > self.options.max_record_bytes {
+                let hint = format!(
+                    "; its header claims {len} bytes, above the limit of {} (max_record_bytes)",
+                    self.options.max_record_bytes
+                );
+                self.damage(CorruptionKind::RecordTooLong, hint)?;
+                continue;
+            }
             let total = usize::try_from(len)
                 .ok()
                 .and_then(|l| l.checked_add(FRAMING_LEN))
@@ -402,7 +426,8 @@ mod tests {
     }
 
     fn read(bytes: &[u8], skip: bool) -> (Result<Vec<Vec<u8>>>, Vec<SkippedRegion>) {
-        let mut r = RecordReader::new(bytes, "mem", ReaderOptions { skip_corrupt: skip });
+        let mut r =
+            RecordReader::new(bytes, "mem", ReaderOptions { skip_corrupt: skip, ..Default::default() });
         let out = r.read_all();
         (out, r.skipped().to_vec())
     }
@@ -502,7 +527,7 @@ mod tests {
         assert!(err.contains("not a TFRecord file") && err.contains("Gzip"), "{err}");
     }
 
-    /// A header with a valid CRC that claims an enormous length is a truncated payload, found
+    /// A header with a valid CRC that claims an enormous length is refused as too long,
     /// without trying to allocate the claimed size (found by fuzzing).
     #[test]
     fn huge_claimed_length_allocates_nothing_big() {
@@ -513,10 +538,35 @@ mod tests {
             bytes.extend_from_slice(b"short payload");
             let (out, skipped) = read(&bytes, true);
             assert!(out.unwrap().is_empty());
-            assert_eq!(skipped[0].kind, CorruptionKind::TruncatedPayload, "{claimed}");
+            assert_eq!(skipped[0].kind, CorruptionKind::RecordTooLong, "{claimed}");
             let (kind, offset) = corrupt_kind(&bytes);
-            assert_eq!((kind, offset), (CorruptionKind::TruncatedPayload, 0));
+            assert_eq!((kind, offset), (CorruptionKind::RecordTooLong, 0));
         }
+    }
+
+    /// A record longer than `max_record_bytes` is refused before its payload is read; in
+    /// skip mode the reader steps over it and goes on with the next record.
+    #[test]
+    fn a_record_over_the_limit_is_refused_or_skipped() {
+        let bytes = file_of(&[b"first", &[7u8; 5000], b"third"]);
+        let options = |skip_corrupt| ReaderOptions { skip_corrupt, max_record_bytes: 1000 };
+        let mut strict = RecordReader::new(&bytes[..], "mem", options(false));
+        assert_eq!(strict.next().unwrap().unwrap(), b"first");
+        match strict.next().unwrap().unwrap_err() {
+            Error::Corrupt { kind, offset, hint, .. } => {
+                assert_eq!((kind, offset), (CorruptionKind::RecordTooLong, 5 + FRAMING_LEN as u64));
+                assert!(hint.contains("claims 5000 bytes") && hint.contains("max_record_bytes"), "{hint}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut skipping = RecordReader::new(&bytes[..], "mem", options(true));
+        let mut records = Vec::new();
+        while let Some(record) = skipping.next() {
+            records.push(record.unwrap().to_vec());
+        }
+        assert_eq!(records, vec![b"first".to_vec(), b"third".to_vec()]);
+        assert_eq!(skipping.skipped()[0].kind, CorruptionKind::RecordTooLong);
+        assert_eq!(skipping.skipped()[0].bytes, 5000 + FRAMING_LEN as u64);
     }
 
     #[test]

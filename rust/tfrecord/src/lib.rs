@@ -33,6 +33,6 @@ pub use batches::ExampleBatchReader;
 pub use compression::Compression;
 pub use error::{CorruptionKind, Error, Result};
 pub use example_to_arrow::{ExampleDecoder, SchemaInference};
-pub use framing::{ReaderOptions, RecordReader, RecordWriter, SkippedRegion};
+pub use framing::{DEFAULT_MAX_RECORD_BYTES, ReaderOptions, RecordReader, RecordWriter, SkippedRegion};
 pub use record_type::{RecordDecoder, RecordEncoder, RecordSchemaInference, RecordType};
 pub use sequence_example::{SequenceExampleDecoder, SequenceExampleEncoder, SequenceSchemaInference};

@@ -16,7 +16,8 @@ pub fn exercise(data: &[u8]) -> usize {
     for compression in [Compression::None, Compression::Gzip, Compression::Zlib] {
         for skip_corrupt in [false, true] {
             let stream = compression.decoder(data);
-            let mut reader = RecordReader::new(stream, "fuzz", ReaderOptions { skip_corrupt });
+            let mut reader =
+                RecordReader::new(stream, "fuzz", ReaderOptions { skip_corrupt, ..Default::default() });
             let mut records = Vec::new();
             while let Some(Ok(record)) = reader.next() {
                 records.push(record.to_vec());

@@ -211,13 +211,33 @@ pub fn save(
     Ok(folder)
 }
 
+/// Whether `name` is a checkpoint folder's name as [`save`] makes them (`ckpt-<step>`): the
+/// index names folders that are pruned recursively, so nothing else may pass (`..`, a path).
+fn is_checkpoint_name(name: &str) -> bool {
+    name.strip_prefix("ckpt-")
+        .is_some_and(|step| !step.is_empty() && step.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Whether `name` is a shard file's name as [`save`] makes them.
+fn is_shard_name(name: &str) -> bool {
+    name.strip_prefix("shard-").and_then(|rest| rest.strip_suffix(".safetensors")).is_some_and(|middle| {
+        middle.split_once("-of-").is_some_and(|(i, n)| {
+            [i, n].iter().all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
+        })
+    })
+}
+
 fn read_index(model_dir: &str) -> Result<Option<Index>> {
     let url = sparktrain_storage::join_url(model_dir, INDEX);
     if !sparktrain_storage::exists(&url)? {
         return Ok(None);
     }
     let bytes = sparktrain_storage::read(&url)?;
-    serde_json::from_slice(&bytes).map(Some).map_err(|e| TrainError::format(url, e))
+    let index: Index = serde_json::from_slice(&bytes).map_err(|e| TrainError::format(url.clone(), e))?;
+    if let Some(bad) = std::iter::once(&index.latest).chain(&index.kept).find(|n| !is_checkpoint_name(n)) {
+        return Err(TrainError::format(url, format!("'{bad}' is not a checkpoint folder (ckpt-<step>)")));
+    }
+    Ok(Some(index))
 }
 
 /// The latest checkpoint under `model_dir`, or None when there is none; its tensors must
@@ -228,6 +248,17 @@ pub fn restore(model_dir: &str, layout: &Layout) -> Result<Option<Restored>> {
     let manifest_url = sparktrain_storage::join_url(&folder, MANIFEST);
     let manifest: Manifest = serde_json::from_slice(&sparktrain_storage::read(&manifest_url)?)
         .map_err(|e| TrainError::format(manifest_url.clone(), e))?;
+    if let Some(bad) = manifest.shards.iter().find(|s| !is_shard_name(s)) {
+        return Err(TrainError::format(manifest_url, format!("'{bad}' is not a shard file name")));
+    }
+    let pieces = manifest.tensors.iter().flat_map(|e| e.pieces.iter().map(move |p| (e, p.0)));
+    if let Some((entry, shard)) = pieces.into_iter().find(|(_, shard)| *shard >= manifest.shards.len()) {
+        let n = manifest.shards.len();
+        return Err(TrainError::format(
+            manifest_url,
+            format!("tensor '{}' names shard {shard}, but there are {n}", entry.name),
+        ));
+    }
     let saved: HashMap<&str, &Entry> = manifest.tensors.iter().map(|e| (e.name.as_str(), e)).collect();
 
     let mut shards: Vec<Option<Vec<u8>>> = vec![None; manifest.shards.len()];

@@ -7,7 +7,9 @@
 mod common;
 
 use candle_core::{Device, Tensor};
-use sparktrain_train::{Batch, CheckpointOptions, DataParallel, Loss, Mlp, OptimizerConfig, Progress, Rule};
+use sparktrain_train::{
+    Batch, CheckpointOptions, DataParallel, Loss, Mlp, OptimizerConfig, Progress, Rule, TrainError,
+};
 
 fn batch(step: usize) -> Batch {
     let rows = 16;
@@ -86,4 +88,54 @@ fn no_checkpoint_is_none_and_another_model_is_refused_by_name() {
     let mut other = DataParallel::new(model, Loss::BinaryCrossEntropy, &optimizer, None).unwrap();
     let err = other.restore(&model_dir).unwrap_err().to_string();
     assert!(err.contains("'dense_0/bias' has shape [32] there, the model has [8]"), "{err}");
+}
+
+/// `checkpoint.json` names folders that training prunes recursively: an entry that is not a
+/// checkpoint folder of this `model_dir` (`../victim`, an absolute path) is refused, and
+/// nothing outside `model_dir` is touched.
+#[test]
+fn an_index_naming_other_folders_is_refused_and_deletes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let model_dir = dir.path().join("model");
+    let victim = dir.path().join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("precious"), b"keep me").unwrap();
+    let model_url = model_dir.to_string_lossy().into_owned();
+    let t = trainer();
+    t.save_checkpoint(&model_url, Progress::default(), &CheckpointOptions::default()).unwrap();
+    for bad in ["../victim", "/tmp", "ckpt-12/../../victim"] {
+        let index = format!(r#"{{"latest": "ckpt-0000000000", "kept": ["{bad}", "ckpt-0000000000"]}}"#);
+        std::fs::write(model_dir.join("checkpoint.json"), index).unwrap();
+        let options = CheckpointOptions { keep: 1, ..CheckpointOptions::default() };
+        match t.save_checkpoint(&model_url, Progress { step: 5, ..Progress::default() }, &options) {
+            Err(TrainError::Format { path, source }) => {
+                assert!(path.ends_with("checkpoint.json"), "{path}");
+                assert!(source.to_string().contains(bad), "{source}");
+            }
+            other => panic!("expected a format error naming {bad}, got {other:?}"),
+        }
+        assert!(victim.join("precious").exists());
+    }
+}
+
+/// A manifest whose tensor names a shard that does not exist is an error naming the file,
+/// not a panic.
+#[test]
+fn a_manifest_naming_a_missing_shard_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let model_url = dir.path().to_string_lossy().into_owned();
+    let t = trainer();
+    let folder = t.save_checkpoint(&model_url, Progress::default(), &CheckpointOptions::default()).unwrap();
+    let manifest = std::path::Path::new(&folder).join("manifest.json");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    json["tensors"][0]["pieces"][0][0] = serde_json::json!(7);
+    std::fs::write(&manifest, json.to_string()).unwrap();
+    match trainer().restore(&model_url) {
+        Err(TrainError::Format { path, source }) => {
+            assert!(path.ends_with("manifest.json"), "{path}");
+            assert!(source.to_string().contains("names shard 7, but there are 1"), "{source}");
+        }
+        other => panic!("expected a format error, got {other:?}"),
+    }
 }

@@ -171,6 +171,10 @@ def test_the_rendezvous_reports_typed_events_and_task_infos():
                 case _native.Event.Metrics(task_index=0, step=step, metrics=metrics):
                     seen.append(f"metrics {step} {metrics}")
         assert seen == ["registered 127.0.0.1 exec-1", "ready", "metrics 7 [('loss', 0.5)]"]
+        intruder = _native.ControlClient(server.address, _native.generate_secret(), 5.0)
+        with pytest.raises(errors.Unauthenticated):
+            intruder.report(0, 1, [], 5.0)
+        assert (server.refused_total(), len(server.refused())) == (1, 1)
     finally:
         server.close()
     with pytest.raises(errors.ClosedError, match="rendezvous is closed"):

@@ -30,6 +30,7 @@ from sparktrain.cluster.settings import JobSettings, role_names
 from sparktrain.cluster.slots import ensure_slots
 from sparktrain.cluster.task import TaskResult, run_task
 from sparktrain.errors import (
+    ClosedError,
     ClusterError,
     InvalidArgumentError,
     RendezvousTimeout,
@@ -482,7 +483,8 @@ class Cluster:
         self._server.close()
 
     def status(self) -> dict[str, Any]:
-        """The job's state, which tasks registered and exited, and each task's latest metrics."""
+        """The job's state, which tasks registered and exited, each task's latest metrics, and
+        the calls the control plane refused (the latest ones, and how many in all)."""
         with self._lock:
             return {
                 "name": self.name,
@@ -493,13 +495,20 @@ class Cluster:
                 "metrics": {self._roles[r]: dict(m) for r, m in self._metrics.items()},
                 "failure": str(self._failure) if self._failure else None,
                 "refused": self._refused(),
+                "refused_total": self._refused_total(),
             }
 
     def _refused(self) -> list[str]:
         try:
             return self._server.refused()
-        except InvalidArgumentError:
-            return []  # closed
+        except ClosedError:
+            return []
+
+    def _refused_total(self) -> int:
+        try:
+            return self._server.refused_total()
+        except ClosedError:
+            return 0
 
     def __enter__(self) -> Cluster:
         return self

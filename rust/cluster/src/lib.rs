@@ -22,7 +22,7 @@ pub mod spec;
 pub use client::{ClientTls, TaskClient};
 pub use error::{ClusterError, Result};
 pub use job::{Event, Job, Stream};
-pub use rendezvous::{RendezvousServer, SECRET_HEADER, ServerConfig, ServerTls};
+pub use rendezvous::{REFUSED_KEPT, RendezvousServer, SECRET_HEADER, ServerConfig, ServerTls};
 pub use roles::{Role, TaskRole, roles};
 pub use secret::JobSecret;
 pub use spec::{ClusterSpec, Registration, TaskEntry};

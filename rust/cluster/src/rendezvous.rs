@@ -74,10 +74,21 @@ impl std::fmt::Debug for ServerTls {
     }
 }
 
+/// Refused calls kept by peer and reason; older ones are only counted, so a flood of bad
+/// calls cannot grow the driver's memory.
+pub const REFUSED_KEPT: usize = 100;
+
+/// The calls refused so far: how many, and the latest [`REFUSED_KEPT`].
+#[derive(Default)]
+struct Refusals {
+    total: u64,
+    recent: std::collections::VecDeque<String>,
+}
+
 struct State {
     secret: JobSecret,
     job: Arc<Job>,
-    refused: Mutex<Vec<String>>,
+    refused: Mutex<Refusals>,
 }
 
 struct Service(Arc<State>);
@@ -143,7 +154,12 @@ impl Service {
         }
         let peer = request.remote_addr().map_or_else(|| "an unknown peer".to_string(), |a| a.to_string());
         let why = if presented.is_some() { "a wrong job secret" } else { "no job secret" };
-        lock(&self.0.refused).push(format!("{peer}: {why}"));
+        let mut refused = lock(&self.0.refused);
+        refused.total += 1;
+        if refused.recent.len() == REFUSED_KEPT {
+            refused.recent.pop_front();
+        }
+        refused.recent.push_back(format!("{peer}: {why}"));
         Err(Status::unauthenticated(format!("refused: {why}")))
     }
 }
@@ -236,7 +252,7 @@ impl RendezvousServer {
             source,
         })?;
         let job = Arc::new(Job::new(spec, config.registration_timeout, config.heartbeat_timeout));
-        let state = Arc::new(State { secret: config.secret, job, refused: Mutex::new(Vec::new()) });
+        let state = Arc::new(State { secret: config.secret, job, refused: Mutex::default() });
         let mut builder = tonic::transport::Server::builder();
         if let Some(tls) = &config.tls {
             let identity = Identity::from_pem(&tls.cert_pem, &tls.key_pem);
@@ -263,9 +279,14 @@ impl RendezvousServer {
         self.address
     }
 
-    /// The calls refused so far, as `peer: reason`.
+    /// The latest calls refused (at most [`REFUSED_KEPT`]), as `peer: reason`, oldest first.
     pub fn refused(&self) -> Vec<String> {
-        lock(&self.state.refused).clone()
+        lock(&self.state.refused).recent.iter().cloned().collect()
+    }
+
+    /// How many calls were refused in all.
+    pub fn refused_total(&self) -> u64 {
+        lock(&self.state.refused).total
     }
 
     /// The job's shared state: events, barriers, the work queue, the abort switch.

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sparktrain_cluster::{
-    ClientTls, ClusterError, Event, JobSecret, Registration, RendezvousServer, ServerConfig, ServerTls,
-    Stream, TaskClient,
+    ClientTls, ClusterError, Event, JobSecret, REFUSED_KEPT, Registration, RendezvousServer, ServerConfig,
+    ServerTls, Stream, TaskClient,
 };
 
 fn config(secret: &JobSecret, workers: u32, evaluators: u32, timeout: Duration) -> ServerConfig {
@@ -84,6 +84,21 @@ async fn a_wrong_secret_is_refused_and_recorded() {
     // The slot stays free for the real task.
     let mut client = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
     client.register(&registration(0), Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_refused_calls_is_counted_but_only_the_latest_are_kept() {
+    let secret = JobSecret::generate().unwrap();
+    let server = RendezvousServer::start(config(&secret, 1, 0, Duration::from_secs(5))).await.unwrap();
+    let intruder = JobSecret::generate().unwrap();
+    let mut client =
+        TaskClient::connect(&server.address().to_string(), &intruder, Duration::from_secs(5)).await.unwrap();
+    let calls = REFUSED_KEPT as u64 + 50;
+    for _ in 0..calls {
+        client.register(&registration(0), Duration::from_secs(5)).await.unwrap_err();
+    }
+    assert_eq!(server.refused_total(), calls);
+    assert_eq!(server.refused().len(), REFUSED_KEPT);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

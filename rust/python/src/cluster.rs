@@ -232,6 +232,11 @@ impl Rendezvous {
         self.with_server(|s| s.refused())
     }
 
+    /// How many calls were refused in all (`refused()` keeps the latest ones).
+    fn refused_total(&self) -> Result<u64> {
+        self.with_server(|s| s.refused_total())
+    }
+
     /// The task indexes that have not registered yet.
     fn missing(&self) -> Result<Vec<u32>> {
         self.with_server(|s| s.job().spec().missing())

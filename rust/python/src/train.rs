@@ -172,19 +172,12 @@ impl TrainerConfig {
         device: Option<String>,
     ) -> Result<Self> {
         let rule = |(name, lr, settings): &RuleArgs| Rule::named(name, *lr, settings);
-        let mut optimizers = OptimizerConfig {
-            rule: rule(&optimizer)?,
-            wide: wide_optimizer.as_ref().map(rule).transpose()?,
-            threads: 1,
-            sparse_tables: true,
-        };
-        let mut config = sparktrain_train::TrainerConfig::new(
-            ModelKind::named(model, classes, hidden, dim)?,
-            optimizers.clone(),
-        );
+        let mut optimizers = OptimizerConfig::new(rule(&optimizer)?);
+        optimizers.wide = wide_optimizer.as_ref().map(rule).transpose()?;
         optimizers.threads = threads.unwrap_or(optimizers.threads);
         optimizers.sparse_tables = sparse_tables.unwrap_or(optimizers.sparse_tables);
-        config.optimizer = optimizers;
+        let model = ModelKind::named(model, classes, hidden, dim)?;
+        let mut config = sparktrain_train::TrainerConfig::new(model, optimizers);
         if classes > 1 {
             config.loss = sparktrain_train::Loss::SoftmaxCrossEntropy;
         }

@@ -43,9 +43,9 @@ fn yes() -> bool {
 }
 
 impl OptimizerConfig {
-    /// One rule for everything, on one thread.
+    /// One rule for everything, with the defaults a configuration file gets.
     pub fn new(rule: Rule) -> Self {
-        OptimizerConfig { rule, wide: None, threads: 1, sparse_tables: true }
+        OptimizerConfig { rule, wide: None, threads: one(), sparse_tables: yes() }
     }
 }
 

@@ -14,6 +14,7 @@ import operator
 from collections.abc import Collection, Mapping
 from typing import Any, SupportsIndex, TypeVar
 
+from sparktrain import _native
 from sparktrain.errors import InvalidArgumentError
 
 T = TypeVar("T")
@@ -45,9 +46,9 @@ def optional_integer(name: str, value: object, *, minimum: int) -> int | None:
     return None if value is None else integer(name, value, minimum=minimum)
 
 
-#: The longest time-out taken (a year, as the compiled module's limit): longer ones overflow
-#: the clock arithmetic of the waits they set.
-MAX_SECONDS = 366 * 24 * 3600
+#: The longest time-out taken (a year, the compiled module's limit): longer ones overflow the
+#: clock arithmetic of the waits they set.
+MAX_SECONDS = _native.MAX_WAIT_SECONDS
 
 
 def seconds(name: str, value: object) -> float:

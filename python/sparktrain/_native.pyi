@@ -14,6 +14,7 @@ __all__ = [
     "DEFAULT_MAX_RECORD_BYTES",
     "HYPERPARAMETERS",
     "LEARNING_RATES",
+    "MAX_WAIT_SECONDS",
     "MODELS",
     "Communicator",
     "ControlClient",
@@ -57,6 +58,7 @@ __all__ = [
 __version__: str
 DEFAULT_BUCKETS: int
 DEFAULT_MAX_RECORD_BYTES: int
+MAX_WAIT_SECONDS: int
 MODELS: list[str]
 LEARNING_RATES: list[tuple[str, float]]
 HYPERPARAMETERS: list[str]

@@ -26,10 +26,13 @@ def _version() -> str:
 def sparktrain_jar() -> Path:
     """The jar that ``tests/run.sh`` builds; built here with Maven when it is missing, so a
     benchmark or a single test runs from a fresh clone too."""
-    jar = ROOT / "jars" / "target" / f"sparktrain-hadoop-{_version()}.jar"
+    version = _version()
+    jar = ROOT / "jars" / "target" / f"sparktrain-hadoop-{version}.jar"
     if not jar.exists():
-        command = ["mvn", "-q", "-B", "-f", str(ROOT / "jars" / "pom.xml"), "package", "-DskipTests"]
-        subprocess.run([*command, f"-Drevision={_version()}"], check=True)
+        pom = str(ROOT / "jars" / "pom.xml")
+        subprocess.run(
+            ["mvn", "-q", "-B", "-f", pom, "package", "-DskipTests", f"-Drevision={version}"], check=True
+        )
     return jar
 
 

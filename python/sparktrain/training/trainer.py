@@ -193,8 +193,6 @@ class Trainer:
         return self._features
 
     def _input(self, data: str | None, sharding: str = "static") -> _native.Input:
-        if sharding not in SHARDINGS:
-            raise InvalidArgumentError(f"sharding={sharding!r}: use one of {list(SHARDINGS)}")
         if data is None:
             if self._ctx is None or self._ctx.feed_path is None:
                 raise InvalidArgumentError(

@@ -428,5 +428,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ControlClient>()?;
     m.add_class::<Event>()?;
     m.add_class::<TaskInfo>()?;
+    m.add("MAX_WAIT_SECONDS", MAX_WAIT.as_secs())?;
     Ok(())
 }

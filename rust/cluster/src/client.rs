@@ -167,8 +167,15 @@ impl TaskClient {
             BarrierRequest { task_index, name: name.to_string(), timeout_ms },
             timeout.map(|t| t + Duration::from_secs(10)),
         )?;
-        self.client.barrier(request).await.map_err(|s| self.error_of(s))?;
-        Ok(())
+        let reply = self.client.barrier(request).await.map_err(|s| self.error_of(s))?.into_inner();
+        if reply.missing.is_empty() {
+            return Ok(());
+        }
+        Err(ClusterError::BarrierTimeout {
+            name: name.to_string(),
+            missing: reply.missing,
+            total: reply.total,
+        })
     }
 
     /// Sends metrics.

@@ -12,6 +12,14 @@
 //! largest first (longest processing time first, so an epoch ends on small items); items of
 //! equal size come in an order that a hash of the epoch and the URL fixes, so it changes from
 //! one epoch to the next but not from one run to the next.
+//!
+//! The queue survives a restart ([`WorkQueue::restarted`]): every epoch remembers which task
+//! took which items, in order, and after a restart each task is first handed again exactly the
+//! items it took before, in the same order. A resumed trainer then reads the same rows in the
+//! same batches as before the failure and skips the batches its checkpoint already covers, so
+//! no file is trained on twice and the interrupted epoch goes on where the checkpoint left it.
+//! Items of a task that does not come back (fewer trainers after a restart) go back to the
+//! front of their epoch's queue.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -90,48 +98,89 @@ struct Inner {
     barriers: HashMap<String, BTreeSet<u32>>,
     aborted: Option<String>,
     ready_announced: bool,
-    /// None until [`Job::set_work`].
+    /// None until [`Job::set_work`] or [`Job::resume_work`].
     work: Option<WorkQueue>,
     /// How many work items each task took, over all epochs.
     work_taken: Vec<u64>,
 }
 
-/// The items every epoch hands out, and how far each epoch has got.
-struct WorkQueue {
+/// The items every epoch hands out, how far each epoch has got, and who took what.
+pub struct WorkQueue {
     /// File URL and size in bytes, as given.
     items: Vec<(String, u64)>,
-    epochs: HashMap<u64, Cursor>,
+    epochs: HashMap<u64, EpochWork>,
 }
 
 /// One epoch's progress through the work queue.
-enum Cursor {
-    /// Indexes into the items in hand-out order, and how many were handed out.
-    Open { order: Vec<usize>, next: usize },
-    /// Every item of the epoch was handed out.
-    Drained,
+#[derive(Default)]
+struct EpochWork {
+    /// Indexes into the items in hand-out order (None until the epoch starts), and how many
+    /// were handed out.
+    order: Vec<usize>,
+    next: usize,
+    /// (task, item index) in the order this generation handed them out.
+    handed: Vec<(u32, usize)>,
+    /// Per task, the items to hand again before any new one (after a restart).
+    replay: HashMap<u32, VecDeque<usize>>,
 }
 
 impl WorkQueue {
-    /// The next item of `epoch`, or None once all of them were handed out.
-    fn take(&mut self, epoch: u64) -> Option<String> {
+    /// A queue that hands out `items` (file URL, size in bytes) in every epoch.
+    pub fn new(items: Vec<(String, u64)>) -> Self {
+        WorkQueue { items, epochs: HashMap::new() }
+    }
+
+    /// The items, as given.
+    pub fn items(&self) -> &[(String, u64)] {
+        &self.items
+    }
+
+    /// The next item of `epoch` for `task`, or None once all of them were handed out.
+    fn take(&mut self, epoch: u64, task: u32) -> Option<String> {
         let items = &self.items;
-        let cursor = self.epochs.entry(epoch).or_insert_with(|| {
-            if items.is_empty() {
-                Cursor::Drained
-            } else {
-                Cursor::Open { order: epoch_order(items, epoch), next: 0 }
+        let work = self
+            .epochs
+            .entry(epoch)
+            .or_insert_with(|| EpochWork { order: epoch_order(items, epoch), ..EpochWork::default() });
+        let index = match work.replay.get_mut(&task).and_then(VecDeque::pop_front) {
+            Some(index) => index,
+            None => {
+                let index = *work.order.get(work.next)?;
+                work.next += 1;
+                index
             }
-        });
-        let Cursor::Open { order, next } = cursor else {
-            return None;
         };
-        let index = order[*next];
-        *next += 1;
-        if *next == order.len() {
-            // Keep one small marker per finished epoch rather than its whole order.
-            *cursor = Cursor::Drained;
-        }
+        work.handed.push((task, index));
         Some(self.items[index].0.clone())
+    }
+
+    /// The queue for the next generation of a job with `num_tasks` tasks: every epoch hands
+    /// each task the items it took in this generation again, first and in the same order
+    /// (after those it had still to be handed again from an earlier restart); the items of
+    /// tasks from `num_tasks` on go back to the front of the epoch's queue.
+    pub fn restarted(mut self, num_tasks: u32) -> Self {
+        for work in self.epochs.values_mut() {
+            let mut replay: HashMap<u32, VecDeque<usize>> = HashMap::new();
+            for (task, index) in work.handed.drain(..) {
+                replay.entry(task).or_default().push_back(index);
+            }
+            for (task, rest) in work.replay.drain() {
+                replay.entry(task).or_default().extend(rest);
+            }
+            let mut orphaned: Vec<usize> = Vec::new();
+            let mut tasks: Vec<u32> = replay.keys().copied().filter(|t| *t >= num_tasks).collect();
+            tasks.sort_unstable();
+            for task in tasks {
+                orphaned.extend(replay.remove(&task).unwrap_or_default());
+            }
+            if !orphaned.is_empty() {
+                let rest = work.order.split_off(work.next);
+                work.order = orphaned.into_iter().chain(rest).collect();
+                work.next = 0;
+            }
+            work.replay = replay;
+        }
+        self
     }
 }
 
@@ -394,7 +443,18 @@ impl Job {
     /// an epoch may be handed out again); [`Job::work_taken`] keeps its counts. An item listed
     /// twice is handed out twice per epoch.
     pub fn set_work(&self, items: Vec<(String, u64)>) {
-        lock(&self.inner).work = Some(WorkQueue { items, epochs: HashMap::new() });
+        lock(&self.inner).work = Some(WorkQueue::new(items));
+    }
+
+    /// Takes the work queue out of this job, to carry it over to the next generation
+    /// ([`WorkQueue::restarted`], [`Job::resume_work`]).
+    pub fn take_work(&self) -> Option<WorkQueue> {
+        lock(&self.inner).work.take()
+    }
+
+    /// Serves `queue` as this job's work queue.
+    pub fn resume_work(&self, queue: WorkQueue) {
+        lock(&self.inner).work = Some(queue);
     }
 
     /// The next item of `epoch` not handed out yet, for task `task_index`; None once every
@@ -415,7 +475,7 @@ impl Job {
             .work
             .as_mut()
             .ok_or_else(|| ClusterError::InvalidArgument("no work queue was set for this job".into()))?;
-        let item = queue.take(epoch);
+        let item = queue.take(epoch, task_index);
         if item.is_some() {
             inner.work_taken[task_index as usize] += 1;
         }
@@ -695,5 +755,50 @@ mod tests {
             assert_eq!(items, expected, "epoch {epoch}");
         }
         assert_eq!(job.work_taken().iter().sum::<u64>(), ITEMS * EPOCHS);
+    }
+
+    #[test]
+    fn after_a_restart_each_task_is_handed_again_what_it_took_in_the_same_order() {
+        let mut queue = WorkQueue::new(files(&[60, 50, 40, 30, 20, 10]));
+        let take = |q: &mut WorkQueue, task: u32| q.take(0, task).map(|url| url[url.len() - 1..].to_string());
+        // Generation 0: tasks 0 and 1 race for epoch 0; task 1 also starts epoch 1.
+        let before: Vec<_> = [0, 1, 1, 0].iter().map(|&t| take(&mut queue, t).unwrap()).collect();
+        assert_eq!(before, ["0", "1", "2", "3"]);
+        assert!(queue.take(1, 1).unwrap().ends_with("part-00000"));
+
+        let mut queue = queue.restarted(2);
+        // Each task gets its own items back first, in order, whoever asks first.
+        assert_eq!(take(&mut queue, 1).as_deref(), Some("1"));
+        assert_eq!(take(&mut queue, 0).as_deref(), Some("0"));
+        assert_eq!(take(&mut queue, 0).as_deref(), Some("3"));
+        assert_eq!(take(&mut queue, 0).as_deref(), Some("4"), "then new items, from where the epoch was");
+        assert_eq!(take(&mut queue, 1).as_deref(), Some("2"));
+        assert_eq!(take(&mut queue, 1).as_deref(), Some("5"));
+        assert_eq!(take(&mut queue, 1), None);
+        assert!(queue.take(1, 1).unwrap().ends_with("part-00000"), "every epoch is replayed");
+
+        // A second restart before the replay is done keeps what is still owed.
+        let mut queue = WorkQueue::new(files(&[3, 2, 1])).restarted(1);
+        assert_eq!(take(&mut queue, 0).as_deref(), Some("0"));
+        let mut queue = queue.restarted(1);
+        assert_eq!(take(&mut queue, 0).as_deref(), Some("0"));
+        assert_eq!(take(&mut queue, 0).as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn the_items_of_a_task_that_does_not_come_back_go_to_the_front_of_the_queue() {
+        let mut queue = WorkQueue::new(files(&[60, 50, 40, 30, 20, 10]));
+        let mut take = |task: u32| queue.take(0, task).unwrap();
+        let taken = [take(0), take(1), take(2), take(2)];
+        assert!(taken[3].ends_with("part-00003"));
+        let mut queue = queue.restarted(2);
+        // Task 2 is gone: its items 2 and 3 come next for anyone, before the untouched 4 and 5.
+        let mut rest = Vec::new();
+        while let Some(url) = queue.take(0, 1) {
+            rest.push(url[url.len() - 1..].to_string());
+        }
+        assert_eq!(rest, ["1", "2", "3", "4", "5"]);
+        assert!(queue.take(0, 0).unwrap().ends_with("part-00000"));
+        assert_eq!(queue.take(0, 0), None);
     }
 }

@@ -21,7 +21,7 @@ pub mod spec;
 
 pub use client::{ClientTls, TaskClient};
 pub use error::{ClusterError, Result};
-pub use job::{Event, Job, Stream};
+pub use job::{Event, Job, Stream, WorkQueue};
 pub use rendezvous::{REFUSED_KEPT, RendezvousServer, SECRET_HEADER, ServerConfig, ServerTls};
 pub use roles::{Role, TaskRole, roles};
 pub use secret::JobSecret;

@@ -7,6 +7,12 @@
 //! Every call must carry the job secret in the [`SECRET_HEADER`] metadata; a call without it,
 //! or with another, is refused with `UNAUTHENTICATED` and recorded with the caller's address
 //! ([`RendezvousServer::refused`]). Only protobuf messages are read from the network.
+//!
+//! Generations: when the driver restarts a failed job it starts a new generation
+//! ([`RendezvousServer::new_generation`]) with a fresh [`Job`] and a fresh secret. A task of an
+//! earlier generation still presents that generation's secret; it is refused with `ABORTED`
+//! (its task then stops its trainer at once) and its data-plane handshakes fail too, since the
+//! ring is keyed by the same secret. The work queue carries over to the new generation.
 
 use std::net::{IpAddr, SocketAddr};
 use std::ops::RangeInclusive;
@@ -85,9 +91,19 @@ struct Refusals {
     recent: std::collections::VecDeque<String>,
 }
 
-struct State {
+/// Secrets of earlier generations kept to tell a stale caller from a stranger.
+const EARLIER_KEPT: usize = 64;
+
+/// The generation being served: its number, secret and job, and the secrets of earlier ones.
+struct Generation {
+    number: u64,
     secret: JobSecret,
     job: Arc<Job>,
+    earlier: std::collections::VecDeque<(u64, JobSecret)>,
+}
+
+struct State {
+    current: Mutex<Generation>,
     refused: Mutex<Refusals>,
 }
 
@@ -147,30 +163,50 @@ fn reply_of(spec: &ClusterSpec, task_index: u32) -> Result<RegisterReply, Status
 }
 
 impl Service {
-    fn authenticate<T>(&self, request: &Request<T>) -> Result<(), Status> {
+    /// The job of the current generation when the call carries its secret; else the call is
+    /// refused and recorded: `ABORTED` for a caller of an earlier generation, `UNAUTHENTICATED`
+    /// for anyone else.
+    fn authenticate<T>(&self, request: &Request<T>) -> Result<Arc<Job>, Status> {
         let presented = request.metadata().get(SECRET_HEADER).and_then(|v| v.to_str().ok());
-        if presented.is_some_and(|p| self.0.secret.verify(p)) {
-            return Ok(());
-        }
+        let (why, status) = {
+            let current = lock(&self.0.current);
+            match presented {
+                Some(p) if current.secret.verify(p) => return Ok(current.job.clone()),
+                Some(p) => match current.earlier.iter().find(|(_, s)| s.verify(p)) {
+                    Some((stale, _)) => {
+                        let why = format!(
+                            "a task of generation {stale}, superseded by generation {}",
+                            current.number
+                        );
+                        let status = Status::aborted(format!("refused: {why}"));
+                        (why, status)
+                    }
+                    None => (
+                        "a wrong job secret".to_string(),
+                        Status::unauthenticated("refused: a wrong job secret"),
+                    ),
+                },
+                None => ("no job secret".to_string(), Status::unauthenticated("refused: no job secret")),
+            }
+        };
         let peer = request.remote_addr().map_or_else(|| "an unknown peer".to_string(), |a| a.to_string());
-        let why = if presented.is_some() { "a wrong job secret" } else { "no job secret" };
         let mut refused = lock(&self.0.refused);
         refused.total += 1;
         if refused.recent.len() == REFUSED_KEPT {
             refused.recent.pop_front();
         }
         refused.recent.push_back(format!("{peer}: {why}"));
-        Err(Status::unauthenticated(format!("refused: {why}")))
+        Err(status)
     }
 }
 
 #[tonic::async_trait]
 impl Rendezvous for Service {
     async fn register(&self, request: Request<RegisterRequest>) -> Result<Response<RegisterReply>, Status> {
-        self.authenticate(&request)?;
+        let job = self.authenticate(&request)?;
         let registration = registration_of(request.into_inner())?;
         let task_index = registration.task_index;
-        let spec = self.0.job.register(registration).await.map_err(status_of)?;
+        let spec = job.register(registration).await.map_err(status_of)?;
         reply_of(&spec, task_index).map(Response::new)
     }
 
@@ -178,43 +214,49 @@ impl Rendezvous for Service {
         &self,
         request: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatReply>, Status> {
-        self.authenticate(&request)?;
+        let job = self.authenticate(&request)?;
         let r = request.into_inner();
         let lines = r
             .lines
             .into_iter()
             .map(|l| (if l.stream == 2 { Stream::Stderr } else { Stream::Stdout }, l.text))
             .collect();
-        let aborted = self.0.job.heartbeat(r.task_index, lines).map_err(status_of)?;
+        let aborted = job.heartbeat(r.task_index, lines).map_err(status_of)?;
         Ok(Response::new(HeartbeatReply { abort: aborted.is_some(), reason: aborted.unwrap_or_default() }))
     }
 
     async fn barrier(&self, request: Request<BarrierRequest>) -> Result<Response<BarrierReply>, Status> {
-        self.authenticate(&request)?;
+        let job = self.authenticate(&request)?;
         let r = request.into_inner();
         let timeout = (r.timeout_ms > 0).then(|| Duration::from_millis(r.timeout_ms));
-        self.0.job.barrier(r.task_index, &r.name, timeout).await.map_err(status_of)?;
-        Ok(Response::new(BarrierReply {}))
+        match job.barrier(r.task_index, &r.name, timeout).await {
+            Ok(()) => Ok(Response::new(BarrierReply { missing: vec![], total: 0 })),
+            // A time-out is an answer, not a failure of the call: it names who never came.
+            Err(ClusterError::BarrierTimeout { missing, total, .. }) => {
+                Ok(Response::new(BarrierReply { missing, total }))
+            }
+            Err(e) => Err(status_of(e)),
+        }
     }
 
     async fn report(&self, request: Request<ReportRequest>) -> Result<Response<ReportReply>, Status> {
-        self.authenticate(&request)?;
+        let job = self.authenticate(&request)?;
         let r = request.into_inner();
-        self.0.job.report(r.task_index, r.step, r.metrics.into_iter().collect()).map_err(status_of)?;
+        job.report(r.task_index, r.step, r.metrics.into_iter().collect()).map_err(status_of)?;
         Ok(Response::new(ReportReply {}))
     }
 
     async fn exit(&self, request: Request<ExitRequest>) -> Result<Response<ExitReply>, Status> {
-        self.authenticate(&request)?;
+        let job = self.authenticate(&request)?;
         let r = request.into_inner();
-        self.0.job.exited(r.task_index, r.exit_code, r.stderr_tail).map_err(status_of)?;
+        job.exited(r.task_index, r.exit_code, r.stderr_tail).map_err(status_of)?;
         Ok(Response::new(ExitReply {}))
     }
 
     async fn next_work(&self, request: Request<WorkRequest>) -> Result<Response<WorkReply>, Status> {
-        self.authenticate(&request)?;
+        let job = self.authenticate(&request)?;
         let r = request.into_inner();
-        let item = self.0.job.next_work(r.task_index, r.epoch).map_err(status_of)?;
+        let item = job.next_work(r.task_index, r.epoch).map_err(status_of)?;
         Ok(Response::new(WorkReply { item }))
     }
 }
@@ -223,6 +265,8 @@ impl Rendezvous for Service {
 pub struct RendezvousServer {
     address: SocketAddr,
     state: Arc<State>,
+    registration_timeout: Duration,
+    heartbeat_timeout: Duration,
     stop: Option<oneshot::Sender<()>>,
 }
 
@@ -252,7 +296,8 @@ impl RendezvousServer {
             source,
         })?;
         let job = Arc::new(Job::new(spec, config.registration_timeout, config.heartbeat_timeout));
-        let state = Arc::new(State { secret: config.secret, job, refused: Mutex::default() });
+        let current = Generation { number: 0, secret: config.secret, job, earlier: Default::default() };
+        let state = Arc::new(State { current: Mutex::new(current), refused: Mutex::default() });
         let mut builder = tonic::transport::Server::builder();
         if let Some(tls) = &config.tls {
             let identity = Identity::from_pem(&tls.cert_pem, &tls.key_pem);
@@ -271,7 +316,13 @@ impl RendezvousServer {
                 })
                 .await;
         });
-        Ok(RendezvousServer { address, state, stop: Some(stop) })
+        Ok(RendezvousServer {
+            address,
+            state,
+            registration_timeout: config.registration_timeout,
+            heartbeat_timeout: config.heartbeat_timeout,
+            stop: Some(stop),
+        })
     }
 
     /// The address the tasks connect to.
@@ -289,15 +340,53 @@ impl RendezvousServer {
         lock(&self.state.refused).total
     }
 
-    /// The job's shared state: events, barriers, the work queue, the abort switch.
-    pub fn job(&self) -> &Arc<Job> {
-        &self.state.job
+    /// The current generation's shared state: events, barriers, the work queue, the abort
+    /// switch.
+    pub fn job(&self) -> Arc<Job> {
+        lock(&self.state.current).job.clone()
+    }
+
+    /// The number of the generation being served (0 for the first).
+    pub fn generation(&self) -> u64 {
+        lock(&self.state.current).number
+    }
+
+    /// The generation being served and its job, read together.
+    pub fn current(&self) -> (u64, Arc<Job>) {
+        let current = lock(&self.state.current);
+        (current.number, current.job.clone())
+    }
+
+    /// Starts the next generation of the job: `num_workers` training tasks and
+    /// `num_evaluators` evaluators must register anew, with `secret`, within the registration
+    /// time-out from now. The previous generation is aborted (if it was not already), its
+    /// callers are refused from now on, and its work queue carries over, each task being
+    /// handed again what it took before ([`crate::job::WorkQueue::restarted`]). Returns the
+    /// new generation's number.
+    pub fn new_generation(&self, secret: JobSecret, num_workers: u32, num_evaluators: u32) -> Result<u64> {
+        let spec = ClusterSpec::new(num_workers, num_evaluators)?;
+        let job = Arc::new(Job::new(spec, self.registration_timeout, self.heartbeat_timeout));
+        let mut current = lock(&self.state.current);
+        if let Some(queue) = current.job.take_work() {
+            job.resume_work(queue.restarted(num_workers + num_evaluators));
+        }
+        let number = current.number + 1;
+        current.job.abort(&format!("superseded by generation {number}"));
+        let old = std::mem::replace(&mut current.secret, secret);
+        if current.earlier.len() == EARLIER_KEPT {
+            current.earlier.pop_front();
+        }
+        let stale = current.number;
+        current.earlier.push_back((stale, old));
+        current.number = number;
+        current.job = job;
+        Ok(number)
     }
 
     /// Waits until every task registered, or fails when the registration time-out passes,
     /// naming the missing tasks.
     pub async fn wait_ready(&self) -> Result<ClusterSpec> {
-        self.state.job.wait_ready().await
+        self.job().wait_ready().await
     }
 }
 

@@ -163,6 +163,12 @@ async fn after_the_rendezvous_tasks_meet_report_and_the_driver_sees_everything()
     assert_eq!(abort.unwrap(), None);
     c1.barrier(1, "exit", Some(Duration::from_secs(5))).await.unwrap();
     chief.await.unwrap().unwrap();
+    // A barrier that times out names the tasks that never came, as a typed error.
+    let err = c1.barrier(1, "alone", Some(Duration::from_millis(50))).await.unwrap_err();
+    assert!(
+        matches!(&err, ClusterError::BarrierTimeout { name, missing, total: 2 } if name == "alone" && missing == &[0]),
+        "{err}"
+    );
     c1.exit(1, 0, 0, String::new(), Duration::from_secs(5)).await.unwrap();
 
     let events = server.job().events(Duration::from_secs(1)).await;
@@ -274,4 +280,41 @@ async fn the_work_queue_hands_every_item_of_an_epoch_to_one_task() {
     server.job().abort("task 0 (chief:0) exited with code 1");
     let err = client.next_work(0, 3, Duration::from_secs(5)).await.unwrap_err();
     assert!(matches!(&err, ClusterError::Aborted(r) if r == "task 0 (chief:0) exited with code 1"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_generation_refuses_the_old_one_and_keeps_the_work() {
+    let first = JobSecret::generate().unwrap();
+    let server = RendezvousServer::start(config(&first, 2, 0, Duration::from_secs(10))).await.unwrap();
+    let address = server.address().to_string();
+    server.job().set_work(vec![("a".into(), 2), ("b".into(), 1)]);
+    let mut stale = TaskClient::connect(&address, &first, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(stale.next_work(0, 0, Duration::from_secs(5)).await.unwrap().as_deref(), Some("a"));
+    assert_eq!(server.generation(), 0);
+
+    let second = JobSecret::generate().unwrap();
+    assert_eq!(server.new_generation(second.clone(), 1, 0).unwrap(), 1);
+    assert_eq!(server.generation(), 1);
+    // A task of generation 0 is told to stop, and its refusal is recorded as stale.
+    let err = stale.heartbeat(0, 0, vec![], Duration::from_secs(5)).await.unwrap_err();
+    assert!(
+        matches!(&err, ClusterError::Aborted(r) if r.contains("a task of generation 0, superseded by generation 1")),
+        "{err}"
+    );
+    assert_eq!(server.refused_total(), 1);
+    assert!(server.refused()[0].ends_with("a task of generation 0, superseded by generation 1"));
+
+    // Generation 1 has its own size and registrations; task 0 is handed again what it took.
+    let mut fresh = TaskClient::connect(&address, &second, Duration::from_secs(5)).await.unwrap();
+    let reply = fresh.register(&registration(0), Duration::from_secs(5)).await.unwrap();
+    assert_eq!(reply.tasks.len(), 1);
+    assert_eq!(fresh.next_work(0, 0, Duration::from_secs(5)).await.unwrap().as_deref(), Some("a"));
+    assert_eq!(fresh.next_work(0, 0, Duration::from_secs(5)).await.unwrap().as_deref(), Some("b"));
+    assert_eq!(fresh.next_work(0, 0, Duration::from_secs(5)).await.unwrap(), None);
+
+    // A stranger is still a stranger.
+    let mut stranger =
+        TaskClient::connect(&address, &JobSecret::generate().unwrap(), Duration::from_secs(5)).await.unwrap();
+    let err = stranger.heartbeat(0, 0, vec![], Duration::from_secs(5)).await.unwrap_err();
+    assert!(matches!(err, ClusterError::Unauthenticated { .. }), "{err}");
 }

@@ -246,9 +246,19 @@ impl Rendezvous {
     /// for the first.
     fn events(&self, py: Python<'_>, timeout: f64) -> Result<Vec<Event>> {
         let timeout = seconds(timeout, "timeout")?;
-        let job = self.with_server(|s| s.job().clone())?;
+        let job = self.with_server(|s| s.job())?;
         let events = detach(py, || sparktrain_storage::block_on(job.events(timeout)))?;
         Ok(events.into_iter().map(Event::from).collect())
+    }
+
+    /// The generation being served and its events since the last call, waiting up to
+    /// `timeout` seconds for the first: events of a generation that was superseded meanwhile
+    /// are never mistaken for the new one's.
+    fn poll(&self, py: Python<'_>, timeout: f64) -> Result<(u64, Vec<Event>)> {
+        let timeout = seconds(timeout, "timeout")?;
+        let (generation, job) = self.with_server(|s| s.current())?;
+        let events = detach(py, || sparktrain_storage::block_on(job.events(timeout)))?;
+        Ok((generation, events.into_iter().map(Event::from).collect()))
     }
 
     /// Sets the items, `(file URL, size in bytes)`, that every epoch of the work queue hands
@@ -260,6 +270,20 @@ impl Rendezvous {
     /// How many work items each task took, by task index, over all epochs.
     fn work_taken(&self) -> Result<Vec<u64>> {
         self.with_server(|s| s.job().work_taken())
+    }
+
+    /// The number of the generation being served (0 until the first restart).
+    #[getter]
+    fn generation(&self) -> Result<u64> {
+        self.with_server(|s| s.generation())
+    }
+
+    /// Starts the next generation of the job with a fresh `secret` (hex) and its own size:
+    /// the current one is aborted and its tasks are refused from now on; the work queue's
+    /// items carry over. Returns the new generation's number.
+    fn new_generation(&self, secret: &str, num_workers: u32, num_evaluators: u32) -> Result<u64> {
+        let secret = secret_of(secret)?;
+        self.with_server(|s| s.new_generation(secret, num_workers, num_evaluators))?.map_err(Error::from)
     }
 
     /// Fails every pending wait with `reason` and tells the tasks to stop their trainers.

@@ -47,6 +47,9 @@ fn tune_allocator() {
 struct DriverQueue {
     client: TaskClient,
     task_index: u32,
+    /// The job was restarted and no epoch has started yet: the driver hands this task again
+    /// what it took before.
+    restarted: std::sync::atomic::AtomicBool,
 }
 
 impl WorkQueue for DriverQueue {
@@ -57,6 +60,11 @@ impl WorkQueue for DriverQueue {
             sparktrain_storage::block_on(async move { client.next_work(task, epoch, WORK_TIMEOUT).await });
         let queue = "the driver's work queue";
         answer.map_err(|e| TrainError::read(queue, e))?.map_err(|e| TrainError::read(queue, e))
+    }
+
+    fn replays(&self) -> bool {
+        // Only the first epoch after a restart: a later pass gets new files.
+        self.restarted.swap(false, std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -332,17 +340,21 @@ impl Input {
     }
 
     /// The files at `path`, taken one at a time from the driver's work queue through
-    /// `client` as task `task_index`.
+    /// `client` as task `task_index`; `restarted` when the job was restarted, so that the
+    /// queue first hands this task again the files it took before.
     #[staticmethod]
+    #[pyo3(signature = (path, client, task_index, config, restarted=false))]
     fn queued(
         py: Python<'_>,
         path: String,
         client: &ControlClient,
         task_index: u32,
         config: &TrainerConfig,
+        restarted: bool,
     ) -> Result<Self> {
         let options = config.inner.input_options();
-        let queue = Arc::new(DriverQueue { client: client.task_client(), task_index });
+        let queue =
+            Arc::new(DriverQueue { client: client.task_client(), task_index, restarted: restarted.into() });
         let input = detach(py, || RustInput::queued(&path, queue, task_index as usize, options))?;
         Ok(Input { inner: Arc::new(input) })
     }
@@ -585,6 +597,12 @@ impl Trainer {
     /// The chief writes a checkpoint; its folder, or None on other workers.
     fn save_checkpoint(&self, py: Python<'_>) -> Result<Option<String>> {
         Ok(detach(py, || lock(&self.inner).save_checkpoint())?)
+    }
+
+    /// The chief adds the scalar `tag` at the current step to its TensorBoard event file
+    /// (a no-op elsewhere, or without `tensorboard_dir`).
+    fn scalar(&self, py: Python<'_>, tag: String, value: f32) -> Result<()> {
+        Ok(detach(py, || lock(&self.inner).scalar(&tag, value))?)
     }
 
     /// Closes the TensorBoard event file.

@@ -8,7 +8,9 @@
 //! - `checkpoint.json`: the latest checkpoint and those kept, written last.
 //!
 //! Every file appears atomically, and `checkpoint.json` only names a checkpoint once all of
-//! its files are in place, so a job killed mid-save resumes from the previous one.
+//! its files are in place, so a job killed mid-save resumes from the previous one. What such a
+//! save left behind (a checkpoint folder the index does not name, a hidden temporary file) is
+//! removed when training resumes.
 
 use std::collections::HashMap;
 
@@ -34,6 +36,10 @@ pub struct Progress {
     pub epoch: u64,
     /// Batches this worker had taken in that epoch.
     pub batches_in_epoch: u64,
+    /// How many workers trained (0 in checkpoints that predate the field): the batches taken
+    /// in the epoch only say where to go on with the same worker count.
+    #[serde(default)]
+    pub workers: u64,
 }
 
 /// How checkpoints are written.
@@ -240,9 +246,35 @@ fn read_index(model_dir: &str) -> Result<Option<Index>> {
     Ok(Some(index))
 }
 
+/// Removes what a save killed midway left under `model_dir`: checkpoint folders that the index
+/// does not name (all of them when there is no index) and hidden temporary files. Returns
+/// what it removed.
+pub fn remove_partial(model_dir: &str) -> Result<Vec<String>> {
+    if !sparktrain_storage::exists(model_dir)? {
+        return Ok(Vec::new());
+    }
+    let kept = read_index(model_dir)?.map(|i| i.kept).unwrap_or_default();
+    let mut removed = Vec::new();
+    for entry in sparktrain_storage::list(model_dir)? {
+        let name = entry.name().to_string();
+        let partial = if entry.is_dir {
+            is_checkpoint_name(&name) && !kept.contains(&name)
+        } else {
+            name.starts_with('.') && name.ends_with(".tmp")
+        };
+        if partial {
+            sparktrain_storage::delete(&entry.url, true)?;
+            removed.push(entry.url);
+        }
+    }
+    Ok(removed)
+}
+
 /// The latest checkpoint under `model_dir`, or None when there is none; its tensors must
-/// match `layout`.
+/// match `layout`. What an interrupted save left behind is removed first
+/// ([`remove_partial`]).
 pub fn restore(model_dir: &str, layout: &Layout) -> Result<Option<Restored>> {
+    remove_partial(model_dir)?;
     let Some(index) = read_index(model_dir)? else { return Ok(None) };
     let folder = sparktrain_storage::join_url(model_dir, &index.latest);
     let manifest_url = sparktrain_storage::join_url(&folder, MANIFEST);

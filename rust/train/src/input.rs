@@ -96,6 +96,13 @@ pub trait WorkQueue: Send + Sync {
     /// The next file of `epoch` for this worker, or None when that epoch's files are all
     /// taken.
     fn next(&self, epoch: u64) -> Result<Option<String>>;
+
+    /// Asked as each epoch starts: whether this queue first hands this worker again the files
+    /// it took before a restart, in the same order, so that the resumed epoch can skip the
+    /// batches its checkpoint covers.
+    fn replays(&self) -> bool {
+        false
+    }
 }
 
 /// Where a worker's rows come from.

@@ -5,7 +5,8 @@
 //! Resuming: when `model_dir` holds a checkpoint, the chief reads it and broadcasts it, so
 //! only the chief needs to see `model_dir`. Training goes on from the checkpoint's step; each
 //! worker skips the batches it had already taken in the interrupted epoch (its batches repeat
-//! from the seed), so a resumed run ends where an uninterrupted one would.
+//! from the seed; with a work queue, the driver hands each worker the same files again after a
+//! restart), so a resumed run ends where an uninterrupted one would.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -224,6 +225,8 @@ pub struct Trainer {
     dp: DataParallel<Box<dyn Model>>,
     device: Device,
     rank: usize,
+    /// Workers training together (1 alone).
+    workers: u64,
     progress: Progress,
     resumed_from: Option<u64>,
     events: Option<EventWriter>,
@@ -237,6 +240,7 @@ impl Trainer {
         config.validate()?;
         features.validate()?;
         let rank = ring.as_ref().map_or(0, |r| lock(r).rank());
+        let workers = ring.as_ref().map_or(1, |r| lock(r).size()) as u64;
         let device = device(&config.device)?;
         let model = config.model.build_on(&device, &features, config.seed)?;
         let dp = DataParallel::new(model, config.loss, &config.optimizer, ring)?;
@@ -246,6 +250,7 @@ impl Trainer {
             dp,
             device,
             rank,
+            workers,
             progress: Progress::default(),
             resumed_from: None,
             events: None,
@@ -328,12 +333,22 @@ impl Trainer {
         let done = |step: u64| options.max_steps.is_some_and(|max| step >= max);
         'epochs: while self.progress.epoch < options.epochs && !done(self.progress.step) {
             let mut batches = input.epoch(self.progress.epoch, &self.features)?;
-            // A queue hands out files in a new race each run: which rows were taken cannot be
-            // replayed, so a resumed epoch starts over.
-            let taken = match input.plan() {
-                Plan::Queue(_) => 0,
-                _ => self.progress.batches_in_epoch,
+            // A resumed worker's batches repeat from the seed: its static share, or (after a
+            // restart) the files the driver's queue hands it again, in the same order. A queue
+            // that does not replay (a new job) hands out files in a new race: which rows were
+            // taken cannot be replayed, so the epoch starts over.
+            let replayable = match input.plan() {
+                Plan::Queue(queue) => queue.replays(),
+                _ => true,
             };
+            // With another worker count (an elastic restart) the shares are planned anew, and
+            // the batches taken say nothing about the new ones: the epoch starts over.
+            let same_workers = self.progress.workers == 0 || self.progress.workers == self.workers;
+            if !(replayable && same_workers) {
+                self.progress.batches_in_epoch = 0;
+            }
+            self.progress.workers = self.workers;
+            let taken = self.progress.batches_in_epoch;
             for _ in 0..taken {
                 if batches.next().transpose()?.is_none() {
                     break;
@@ -461,6 +476,17 @@ impl Trainer {
             self.dp.weights(),
         )?;
         Ok(true)
+    }
+
+    /// The chief adds the scalar `tag` at the current step to its event file and flushes it;
+    /// a no-op on other workers and without `tensorboard_dir`.
+    pub fn scalar(&mut self, tag: &str, value: f32) -> Result<()> {
+        let step = self.progress.step as i64;
+        if let Some(events) = &mut self.events {
+            events.scalars(step, &[(tag, value)])?;
+            events.flush()?;
+        }
+        Ok(())
     }
 
     /// Ends training: closes the event file.

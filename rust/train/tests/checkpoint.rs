@@ -41,7 +41,8 @@ fn resume_matches_an_uninterrupted_run(model_dir: &str) {
     for s in 0..6 {
         first.step(Some(&batch(s))).unwrap();
         if s % 2 == 1 {
-            let progress = Progress { step: s as u64 + 1, epoch: 0, batches_in_epoch: s as u64 + 1 };
+            let progress =
+                Progress { step: s as u64 + 1, epoch: 0, batches_in_epoch: s as u64 + 1, workers: 1 };
             first.save_checkpoint(model_dir, progress, &options).unwrap();
         }
     }
@@ -56,7 +57,7 @@ fn resume_matches_an_uninterrupted_run(model_dir: &str) {
 
     let mut resumed = trainer();
     let progress = resumed.restore(model_dir).unwrap().expect("a checkpoint");
-    assert_eq!(progress, Progress { step: 6, epoch: 0, batches_in_epoch: 6 });
+    assert_eq!(progress, Progress { step: 6, epoch: 0, batches_in_epoch: 6, workers: 1 });
     assert_eq!(resumed.optimizers().steps(), 6);
     for s in 6..12 {
         resumed.step(Some(&batch(s))).unwrap();
@@ -138,4 +139,31 @@ fn a_manifest_naming_a_missing_shard_is_an_error() {
         }
         other => panic!("expected a format error, got {other:?}"),
     }
+}
+
+#[test]
+fn what_a_save_killed_midway_left_is_removed_on_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let model_dir = dir.path().to_str().unwrap();
+    let options = CheckpointOptions { max_shard_bytes: 256, keep: 3 };
+    let mut first = trainer();
+    first.step(Some(&batch(0))).unwrap();
+    first
+        .save_checkpoint(model_dir, Progress { step: 1, epoch: 0, batches_in_epoch: 1, workers: 1 }, &options)
+        .unwrap();
+    // A chief killed while writing step 2: some shards, no manifest, an index half written.
+    std::fs::create_dir(dir.path().join("ckpt-0000000002")).unwrap();
+    std::fs::write(dir.path().join("ckpt-0000000002/shard-00000-of-00009.safetensors"), b"partial").unwrap();
+    std::fs::write(dir.path().join(".checkpoint.json.0f3a.tmp"), b"{\"lat").unwrap();
+    std::fs::write(dir.path().join("notes.txt"), b"the user's own file stays").unwrap();
+
+    let mut resumed = trainer();
+    let progress = resumed.restore(model_dir).unwrap().expect("a checkpoint");
+    assert_eq!(progress.step, 1, "the previous checkpoint is the one resumed");
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["checkpoint.json", "ckpt-0000000001", "notes.txt"]);
 }

@@ -2,6 +2,10 @@
 executors train a Keras model on them together (MultiWorkerMirroredStrategy under the
 TF_CONFIG sparktrain writes), and the chief exports the model.
 
+A trainer or executor lost mid-training restarts the job (``Cluster.run``'s ``max_restarts``);
+Keras's ``BackupAndRestore`` callback then resumes from the last finished epoch rather than
+from the start.
+
 Run it with ``bash submit/run-example.sh`` (which installs what it needs and calls
 ``spark-submit``), or with ``spark-submit examples/keras_on_spark.py`` on a cluster that has
 sparktrain, TensorFlow and tf-keras installed (and ``TF_USE_LEGACY_KERAS=1`` on executors).
@@ -70,8 +74,16 @@ def main_fun(args: dict[str, Any], ctx: Any) -> dict[str, Any]:
             logs = logs or {}
             ctx.report(step=epoch + 1, loss=logs.get("loss", 0.0), accuracy=logs.get("accuracy", 0.0))
 
+    # After a restart (ctx.generation > 0) this resumes from the last epoch every worker
+    # finished. Every worker names the same folder (shared storage on a real cluster): TF lets
+    # the chief write there, the others under temporary subfolders, and all read the chief's.
+    backup = tf.keras.callbacks.BackupAndRestore(backup_dir=args["backup"])
     history = model.fit(
-        data, epochs=args["epochs"], steps_per_epoch=args["steps_per_epoch"], callbacks=[Report()], verbose=0
+        data,
+        epochs=args["epochs"],
+        steps_per_epoch=args["steps_per_epoch"],
+        callbacks=[backup, Report()],
+        verbose=0,
     )
     # Under MultiWorkerMirroredStrategy every worker saves; only the chief's copy is kept.
     target = args["export"] if ctx.is_chief else os.path.join(tempfile.mkdtemp(), "model")
@@ -99,6 +111,7 @@ def main() -> None:
     args = {
         "data": f"file://{output}/data",
         "export": f"{output}/model",
+        "backup": f"{output}/backup",
         "epochs": options.epochs,
         # Every worker must run the same number of steps per epoch; one pass over its share.
         "steps_per_epoch": max(1, rows // (options.workers * BATCH)),

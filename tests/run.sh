@@ -4,7 +4,7 @@
 # Without --fast, the whole suite (what CI runs): installs what it needs (a virtualenv with the
 # Python packages, the Rust build, the Maven artifacts for the MiniDFS cluster), runs the lint
 # gates, starts one real HDFS (MiniDFSCluster) shared by the Rust and Python tests, then runs
-# `cargo test` and `pytest`.
+# `cargo test`, `pytest`, and the chaos tests on a Spark standalone cluster of their own.
 #
 # With --fast, the tier for everyday work: the same lint gates and release wheel, the Rust tests
 # that need no HDFS, and the Python tests that need neither Spark, HDFS nor TensorFlow. No Maven,
@@ -113,6 +113,17 @@ cargo test --workspace --exclude sparktrain-python --locked
 install_wheel
 
 step "Python tests"
-pytest -q -n 2 -p no:cacheprovider "$@"
+pytest -q -n 2 -p no:cacheprovider -m "not chaos" "$@"
+
+# A process holds one SparkContext: the chaos tests' is on a standalone master of their own.
+step "Chaos tests (Spark standalone master, 3 workers)"
+export SPARKTRAIN_CHAOS_REPORT="$work/chaos.jsonl"
+status=0
+pytest -q -p no:cacheprovider -m chaos tests/test_chaos.py "$@" || status=$?
+if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then # 5: extra arguments deselected them all
+    exit "$status"
+fi
+echo "Time to detect a fault and to resume training (seconds):"
+cat "$SPARKTRAIN_CHAOS_REPORT" 2>/dev/null || true
 
 step "Done"

@@ -80,7 +80,7 @@ def test_every_trainer_gets_its_role_the_cluster_spec_and_tf_config(spark, num_w
     cluster.shutdown()
 
 
-def test_a_trainer_that_raises_fails_the_job_with_its_traceback(spark):
+def test_a_deterministic_exception_is_tried_twice_then_fails_the_job_with_its_traceback(spark, caplog):
     def main_fun(args, ctx):
         import time
 
@@ -89,16 +89,22 @@ def test_a_trainer_that_raises_fails_the_job_with_its_traceback(spark):
         time.sleep(120)
 
     start = time.monotonic()
-    cluster = Cluster.run(spark, main_fun, None, 2)
+    cluster = Cluster.run(spark, main_fun, None, 2, restart_backoff=0.5)
     with pytest.raises(WorkerFailed) as failed:
-        cluster.wait(timeout=60)
-    assert time.monotonic() - start < 30
+        cluster.wait(timeout=90)
+    assert time.monotonic() - start < 60
     e = failed.value
     assert (e.task_index, e.role, e.host, e.exit_code, e.signal) == (1, "worker:0", "127.0.0.1", 1, None)
-    assert "ValueError: bad batch at step 3" in e.stderr_tail
     assert "Traceback" in e.stderr_tail
+    assert e.stderr_tail.count("ValueError: bad batch at step 3") == 1
     assert str(e).startswith("worker:0 (task 1 on 127.0.0.1) exited with code 1")
-    assert cluster.status()["state"] == "failed"
+    status = cluster.status()
+    assert status["state"] == "failed"
+    # Restarted once; the same exception at the same step again is not retried.
+    assert status["generation"] == 1
+    cause = "worker:0 (task 1 on 127.0.0.1) exited with code 1: ValueError: bad batch at step 3"
+    assert [r["cause"] for r in status["restarts"]] == [cause]
+    assert "is not restarted (it failed the same way before the last restart)" in caplog.text
     cluster.shutdown()
     # The chief was stopped and the slots are free again: a new job runs at once.
     assert Cluster.run(spark, lambda args, ctx: ctx.rank, None, 2).wait(timeout=60) == 0
@@ -117,7 +123,10 @@ def test_a_trainer_killed_by_a_signal_fails_the_job_naming_the_signal(spark):
         time.sleep(120)
 
     start = time.monotonic()
-    with Cluster.run(spark, main_fun, None, 2) as cluster, pytest.raises(WorkerFailed) as failed:
+    with (
+        Cluster.run(spark, main_fun, None, 2, max_restarts=0) as cluster,
+        pytest.raises(WorkerFailed) as failed,
+    ):
         cluster.wait(timeout=60)
     assert time.monotonic() - start < 30
     e = failed.value
@@ -286,7 +295,10 @@ def test_a_task_that_dies_under_its_trainer_fails_the_job_naming_it(spark):
         time.sleep(120)
 
     start = time.monotonic()
-    with Cluster.run(spark, main_fun, None, 2) as cluster, pytest.raises(WorkerFailed) as failed:
+    with (
+        Cluster.run(spark, main_fun, None, 2, max_restarts=0) as cluster,
+        pytest.raises(WorkerFailed) as failed,
+    ):
         cluster.wait(timeout=60)
     assert time.monotonic() - start < 30
     assert failed.value.task_index == 1

@@ -7,6 +7,7 @@ Nothing here starts a JVM: every refusal tested happens before Spark is touched.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import signal
@@ -28,6 +29,7 @@ from sparktrain.cluster.conf import (
 )
 from sparktrain.cluster.failures import (
     FAILED,
+    NOT_RETRYABLE,
     ORPHANED,
     PEER_LOST,
     FailedTask,
@@ -38,10 +40,12 @@ from sparktrain.cluster.failures import (
 )
 from sparktrain.cluster.launcher import Cluster, role_names
 from sparktrain.cluster.options import JobOptions
+from sparktrain.cluster.restarts import Restart, backoff, describe, incurable, signature
 from sparktrain.errors import (
     ClusterError,
     InvalidArgumentError,
     MissingDependencyError,
+    RendezvousTimeout,
     SparktrainError,
     WorkerFailed,
 )
@@ -434,6 +438,18 @@ def test_spark_input_needs_a_dataframe():
         JobOptions(main_fun=main_fun, name="job", input_mode="spark", data=[1, 2])
 
 
+def test_the_restart_options_are_checked():
+    with pytest.raises(InvalidArgumentError, match=r"^max_restarts=-1: must be >= 0"):
+        JobOptions(main_fun=main_fun, name="job", max_restarts=-1)
+    with pytest.raises(InvalidArgumentError, match=r"^restart_backoff=-0.5: must be >= 0"):
+        JobOptions(main_fun=main_fun, name="job", restart_backoff=-0.5)
+    with pytest.raises(InvalidArgumentError, match=r"^min_workers=3: must be <= num_workers=2"):
+        JobOptions(main_fun=main_fun, name="job", num_workers=2, min_workers=3)
+    with pytest.raises(InvalidArgumentError, match=r"^barrier_timeout=0: must be > 0"):
+        JobOptions(main_fun=main_fun, name="job", barrier_timeout=0)
+    assert JobOptions(main_fun=main_fun, name="job", restart_backoff=0).restart_backoff == 0.0
+
+
 def test_cluster_run_checks_its_arguments_before_touching_spark():
     # No SparkContext at all: every refusal comes before Spark would be used.
     with pytest.raises(InvalidArgumentError, match=r"^heartbeat_timeout=-1: must be > 0"):
@@ -609,3 +625,76 @@ def test_spark_input_without_pandas_names_the_extra(monkeypatch):
     # Files input does not need pandas: the next refusal is about the missing SparkContext.
     with pytest.raises(InvalidArgumentError, match=r"^sc=None"):
         Cluster.run(None, main_fun)
+
+
+# --- restarts ---------------------------------------------------------------------------------
+
+
+def _raised(line: str, code: int = 1) -> WorkerFailed:
+    tail = f'Traceback (most recent call last):\n  File "main.py", line 3, in main_fun\n{line}'
+    return worker_failed(1, "worker:0", "h1", returncode=code, stderr_tail=tail)
+
+
+def test_a_user_exception_is_retried_once_then_the_same_one_again_is_not():
+    first = _raised("ValueError: bad row")
+    now = signature(first, 40)
+    assert now == ("ValueError: bad row", 40)
+    assert incurable(first, None, now) is None
+    again = signature(_raised("ValueError: bad row"), 40)
+    assert (
+        incurable(_raised("ValueError: bad row"), now, again)
+        == "it failed the same way before the last restart"
+    )
+    # Another step, or another exception, is another failure.
+    assert incurable(first, now, signature(first, 50)) is None
+    assert incurable(first, now, signature(_raised("KeyError: 'x'"), 40)) is None
+
+
+def test_signals_lost_tasks_and_broken_rings_are_always_retried():
+    killed = worker_failed(1, "worker:0", "h1", returncode=-9)
+    lost = worker_failed(0, "chief:0", "h0", what="stopped heart-beating (10.2 s without a word)")
+    peer = worker_failed(2, "worker:1", "h2", returncode=PEER_LOST, stderr_tail="PeerFailed: ...")
+    for failure in (killed, lost, peer):
+        assert signature(failure, 7) is None
+        assert incurable(failure, None, None) is None
+
+
+def test_errors_no_restart_fixes_are_never_retried():
+    bad_input = _raised("sparktrain.errors.TFRecordCorruptError: part-1 at offset 12", code=NOT_RETRYABLE)
+    assert (
+        incurable(bad_input, None, signature(bad_input, None))
+        == "a restart cannot fix bad input or arguments"
+    )
+    missing = RendezvousTimeout("1 of 2 tasks never registered: [1]", missing=[1], total=2)
+    assert incurable(missing, None, signature(missing, None)) == "the cluster could not start every task"
+    # A Spark failure naming no trainer is retried once, like a user exception.
+    spark = ClusterError("the Spark job of j failed: Job aborted")
+    first = signature(spark, None)
+    assert incurable(spark, None, first) is None
+    assert incurable(spark, first, signature(spark, None)) is not None
+
+
+def test_a_restart_is_described_in_one_line_and_backs_off_exponentially():
+    assert (
+        describe(_raised("ValueError: bad row"))
+        == "worker:0 (task 1 on h1) exited with code 1: ValueError: bad row"
+    )
+    assert (
+        describe(worker_failed(1, "worker:0", "h1", returncode=-9))
+        == "worker:0 (task 1 on h1) was killed by SIGKILL"
+    )
+    assert [backoff(n, 1.0) for n in (1, 2, 3, 10)] == [1.0, 2.0, 4.0, 60.0]
+    restart = Restart(generation=0, cause="c", detected_at=10.0, resubmitted_at=12.5, last_step=50)
+    assert restart.seconds_to_resubmit == 2.5
+    assert restart.steps_redone is None
+    assert dataclasses.replace(restart, resumed_from=40).steps_redone == 10
+
+
+def test_a_trainer_tells_errors_no_restart_fixes_by_its_exit_code():
+    from sparktrain.cluster.trainer import exit_code_for
+    from sparktrain.errors import InvalidArgumentError, PeerFailed, TFRecordCorruptError
+
+    assert exit_code_for(InvalidArgumentError("x")) == NOT_RETRYABLE
+    assert exit_code_for(TFRecordCorruptError("bad", path="p", offset=3)) == NOT_RETRYABLE
+    assert exit_code_for(PeerFailed("gone", op="allreduce", peer=1, address="a")) == PEER_LOST
+    assert exit_code_for(ValueError("x")) == 1

@@ -15,6 +15,7 @@ import os
 import threading
 import time
 import tracemalloc
+from types import SimpleNamespace
 
 import pytest
 
@@ -251,13 +252,13 @@ class FakeRendezvous:
         self.cluster, self.batches, self.fail = cluster, batches, fail
         self.aborted: list[str] = []
 
-    def events(self, timeout: float) -> list[object]:
+    def poll(self, timeout: float) -> tuple[int, list[object]]:
         if self.fail:
             raise RuntimeError("the rendezvous service is gone")
         if self.batches:
-            return self.batches.pop(0)
+            return 0, self.batches.pop(0)
         self.cluster._stage_done.set()
-        return []
+        return 0, []
 
     def missing(self) -> list[int]:
         return []
@@ -275,9 +276,11 @@ class FakeSparkContext:
 
 
 def watched_cluster(batches: list[list[object]], fail: bool = False) -> Cluster:
-    """A running two-task Cluster as far as the watcher sees it, without Spark."""
+    """A running two-task Cluster (generation 0) as far as the watcher sees it, without Spark."""
     cluster = object.__new__(Cluster)
     cluster.name = "job-1"
+    cluster._settings = SimpleNamespace(generation=0)
+    cluster._cause, cluster._cause_at, cluster._restarts = None, 0.0, []
     cluster._num_tasks = 2
     cluster._roles = ["chief:0", "worker:0"]
     cluster._sc = FakeSparkContext()
@@ -329,10 +332,11 @@ def test_a_broken_console_does_not_stop_failure_detection(caplog, monkeypatch):
     cluster = watched_cluster([events, [Event.Exited(1, 2, "boom")]])
     with caplog.at_level(logging.ERROR, logger=launcher.__name__):
         cluster._watch_events()
-    assert isinstance(cluster._failure, WorkerFailed)
-    assert cluster._failure.task_index == 1
-    assert cluster._finished.is_set()
-    assert cluster._sc.cancelled == ["job-1"]
+    # The failure is recorded and the generation's stage stopped; the stage's thread then
+    # restarts the job or fails it.
+    assert isinstance(cluster._cause, WorkerFailed)
+    assert cluster._cause.task_index == 1
+    assert cluster._sc.cancelled == ["job-1-g0"]
     assert len([r for r in caplog.records if "BrokenPipeError" in r.exc_text]) == 1
 
 
@@ -341,14 +345,13 @@ def test_a_rendezvous_service_that_cannot_be_read_fails_the_job(caplog, monkeypa
     cluster = watched_cluster([], fail=True)
     with caplog.at_level(logging.ERROR, logger=launcher.__name__):
         cluster._watch_events()
-    assert isinstance(cluster._failure, ClusterError)
-    assert f"failed {launcher.MAX_WATCH_FAILURES} times in a row" in str(cluster._failure)
-    assert cluster._state is State.FAILED
-    assert cluster._finished.is_set()
+    assert isinstance(cluster._cause, ClusterError)
+    assert f"failed {launcher.MAX_WATCH_FAILURES} times in a row" in str(cluster._cause)
+    assert cluster._server.aborted == [str(cluster._cause)]
     assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 1
 
 
-def test_the_job_ends_even_when_stopping_its_tasks_fails(caplog):
+def test_the_trainers_are_stopped_even_when_cancelling_the_stage_fails(caplog):
     cluster = watched_cluster([])
 
     def cannot_cancel(name: str) -> None:
@@ -357,9 +360,12 @@ def test_the_job_ends_even_when_stopping_its_tasks_fails(caplog):
     cluster._sc.cancelJobGroup = cannot_cancel
     with caplog.at_level(logging.ERROR, logger=launcher.__name__):
         cluster._fail(ClusterError("trainer 1 failed"))
-    assert cluster._finished.is_set()
+    assert str(cluster._cause) == "trainer 1 failed"
     assert cluster._server.aborted == ["trainer 1 failed"]
     assert "could not cancel the Spark stage of job-1" in caplog.text
+    # Only the first failure of a generation counts.
+    cluster._fail(ClusterError("trainer 0 failed"))
+    assert str(cluster._cause) == "trainer 1 failed"
 
 
 # --- the plain control plane ------------------------------------------------------------------

@@ -16,20 +16,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import sparktrain as st
-from harness.synthetic import DENSE, SPARSE, criteo_table, dense_table
+from harness.synthetic import DENSE, SPARSE, criteo_table, dense_table, write_tfrecords
 from sparktrain.errors import WorkerFailed
 from sparktrain.training import FeatureSpec
 
 CRITEO = FeatureSpec(dense=tuple(DENSE), categorical=tuple((c, 10_000) for c in SPARSE))
 DENSE39 = FeatureSpec(dense=tuple(f"f{j:02d}" for j in range(39)))
-
-
-def write_tfrecords(folder: str, table: pa.Table, files: int) -> str:
-    os.makedirs(folder, exist_ok=True)
-    step = -(-table.num_rows // files)
-    for i in range(files):
-        st.tfrecord.write_batches(f"{folder}/part-{i:05d}.tfrecord", table.slice(i * step, step))
-    return folder
 
 
 @pytest.fixture(scope="module")

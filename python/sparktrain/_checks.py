@@ -51,13 +51,15 @@ def optional_integer(name: str, value: object, *, minimum: int) -> int | None:
 MAX_SECONDS = _native.MAX_WAIT_SECONDS
 
 
-def seconds(name: str, value: object) -> float:
-    """``value`` as a number of seconds greater than zero and at most :data:`MAX_SECONDS`."""
+def seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
+    """``value`` as a number of seconds greater than zero (or zero, with ``allow_zero``) and
+    at most :data:`MAX_SECONDS`."""
+    bound = ">= 0" if allow_zero else "> 0"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise refuse(name, value, "must be a number of seconds > 0")
+        raise refuse(name, value, f"must be a number of seconds {bound}")
     number = float(value)
-    if not number > 0:  # also refuses NaN
-        raise refuse(name, value, "must be > 0")
+    if not (number >= 0 if allow_zero else number > 0):  # also refuses NaN
+        raise refuse(name, value, f"must be {bound}")
     if not math.isfinite(number):
         raise refuse(name, value, "must be finite")
     if number > MAX_SECONDS:

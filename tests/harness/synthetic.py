@@ -23,6 +23,7 @@ Wide&Deep model reaches about 0.84 and a dense-only MLP about 0.56.
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -118,3 +119,15 @@ def criteo_table(rows: int, seed: int = 0) -> pa.Table:
     columns.update({name: dense[:, j] for j, name in enumerate(DENSE)})
     columns.update({name: teacher.ids[c][ranks[:, c]] for c, name in enumerate(SPARSE)})
     return pa.table(columns)
+
+
+def write_tfrecords(folder: str, table: pa.Table, files: int) -> str:
+    """Writes ``table`` into ``folder`` as ``files`` TFRecord files of about equal size
+    (``part-00000.tfrecord``...); returns the folder."""
+    import sparktrain as st
+
+    os.makedirs(folder, exist_ok=True)
+    step = -(-table.num_rows // files)
+    for i in range(files):
+        st.tfrecord.write_batches(f"{folder}/part-{i:05d}.tfrecord", table.slice(i * step, step))
+    return folder

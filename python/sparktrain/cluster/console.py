@@ -33,7 +33,8 @@ class Console:
     """Prints trainer output and progress for one job."""
 
     def __init__(self, roles: list[str], enabled: bool = True) -> None:
-        self._roles = roles
+        #: Role names by task index; a restart with fewer workers replaces them.
+        self.roles = roles
         self._enabled = enabled
         self._progress = enabled and _interactive(sys.stderr)
         self._progress_shown = False
@@ -50,7 +51,7 @@ class Console:
             return
         self._clear_progress()
         out = sys.stderr if stream == "stderr" else sys.stdout
-        out.write(f"[{self._roles[rank]}] {text}\n")
+        out.write(f"[{self.roles[rank]}] {text}\n")
         out.flush()
 
     def metrics(self, rank: int, step: int | None, metrics: dict[str, float]) -> None:

@@ -79,6 +79,14 @@ class TrainerContext:
     _collective_streams: int = field(default=1, repr=False)
     _collective_chunk_bytes: int = field(default=1 << 20, repr=False)
     _ring: Communicator | None = field(default=None, repr=False)
+    #: The job's generation: 0, then one more after each restart.
+    generation: int = 0
+    _barrier_timeout: float = field(default=600.0, repr=False)
+
+    @property
+    def restarts(self) -> int:
+        """How many times the job was restarted before this trainer started (its generation)."""
+        return self.generation
 
     @property
     def worker_num(self) -> int:
@@ -231,12 +239,53 @@ class TrainerContext:
     def barrier(self, name: str = "barrier", timeout: float | None = None) -> None:
         """Waits until every task of the job (evaluators included) has called ``barrier`` with
         the same ``name`` as many times as this one. Raises :class:`~sparktrain.errors.BarrierTimeout`
-        naming the missing tasks after ``timeout`` seconds, and
-        :class:`~sparktrain.errors.JobAborted` as soon as the job fails elsewhere."""
+        naming the missing tasks after ``timeout`` seconds (by default the job's
+        ``barrier_timeout``), and :class:`~sparktrain.errors.JobAborted` as soon as the job
+        fails elsewhere."""
         if name == EXIT_BARRIER:
             raise InvalidArgumentError(f"the barrier name {EXIT_BARRIER!r} is reserved")
         self._barriers[name] += 1
-        self.control_client().barrier(self.rank, f"{name}#{self._barriers[name]}", timeout)
+        wait = self._barrier_timeout if timeout is None else timeout
+        self.control_client().barrier(self.rank, f"{name}#{self._barriers[name]}", wait)
+
+    def save_state(self, state: Any, directory: str, name: str = "state") -> bool:
+        """The chief writes ``state`` (any picklable value: a NumPy model's arrays, a PyTorch
+        ``state_dict``, a step count) to ``directory`` (any storage URL, or a path resolved as
+        :meth:`absolute_path` does), replacing the previous one atomically: a trainer killed
+        while writing leaves the previous state readable. Other trainers write nothing. Returns
+        whether this trainer wrote it. Pair it with :meth:`load_state` to resume after a
+        restart."""
+        if not self.is_chief:
+            return False
+        import pickle
+
+        from sparktrain import fs
+
+        folder = self.absolute_path(directory).rstrip("/")
+        fs.mkdirs(folder)
+        fs.write_bytes(
+            f"{folder}/{name}.pickle", pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL), overwrite=True
+        )
+        return True
+
+    def load_state(self, directory: str, name: str = "state") -> Any:
+        """The state the chief last saved with :meth:`save_state`, or None when there is none
+        (the first generation). The chief reads it and every training task receives the same
+        value, so only the chief needs to reach ``directory``; call it on every trainer of the
+        chief and the workers alike."""
+        import pickle
+
+        from sparktrain import fs
+
+        data = None
+        if self.is_chief:
+            path = f"{self.absolute_path(directory).rstrip('/')}/{name}.pickle"
+            data = fs.read_bytes(path) if fs.exists(path) else None
+        if self.num_workers > 1 and self.job_name != "evaluator":
+            data = self.allgather(data if self.is_chief else b"")[0]
+        # The bytes were written by this job's chief and travel only between its trainers,
+        # authenticated by the job secret.
+        return None if data is None else pickle.loads(data)
 
     def report(self, step: int | None = None, **metrics: float) -> None:
         """Sends metrics to the driver, which prints the chief's as a progress line.

@@ -21,13 +21,22 @@ FAILED: Final = 1
 #: The trainer's exit code when ``main_fun`` raised because a data-plane peer broke its
 #: connection: most likely that peer failed first, and its failure is the one to report.
 PEER_LOST: Final = 3
+#: The trainer's exit code when it raised one of sparktrain's errors that no restart can fix
+#: (bad arguments, corrupt or unreadable input, a missing dependency).
+NOT_RETRYABLE: Final = 4
 #: The trainer's exit code when the task supervising it disappeared.
 ORPHANED: Final = 70
+#: The exit code a task reports for a trainer it killed because the trainer stopped proving
+#: that it runs (stopped by SIGSTOP, or its interpreter hung) for longer than the heartbeat
+#: time-out.
+UNRESPONSIVE: Final = 71
 
 # Only codes that sparktrain's own trainer sets get a gloss; user code may exit with any.
 _MEANINGS: Final = {
     PEER_LOST: "a collective with a peer failed",
+    NOT_RETRYABLE: "an error that a restart cannot fix",
     ORPHANED: "its Spark task went away",
+    UNRESPONSIVE: "it stopped responding (stopped or hung) and was killed",
 }
 
 #: What a failed task is called in Spark's message: ``ResultTask(<stage>, <partition>)``.
@@ -105,7 +114,7 @@ def parse_task_failure(message: str) -> FailedTask | None:
     if found is None:
         return None
     lines = [line.rstrip() for line in message[found.end() :].splitlines()]
-    cause = _python_exception(lines)
+    cause = python_exception(lines)
     if cause is None:
         first = next((line.strip() for line in lines if line.strip()), "")
         cause = _JAVA_PREFIX.sub("", first)
@@ -124,7 +133,7 @@ def spark_error_summary(message: str) -> str:
     return lines[0][:MAX_CAUSE_CHARS]
 
 
-def _python_exception(lines: list[str]) -> str | None:
+def python_exception(lines: list[str]) -> str | None:
     """The exception line of the last Python traceback in ``lines``: the first line without
     indentation after ``Traceback (most recent call last):``."""
     exception = None

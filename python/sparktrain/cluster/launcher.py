@@ -2,13 +2,20 @@
 
 The driver hosts the rendezvous service, submits one barrier-mode Spark stage with a task per
 trainer, and watches the job: it prints the trainers' output, turns the first failure (a
-trainer that exits non-zero, is killed, or whose task stops heart-beating) into
-:class:`~sparktrain.errors.WorkerFailed`, cancels the Spark job group at once, and hands back
-the chief's return value when every trainer has returned.
+trainer that exits non-zero, is killed, stops responding, or whose task stops heart-beating)
+into :class:`~sparktrain.errors.WorkerFailed`, and stops the stage at once (the trainers are
+told through their heartbeats, and the Spark job group is cancelled).
+
+A failure that a restart may cure (see :mod:`sparktrain.cluster.restarts`) starts a new
+generation of the job: once the old stage has ended and the cluster has a slot for every task
+again, the stage is submitted anew, with a fresh secret that the old generation's stragglers
+do not know. Trainers resume from the chief's latest checkpoint. ``wait()`` hands back the
+chief's return value when every trainer of a generation has returned.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import ipaddress
 import logging
@@ -26,14 +33,24 @@ from sparktrain.cluster.conf import read_conf
 from sparktrain.cluster.console import Console
 from sparktrain.cluster.failures import parse_task_failure, spark_error_summary, worker_failed
 from sparktrain.cluster.options import MAX_RESULT_BYTES, JobOptions
+from sparktrain.cluster.restarts import (
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_RESTART_BACKOFF,
+    Restart,
+    backoff,
+    describe,
+    incurable,
+    signature,
+)
 from sparktrain.cluster.settings import JobSettings, role_names
-from sparktrain.cluster.slots import ensure_slots
+from sparktrain.cluster.slots import available_slots, ensure_slots
 from sparktrain.cluster.task import TaskResult, run_task
 from sparktrain.errors import (
     ClosedError,
     ClusterError,
     InvalidArgumentError,
     RendezvousTimeout,
+    SlotsUnavailable,
     WorkerFailed,
 )
 
@@ -59,6 +76,7 @@ class State(enum.Enum):
 
     STARTING = "starting"
     RUNNING = "running"
+    RESTARTING = "restarting"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     SHUT_DOWN = "shut down"
@@ -131,6 +149,10 @@ class Cluster:
         tls: tuple[str, ...] | None = None,
         collective_timeout: float = 120.0,
         work: str | None = None,
+        max_restarts: int = DEFAULT_MAX_RESTARTS,
+        restart_backoff: float = DEFAULT_RESTART_BACKOFF,
+        min_workers: int | None = None,
+        barrier_timeout: float = 600.0,
     ) -> Cluster:
         """Starts ``main_fun(args, ctx)`` on ``num_workers`` training tasks (task 0 is the
         chief) and ``num_evaluators`` evaluators, one per Spark task slot, and returns at once.
@@ -146,6 +168,19 @@ class Cluster:
         ``work`` (a path or glob) makes the driver hand out its files one at a time, each epoch,
         to whichever trainer asks first (``ctx.trainer(...).fit(path, sharding="dynamic")``):
         fast trainers read more, and an epoch ends when its files are all taken.
+
+        Recovery: a failure that a restart may cure (a trainer or executor that dies, a task
+        that stops heart-beating, a trainer that stops responding, a broken collective, a user
+        exception seen once) restarts the whole stage as a new generation, up to
+        ``max_restarts`` times, after ``restart_backoff`` seconds (doubling each time). The new
+        generation waits up to ``reservation_timeout`` for a task slot per trainer; with
+        ``min_workers`` it starts with fewer training tasks (at least ``min_workers``) when the
+        slots do not come back. Trainers see ``ctx.generation`` and resume from the chief's
+        latest checkpoint (sparktrain's engine does it by itself). Errors no restart can fix
+        end the job at once: see :mod:`sparktrain.cluster.restarts`.
+
+        ``ctx.barrier()`` and the barrier every trainer reaches after ``main_fun`` returns
+        wait at most ``barrier_timeout`` seconds for the others.
 
         Every argument is checked here, on the driver, before any Spark job starts:
         :class:`~sparktrain.errors.InvalidArgumentError` names the one at fault, and
@@ -171,6 +206,10 @@ class Cluster:
             tls=tls,
             collective_timeout=collective_timeout,
             work=work,
+            max_restarts=max_restarts,
+            restart_backoff=restart_backoff,
+            min_workers=min_workers,
+            barrier_timeout=barrier_timeout,
         )
         return cls(spark_context(sc), options)
 
@@ -182,6 +221,7 @@ class Cluster:
 
         self.name = options.name
         self._sc = sc
+        self._options = options
         self._num_tasks = options.num_tasks
         self._roles = role_names(options.num_workers, options.num_evaluators)
         # A bad conf fails at once, not after the wait for slots.
@@ -227,12 +267,19 @@ class Cluster:
             collective_timeout=options.collective_timeout,
             collective_streams=conf.collective_streams,
             collective_chunk_bytes=conf.collective_chunk_bytes,
+            barrier_timeout=options.barrier_timeout,
         )
         self._deadline = time.monotonic() + options.reservation_timeout
         self._console = Console(self._roles, enabled=options.log)
         self._lock = threading.Lock()
         self._state = State.STARTING
+        #: The job's final failure.
         self._failure: ClusterError | None = None
+        #: The current generation's first failure, and when it was detected (``time.time()``).
+        self._cause: ClusterError | None = None
+        self._cause_at = 0.0
+        self._restarts: list[Restart] = []
+        self._last_signature: tuple[str, int | None] | None = None
         self._results: list[Any] | None = None
         self._hosts: dict[int, str] = {}
         self._exits: dict[int, int] = {}
@@ -240,60 +287,181 @@ class Cluster:
         self._metrics: dict[int, dict[str, Any]] = {}
         self._finished = threading.Event()
         self._stage_done = threading.Event()
+        self._shut_down = threading.Event()
         self._watch_errors: set[tuple[str, str]] = set()
         name = options.name
-        self._stage = threading.Thread(target=self._run_stage, args=(options.data,), name=name, daemon=True)
+        self._stage = threading.Thread(
+            target=self._run_generations, args=(options.data,), name=name, daemon=True
+        )
         self._watch = threading.Thread(target=self._watch_events, name=f"{name}-watch", daemon=True)
         self._stage.start()
         self._watch.start()
 
-    # --- the Spark stage -------------------------------------------------------------
+    @property
+    def generation(self) -> int:
+        """The generation running now: 0, then one more after each restart."""
+        return self._settings.generation
 
-    def _run_stage(self, data: Any) -> None:
-        settings = self._settings
+    def _job_group(self) -> str:
+        """The Spark job group of the current generation's stage."""
+        return f"{self.name}-g{self._settings.generation}"
+
+    # --- the Spark stage, generation after generation ---------------------------------
+
+    def _run_generations(self, data: Any) -> None:
+        """Runs the stage until it succeeds, the job is shut down, or it fails in a way no
+        restart cures (or no restart is left)."""
         try:
-            self._sc.setJobGroup(self.name, f"sparktrain job {self.name}", interruptOnCancel=True)
-            if data is None:
-
-                def body(_: Iterator[int]) -> Iterator[TaskResult]:
-                    yield run_task(settings)
-
-                n = self._num_tasks
-                results = self._sc.parallelize(range(n), n).barrier().mapPartitions(body).collect()
-            else:
-                results = self._run_fed_stage(data)
-            by_rank = sorted(results, key=lambda r: r.rank)
-            self._set_results([pickle.loads(r.value) for r in by_rank])
-        except BaseException as e:  # reported through wait()
-            self._stage_failed(e)
+            while True:
+                try:
+                    results = self._run_stage(data)
+                except BaseException as e:  # reported through wait(), or restarted
+                    failure = self._generation_failure(e)
+                    if self._shut_down.is_set() or not self._restart(failure):
+                        self._set_failed(failure, e)
+                        return
+                    continue
+                by_rank = sorted(results, key=lambda r: r.rank)
+                self._set_results([pickle.loads(r.value) for r in by_rank])
+                return
         finally:
             self._stage_done.set()
+            self._finished.set()
 
-    def _run_fed_stage(self, data: Any) -> list[TaskResult]:
-        from sparktrain.cluster.feed import run_fed_stage
+    def _run_stage(self, data: Any) -> list[TaskResult]:
+        settings = self._settings
+        self._sc.setJobGroup(self._job_group(), f"sparktrain job {self.name}", interruptOnCancel=True)
+        if data is not None:
+            from sparktrain.cluster.feed import run_fed_stage
 
-        return run_fed_stage(data, self._num_tasks, self._settings)
+            return run_fed_stage(data, self._num_tasks, settings)
+
+        def body(_: Iterator[int]) -> Iterator[TaskResult]:
+            yield run_task(settings)
+
+        n = self._num_tasks
+        results: list[TaskResult] = self._sc.parallelize(range(n), n).barrier().mapPartitions(body).collect()
+        return results
 
     def _set_results(self, results: list[Any]) -> None:
         with self._lock:
             self._results = results
             if self._state in (State.STARTING, State.RUNNING):
                 self._state = State.SUCCEEDED
-        self._finished.set()
 
-    def _stage_failed(self, error: BaseException) -> None:
+    def _set_failed(self, failure: ClusterError, error: BaseException) -> None:
+        with self._lock:
+            if self._state is State.SHUT_DOWN:
+                return
+            self._failure = failure
+            if failure is not error and failure.__cause__ is None:
+                failure.__cause__ = error
+            self._state = State.FAILED
+
+    def _generation_failure(self, error: BaseException) -> ClusterError:
+        """Why the current generation's stage failed: the failure the watcher detected, or,
+        when no trainer reported one, Spark's error."""
         # The watcher usually has the real cause already (the trainer's exit arrives before
         # the task fails); give it a moment before falling back to Spark's error.
         patience = time.monotonic() + 2.0
-        while self._failure is None and time.monotonic() < patience:
+        while self._cause is None and time.monotonic() < patience and not self._shut_down.is_set():
             time.sleep(0.05)
-        failure = self._spark_task_failure(error)
         with self._lock:
-            if self._failure is None and self._state is not State.SHUT_DOWN:
-                self._failure = failure
-                self._failure.__cause__ = error
-                self._state = State.FAILED
-        self._finished.set()
+            if self._cause is None:
+                self._cause = self._spark_task_failure(error)
+                self._cause.__cause__ = error
+                self._cause_at = time.time()
+            return self._cause
+
+    def _restart(self, failure: ClusterError) -> bool:
+        """Starts the next generation after ``failure`` when a restart may cure it and one is
+        left; False when the job must fail with it."""
+        options = self._options
+        step = self._last_step()
+        now = signature(failure, step)
+        why_not = incurable(failure, self._last_signature, now)
+        if why_not is None and len(self._restarts) >= options.max_restarts:
+            why_not = f"its {options.max_restarts} restarts (max_restarts) are used up"
+        cause = describe(failure)
+        if why_not is not None:
+            if options.max_restarts > 0:
+                _log.error("%s failed and is not restarted (%s): %s", self.name, why_not, cause)
+            return False
+        self._last_signature = now
+        number = len(self._restarts) + 1
+        _log.warning(
+            "%s: generation %d failed: %s; restart %d of %d",
+            self.name,
+            self._settings.generation,
+            cause,
+            number,
+            options.max_restarts,
+        )
+        with self._lock:
+            if self._state is State.SHUT_DOWN:
+                return False
+            self._state = State.RESTARTING
+        if self._shut_down.wait(backoff(number, options.restart_backoff)):
+            return False
+        num_workers = self._await_slots()
+        if num_workers is None or self._shut_down.is_set():
+            return False
+        from sparktrain._native import generate_secret
+
+        secret = generate_secret()
+        generation = self._server.new_generation(secret, num_workers, options.num_evaluators)
+        restart = Restart(
+            generation=self._settings.generation,
+            cause=cause,
+            detected_at=self._cause_at,
+            resubmitted_at=time.time(),
+            last_step=step,
+        )
+        with self._lock:
+            self._restarts.append(restart)
+            self._settings = dataclasses.replace(
+                self._settings, secret=secret, generation=generation, num_workers=num_workers
+            )
+            self._num_tasks = num_workers + options.num_evaluators
+            self._roles = role_names(num_workers, options.num_evaluators)
+            self._console.roles = self._roles
+            self._hosts, self._exits, self._exit_times, self._metrics = {}, {}, {}, {}
+            self._cause = None
+            self._deadline = time.monotonic() + options.reservation_timeout
+            self._state = State.STARTING
+        return True
+
+    def _await_slots(self) -> int | None:
+        """Waits up to ``reservation_timeout`` for a task slot per trainer of the original
+        job; returns how many training tasks the next generation has: all of them, or, with
+        ``min_workers``, as many as the free slots allow (at least ``min_workers``). None when
+        the slots do not come back (the job then fails with the generation's failure)."""
+        options = self._options
+        try:
+            ensure_slots(self._sc, options.num_tasks, options.reservation_timeout)
+            return options.num_workers
+        except SlotsUnavailable as e:
+            if options.min_workers is None:
+                _log.error("%s cannot restart: %s", self.name, e)
+                return None
+            fits = available_slots(self._sc) - options.num_evaluators
+            if fits < options.min_workers:
+                _log.error("%s cannot restart with min_workers=%d: %s", self.name, options.min_workers, e)
+                return None
+            _log.warning(
+                "%s restarts with %d of its %d training tasks (min_workers=%d): only %d task slots came back",
+                self.name,
+                fits,
+                options.num_workers,
+                options.min_workers,
+                fits + options.num_evaluators,
+            )
+            return fits
+
+    def _last_step(self) -> int | None:
+        """The latest step any trainer of this generation reported."""
+        steps = [m["step"] for m in self._metrics.values() if m.get("step") is not None]
+        return max(steps) if steps else None
 
     def _spark_task_failure(self, error: BaseException) -> ClusterError:
         """The error for a stage that Spark failed before any trainer reported: WorkerFailed
@@ -310,9 +478,9 @@ class Cluster:
     # --- watching the job ------------------------------------------------------------
 
     def _watch_events(self) -> None:
-        """Handles the rendezvous service's events until the stage ends or the job is shut
-        down. Failure detection depends on it, so it never stops silently: an error handling
-        an event is logged and the next event handled, and a service that cannot be read
+        """Handles the rendezvous service's events until the job ends or is shut down.
+        Failure detection depends on it, so it never stops silently: an error handling an
+        event is logged and the next event handled, and a service that cannot be read
         :data:`MAX_WATCH_FAILURES` times in a row fails the job with a ClusterError."""
         failures = 0
         try:
@@ -341,7 +509,8 @@ class Cluster:
 
     def _watch_once(self) -> bool:
         """One poll of the rendezvous service; True when there is nothing left to watch."""
-        self._handle(self._server.events(WATCH_POLL_SECONDS))
+        generation, events = self._server.poll(WATCH_POLL_SECONDS)
+        self._handle(generation, events)
         if self._state is State.STARTING and time.monotonic() > self._deadline:
             missing = self._server.missing()
             if missing:
@@ -355,14 +524,19 @@ class Cluster:
                 )
         if self._stage_done.is_set():
             # Every task sent its last output and exit before its Spark task ended.
-            while events := self._server.events(0.0):
-                self._handle(events)
-            return True
+            while True:
+                generation, events = self._server.poll(0.0)
+                if not events:
+                    return True
+                self._handle(generation, events)
         return self._state is State.SHUT_DOWN
 
-    def _handle(self, events: list[Event]) -> None:
-        """Handles each event; one that fails is logged and does not keep the others (an exit
-        among them, perhaps) from being handled."""
+    def _handle(self, generation: int, events: list[Event]) -> None:
+        """Handles each event of ``generation``; one that fails is logged and does not keep
+        the others (an exit among them, perhaps) from being handled. Events of a generation
+        the driver has moved past are dropped."""
+        if generation != self._settings.generation:
+            return
         for event in events:
             try:
                 self._on_event(event)
@@ -384,7 +558,7 @@ class Cluster:
             case Event.Registered(task_index=rank, host=host):
                 if rank in self._hosts:
                     # Spark retried the task: its first attempt (executor, Python worker,
-                    # trainer) died without a word. Trainers are not restarted mid-job.
+                    # trainer) died without a word.
                     what = "lost its Spark task (the executor or its Python worker died) and Spark retried it"
                     self._fail(self._worker_failed(rank, None, "", what))
                 self._hosts[rank] = host
@@ -396,6 +570,10 @@ class Cluster:
                 self._console.line(rank, stream, text)
             case Event.Metrics(task_index=rank, step=step, metrics=pairs):
                 metrics = dict(pairs)
+                if "resumed_from" in metrics:
+                    self._resumed(int(metrics.pop("resumed_from")))
+                    if not metrics:
+                        return
                 self._metrics[rank] = {"step": step, **metrics}
                 self._console.metrics(rank, step, metrics)
             case Event.Exited(task_index=rank, exit_code=code, stderr_tail=tail):
@@ -407,29 +585,33 @@ class Cluster:
                 what = f"stopped heart-beating ({silent:.1f} s without a word)"
                 self._fail(self._worker_failed(rank, None, "", what))
 
+    def _resumed(self, step: int) -> None:
+        """Records the step the current generation resumed from, on the restart before it."""
+        with self._lock:
+            if self._restarts and self._restarts[-1].resumed_from is None:
+                self._restarts[-1] = dataclasses.replace(self._restarts[-1], resumed_from=step)
+
     def _worker_failed(self, rank: int, code: int | None, tail: str, what: str | None = None) -> WorkerFailed:
         """The error for task ``rank``'s trainer (see :func:`~sparktrain.cluster.failures.worker_failed`)."""
         host = self._hosts.get(rank, "an unknown host")
         return worker_failed(rank, self._roles[rank], host, returncode=code, stderr_tail=tail, what=what)
 
     def _fail(self, failure: ClusterError) -> None:
+        """Records the current generation's first failure and stops its stage; the stage
+        thread then restarts the job or fails it."""
         with self._lock:
-            if self._failure is not None or self._state in (State.SUCCEEDED, State.SHUT_DOWN):
+            if self._cause is not None or self._state in (State.SUCCEEDED, State.SHUT_DOWN, State.FAILED):
                 return
-            self._failure = failure
-            self._state = State.FAILED
-        # wait() must return even if stopping the tasks fails: the failure is already decided.
-        try:
-            self._stop_tasks(str(failure).split("\n", 1)[0])
-        finally:
-            self._finished.set()
+            self._cause = failure
+            self._cause_at = time.time()
+        self._stop_tasks(str(failure).split("\n", 1)[0])
 
     def _stop_tasks(self, reason: str) -> None:
         """Tells the trainers to stop and cancels the Spark stage; either failing is logged and
         does not keep the other from being tried."""
         stops: list[tuple[str, Callable[[], object]]] = [
             ("abort the trainers", lambda: self._server.abort(reason)),
-            ("cancel the Spark stage", lambda: self._sc.cancelJobGroup(self.name)),
+            ("cancel the Spark stage", lambda: self._sc.cancelJobGroup(self._job_group())),
         ]
         for what, stop in stops:
             try:
@@ -471,24 +653,36 @@ class Cluster:
     def shutdown(self) -> None:
         """Stops the job (if it still runs): trainers are stopped and the stage cancelled."""
         with self._lock:
-            running = self._state in (State.STARTING, State.RUNNING)
+            running = self._state in (State.STARTING, State.RUNNING, State.RESTARTING)
             if running:
                 self._state = State.SHUT_DOWN
         if running:
+            self._shut_down.set()
             self._server.abort(f"{self.name} was shut down by the driver")
-            self._sc.cancelJobGroup(self.name)
+            self._sc.cancelJobGroup(self._job_group())
             self._finished.set()
             self._stage.join(30.0)
         self._watch.join(5.0)
         self._server.close()
 
+    @property
+    def restarts(self) -> list[Restart]:
+        """The restarts so far, oldest first: which generation failed, why, and when."""
+        with self._lock:
+            return list(self._restarts)
+
     def status(self) -> dict[str, Any]:
-        """The job's state, which tasks registered and exited, each task's latest metrics, and
-        the calls the control plane refused (the latest ones, and how many in all)."""
+        """The job's state and generation, its restarts, which tasks of the current generation
+        registered and exited, each task's latest metrics, and the calls the control plane
+        refused (the latest ones, and how many in all)."""
         with self._lock:
             return {
                 "name": self.name,
                 "state": self._state.value,
+                "generation": self._settings.generation,
+                "restarts": [
+                    dict(dataclasses.asdict(r), steps_redone=r.steps_redone) for r in self._restarts
+                ],
                 "registered": sorted(self._hosts),
                 "exit_codes": dict(self._exits),
                 "exited_at": dict(self._exit_times),

@@ -45,6 +45,10 @@ class JobOptions:
     tls: tuple[str, ...] | None = None
     collective_timeout: float = 120.0
     work: str | None = None
+    max_restarts: int = 3
+    restart_backoff: float = 1.0
+    min_workers: int | None = None
+    barrier_timeout: float = 600.0
 
     def __post_init__(self) -> None:
         # Frozen: the checked, normalized values replace the given ones here, once.
@@ -76,6 +80,14 @@ class JobOptions:
         put("tls", _tls_paths(self.tls))
         put("collective_timeout", _checks.seconds("collective_timeout", self.collective_timeout))
         put("work", _checks.optional_text("work", self.work))
+        put("max_restarts", _checks.integer("max_restarts", self.max_restarts, minimum=0))
+        put("restart_backoff", _checks.seconds("restart_backoff", self.restart_backoff, allow_zero=True))
+        put("min_workers", _checks.optional_integer("min_workers", self.min_workers, minimum=1))
+        if self.min_workers is not None and self.min_workers > self.num_workers:
+            raise _checks.refuse(
+                "min_workers", self.min_workers, f"must be <= num_workers={self.num_workers}"
+            )
+        put("barrier_timeout", _checks.seconds("barrier_timeout", self.barrier_timeout))
 
     @property
     def num_tasks(self) -> int:

@@ -8,6 +8,12 @@ the trainer is stopped. When the trainer ends, every queued line is sent before 
 reported; one that ends non-zero fails the task after its exit code and the tail of its stderr
 have reached the driver. If the driver stops answering for longer than the heartbeat
 time-out, the trainer is stopped too: nobody waits forever.
+
+The trainer proves that it runs by writing to a liveness pipe a few times a second (see
+``sparktrain.cluster.trainer``). A task heart-beats whatever its trainer does, so a trainer
+stopped by SIGSTOP, or whose interpreter hangs, would look alive to the driver; when the pipe
+stays silent for longer than the heartbeat time-out, the task kills the trainer and reports
+it as :data:`~sparktrain.cluster.failures.UNRESPONSIVE`.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from sparktrain.cluster.context import TaskInfo
-from sparktrain.cluster.failures import PEER_LOST, worker_failed
+from sparktrain.cluster.failures import PEER_LOST, UNRESPONSIVE, worker_failed
 from sparktrain.cluster.settings import JobSettings, TrainerLaunch, role_names
 from sparktrain.cluster.trainer_output import (
     MAX_HEARTBEAT_BYTES,
@@ -159,6 +165,31 @@ class _OutputPump:
         self._queue.put(self._stream, text)
 
 
+class _Liveness:
+    """Reads the trainer's liveness pipe; remembers when the trainer last wrote to it."""
+
+    def __init__(self) -> None:
+        self._read, self.write_fd = os.pipe()
+        self.last = time.monotonic()
+        self.thread = threading.Thread(target=self._run, name="sparktrain-liveness", daemon=True)
+
+    def start(self) -> None:
+        """Starts reading, once the trainer holds the pipe's write end (which this closes)."""
+        os.close(self.write_fd)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            while os.read(self._read, 4096):
+                self.last = time.monotonic()
+        finally:
+            os.close(self._read)
+
+    def silent_for(self) -> float:
+        """Seconds since the trainer last proved that it runs."""
+        return time.monotonic() - self.last
+
+
 class _Heartbeat:
     """Sends the queued lines, a bounded batch per beat; remembers when the driver last
     answered."""
@@ -260,20 +291,25 @@ def _send(process: subprocess.Popen[bytes], message: object) -> None:
 
 
 def _start_trainer(
-    settings: JobSettings, env: dict[str, str], fds: tuple[int, ...], queue: OutputQueue
+    settings: JobSettings, env: dict[str, str], fds: tuple[int, ...], queue: OutputQueue, liveness: _Liveness
 ) -> tuple[subprocess.Popen[bytes], tuple[_OutputPump, _OutputPump]]:
     """Starts the trainer process and sends it the job, so that it loads the user's function
     and connects to the driver while this task registers. Returns it with its stdout and
     stderr pumps."""
-    process = subprocess.Popen(
-        [sys.executable, "-u", "-m", "sparktrain.cluster.trainer"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        pass_fds=fds,
-        env=env,
-        start_new_session=True,
-    )
+    env = dict(env, SPARKTRAIN_ALIVE_FD=str(liveness.write_fd))
+    env["SPARKTRAIN_ALIVE_INTERVAL"] = str(settings.heartbeat_interval)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-u", "-m", "sparktrain.cluster.trainer"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(*fds, liveness.write_fd),
+            env=env,
+            start_new_session=True,
+        )
+    finally:
+        liveness.start()
     assert process.stdout is not None
     assert process.stderr is not None
     out = _OutputPump(process.stdout, STDOUT, sys.stdout, queue)
@@ -326,7 +362,8 @@ def run_task(settings: JobSettings, feed: tuple[Iterator[Any], Any] | None = Non
     heartbeat = _Heartbeat(client, rank, attempt, settings)
     # The trainer inherits both sockets under the same descriptor numbers.
     fds = (data_sock.fileno(), tf_sock.fileno())
-    process, pumps = _start_trainer(settings, env, fds, heartbeat.queue)
+    liveness = _Liveness()
+    process, pumps = _start_trainer(settings, env, fds, heartbeat.queue, liveness)
     feed_server = None
     try:
         registered, tf_config_json = client.register(
@@ -373,7 +410,7 @@ def run_task(settings: JobSettings, feed: tuple[Iterator[Any], Any] | None = Non
             gpus=gpus,
         )
         _send(process, launch)
-        return _supervise(process, pumps, launch, settings, heartbeat, client, tasks[rank], attempt)
+        return _supervise(process, pumps, launch, settings, heartbeat, liveness, client, tasks[rank], attempt)
     finally:
         _stop(process)
         with contextlib.suppress(OSError):
@@ -392,11 +429,13 @@ def _supervise(
     launch: TrainerLaunch,
     settings: JobSettings,
     heartbeat: _Heartbeat,
+    liveness: _Liveness,
     client: Any,
     me: TaskInfo,
     attempt: int,
 ) -> TaskResult:
     role = f"{me.role}:{me.index}"
+    unresponsive = None
     while process.poll() is None:
         reason = heartbeat.beat()
         if reason is not None:
@@ -409,12 +448,24 @@ def _supervise(
                 f"{heartbeat.silent_for():.1f} s ({heartbeat.last_error}); the trainer was stopped",
                 address=settings.address,
             )
+        if liveness.silent_for() > settings.heartbeat_timeout:
+            unresponsive = liveness.silent_for()
+            _stop(process, grace=0.0)
+            break
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(settings.heartbeat_interval)
-    code = process.returncode
+    code = process.returncode if unresponsive is None else UNRESPONSIVE
     for pump in pumps:
         pump.thread.join(5.0)
     tail = pumps[1].tail()
+    if unresponsive is not None:
+        note = (
+            f"sparktrain: the trainer (pid {process.pid}) gave no sign of life for {unresponsive:.1f} s "
+            "(stopped by a signal such as SIGSTOP, or its interpreter hung); it was killed"
+        )
+        print(note, file=sys.stderr)
+        heartbeat.queue.put(STDERR, note)
+        tail = f"{tail}\n{note}" if tail else note
     # The driver must have every line before it learns of the exit: a failure's error is
     # raised on the exit, and output arriving after it would be lost or out of place.
     reason = heartbeat.drain(time.monotonic() + settings.heartbeat_timeout)

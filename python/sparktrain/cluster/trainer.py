@@ -19,18 +19,59 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from typing import TYPE_CHECKING
 
 from sparktrain.cluster.context import EXIT_BARRIER, TrainerContext
-from sparktrain.cluster.failures import FAILED, ORPHANED, PEER_LOST
+from sparktrain.cluster.failures import FAILED, NOT_RETRYABLE, ORPHANED, PEER_LOST
 from sparktrain.cluster.settings import JobSettings, TrainerLaunch
-from sparktrain.errors import InvalidArgumentError, PeerFailed
+from sparktrain.errors import (
+    InvalidArgumentError,
+    MissingDependencyError,
+    PathNotFoundError,
+    PeerFailed,
+    SchemaError,
+    TFRecordError,
+)
 
 if TYPE_CHECKING:
     from sparktrain._native import ControlClient
 
 _PR_SET_PDEATHSIG = 1
+
+#: sparktrain's errors that mean the job itself is wrong (its arguments, its input, its
+#: environment): a restart would fail alike, so the trainer says so with its exit code.
+_NOT_RETRYABLE = (InvalidArgumentError, MissingDependencyError, PathNotFoundError, SchemaError, TFRecordError)
+
+
+def exit_code_for(error: BaseException) -> int:
+    """The exit code of a trainer that failed with ``error``."""
+    if isinstance(error, PeerFailed):
+        return PEER_LOST
+    if isinstance(error, _NOT_RETRYABLE):
+        return NOT_RETRYABLE
+    return FAILED
+
+
+def _prove_liveness() -> None:
+    """Writes a byte to the task's liveness pipe every interval, from a thread that needs the
+    interpreter to run: a trainer stopped by SIGSTOP, or whose interpreter hangs, falls
+    silent, and its task kills it after the heartbeat time-out."""
+    fd = os.environ.get("SPARKTRAIN_ALIVE_FD")
+    if fd is None:
+        return
+    interval = float(os.environ.get("SPARKTRAIN_ALIVE_INTERVAL", "0.25"))
+
+    def beat() -> None:
+        try:
+            while True:
+                os.write(int(fd), b".")
+                time.sleep(interval)
+        except OSError:
+            return  # the task is gone: the stdin watchdog ends this process
+
+    threading.Thread(target=beat, name="sparktrain-liveness", daemon=True).start()
 
 
 def _die_with_parent(expected_parent: int) -> None:
@@ -79,6 +120,8 @@ def _context(job: JobSettings, launch: TrainerLaunch, client: ControlClient) -> 
         data_listener=socket.socket(fileno=launch.data_fd),
         feed_path=launch.feed_path,
         _client=client,
+        generation=job.generation,
+        _barrier_timeout=job.barrier_timeout,
         _secret=job.secret,
         _collective_timeout=job.collective_timeout,
         _collective_streams=job.collective_streams,
@@ -90,6 +133,7 @@ def main() -> int:
     from sparktrain._native import ControlClient
 
     _die_with_parent(int(os.environ.get("SPARKTRAIN_SUPERVISOR_PID", os.getppid())))
+    _prove_liveness()
     job = _receive()
     assert isinstance(job, JobSettings)
     try:
@@ -116,11 +160,11 @@ def main() -> int:
         with open(launch.result_path, "wb") as f:
             f.write(result)
         sys.stdout.flush()
-        client.barrier(launch.rank, EXIT_BARRIER, None)
+        client.barrier(launch.rank, EXIT_BARRIER, job.barrier_timeout)
     except BaseException as e:
         traceback.print_exc()
         sys.stderr.flush()
-        return PEER_LOST if isinstance(e, PeerFailed) else FAILED
+        return exit_code_for(e)
     return 0
 
 

@@ -17,6 +17,7 @@ from sparktrain import _checks
 from sparktrain._deps import require_spark
 from sparktrain.cluster import Cluster
 from sparktrain.cluster.launcher import spark_context
+from sparktrain.cluster.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF
 from sparktrain.errors import InvalidArgumentError
 from sparktrain.tfos._node import INDEX_COLUMN, ROW_COLUMN, run_map_fun
 
@@ -73,8 +74,11 @@ class TFCluster:
         input_mode: int,
         master_node: str | None,
         reservation_timeout: float,
+        max_restarts: int = DEFAULT_MAX_RESTARTS,
+        restart_backoff: float = DEFAULT_RESTART_BACKOFF,
     ) -> None:
         self.sc = sc
+        self._max_restarts, self._restart_backoff = max_restarts, restart_backoff
         self.input_mode = input_mode
         self._map_fun, self._tf_args, self._master_node = map_fun, tf_args, master_node
         self._num_workers, self._num_evaluators = num_workers, num_evaluators
@@ -95,6 +99,8 @@ class TFCluster:
             data=data,
             reservation_timeout=self._reservation_timeout,
             max_result_bytes=max_result_bytes,
+            max_restarts=self._max_restarts,
+            restart_backoff=self._restart_backoff,
         )
 
     def _check_spark_mode(self, what: str) -> None:
@@ -164,12 +170,18 @@ def run(
     queues: Any = None,
     eval_node: bool = False,
     release_port: bool = True,
+    max_restarts: int = DEFAULT_MAX_RESTARTS,
+    restart_backoff: float = DEFAULT_RESTART_BACKOFF,
 ) -> TFCluster:
     """Starts a TFoS-style cluster of ``num_executors`` nodes running ``map_fun(tf_args, ctx)``.
 
     In ``InputMode.TENSORFLOW`` the nodes start now; in ``InputMode.SPARK`` they start with
     their data when ``train`` or ``inference`` is called. Parameter servers are refused:
     sparktrain trains with MultiWorkerMirroredStrategy-style all-reduce only.
+
+    A node that dies restarts the cluster up to ``max_restarts`` times (see
+    :meth:`sparktrain.Cluster.run`); ``map_fun`` sees ``ctx.generation`` and resumes from its
+    own checkpoints (Keras: ``tf.keras.callbacks.BackupAndRestore``).
 
     The arguments are checked at once, on the driver, even in ``InputMode.SPARK``."""
     del tensorboard, log_dir, queues, release_port
@@ -178,6 +190,8 @@ def run(
     num_executors = _checks.integer("num_executors", num_executors, minimum=1)
     num_ps = _checks.integer("num_ps", num_ps, minimum=0)
     reservation_timeout = _checks.seconds("reservation_timeout", reservation_timeout)
+    max_restarts = _checks.integer("max_restarts", max_restarts, minimum=0)
+    restart_backoff = _checks.seconds("restart_backoff", restart_backoff, allow_zero=True)
     if num_ps > 0 or driver_ps_nodes:
         raise InvalidArgumentError(
             f"num_ps={num_ps}: parameter servers are not supported; use MultiWorkerMirroredStrategy "
@@ -193,7 +207,16 @@ def run(
         raise InvalidArgumentError(f"num_executors={num_executors} leaves no training node")
     spark_context(sc)
     return TFCluster(
-        sc, map_fun, tf_args, num_workers, num_evaluators, input_mode, master_node, reservation_timeout
+        sc,
+        map_fun,
+        tf_args,
+        num_workers,
+        num_evaluators,
+        input_mode,
+        master_node,
+        reservation_timeout,
+        max_restarts,
+        restart_backoff,
     )
 
 

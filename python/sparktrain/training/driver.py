@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from sparktrain._deps import require_spark
+from sparktrain.cluster.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF
 from sparktrain.errors import InvalidArgumentError
 from sparktrain.training.results import FeatureSpec, FitResult, TrainResult
 from sparktrain.training.trainer import DEFAULTS, Trainer, check_fit_arguments
@@ -45,6 +46,9 @@ def train(
     sharding: str = "static",
     log: bool = True,
     env: dict[str, str] | None = None,
+    max_restarts: int = DEFAULT_MAX_RESTARTS,
+    restart_backoff: float = DEFAULT_RESTART_BACKOFF,
+    min_workers: int | None = None,
     **hyperparameters: Any,
 ) -> TrainResult:
     """Trains ``model`` on ``num_workers`` Spark task slots in sync and returns the final
@@ -57,6 +61,11 @@ def train(
     ``batch_size`` and every other keyword argument go to
     :class:`~sparktrain.training.Trainer` (``optimizer``, ``learning_rate``, ``hidden``,
     ``label``, ``buckets``, ``checkpoint_every``...).
+
+    A trainer or executor that dies restarts the job (``max_restarts``, ``restart_backoff``
+    and ``min_workers`` as in :meth:`sparktrain.Cluster.run`); with ``model_dir``, training
+    resumes from the chief's latest checkpoint (``checkpoint_every`` steps bound the work
+    redone). ``TrainResult.restarts`` lists what happened.
 
     Every argument is checked here, before any Spark job starts:
     :class:`~sparktrain.errors.InvalidArgumentError` names the one at fault."""
@@ -108,8 +117,13 @@ def train(
         work=data if sharding == "dynamic" else None,
         env=env,
         log=log,
+        max_restarts=max_restarts,
+        restart_backoff=restart_backoff,
+        min_workers=min_workers,
     )
     with cluster:
         outcome = cluster.wait()
     fit: FitResult = outcome["fit"]
-    return TrainResult(fit=fit, metrics=fit.metrics, export_dir=outcome["export_dir"])
+    return TrainResult(
+        fit=fit, metrics=fit.metrics, export_dir=outcome["export_dir"], restarts=tuple(cluster.restarts)
+    )

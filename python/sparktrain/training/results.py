@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparktrain import _native
+from sparktrain.cluster.restarts import Restart
 from sparktrain.errors import InvalidArgumentError
 
 
@@ -181,8 +182,10 @@ def log_line(line: _native.LogLine) -> dict[str, float]:
 @dataclass(frozen=True)
 class TrainResult:
     """What :func:`~sparktrain.train` did: the chief's ``fit`` result, its final evaluation
-    (if ``eval_data`` was given) and the exported model's folder (if any)."""
+    (if ``eval_data`` was given), the exported model's folder (if any), and the restarts the
+    job went through (see :class:`~sparktrain.cluster.restarts.Restart`)."""
 
     fit: FitResult
     metrics: Metrics | None
     export_dir: str | None
+    restarts: tuple[Restart, ...] = ()

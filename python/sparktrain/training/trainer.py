@@ -201,7 +201,8 @@ class Trainer:
             return _native.Input.feed(self._ctx.feed_path, self.rank, self._config)
         path = self._ctx.absolute_path(data) if self._ctx is not None else data
         if sharding == "dynamic" and self._ctx is not None:
-            return _native.Input.queued(path, self._ctx.control_client(), self.rank, self._config)
+            restarted = self._ctx.generation > 0
+            return _native.Input.queued(path, self._ctx.control_client(), self.rank, self._config, restarted)
         return _native.Input.files(path, self.num_workers, self.rank, self._config)
 
     def _trainer(self, input: _native.Input) -> _native.Trainer:
@@ -212,7 +213,17 @@ class Trainer:
                 self._features = FeatureSpec.from_native(inferred)
             ring = self._ctx.communicator() if self._ctx is not None and self.num_workers > 1 else None
             self._native = _native.Trainer(self._config, self._features.to_native(), ring)
+            self._after_restart(self._native)
         return self._native
+
+    def _after_restart(self, native: _native.Trainer) -> None:
+        """After a restart, tells the driver the step training resumed from (so it can count
+        the steps redone) and adds a ``restarts`` scalar to TensorBoard."""
+        if self._ctx is None or self._ctx.generation == 0:
+            return
+        native.scalar("restarts", float(self._ctx.generation))
+        if self.is_chief:
+            self._ctx.report(resumed_from=float(native.resumed_from or 0))
 
     def _report(self, line: _native.LogLine) -> None:
         if self._ctx is not None:

@@ -363,6 +363,30 @@ impl Communicator {
         let mut token = [0i64];
         self.all_reduce(&mut token, ReduceOp::Sum)
     }
+
+    /// [`Communicator::barrier`], waiting up to `wait` rather than the ring's time-out: for
+    /// a rank known to be busy for long, such as a chief writing a checkpoint. A rank that
+    /// dies meanwhile still fails it at once (its connections close).
+    pub fn barrier_within(&mut self, wait: Duration) -> Result<()> {
+        let usual = self.config.timeout;
+        self.set_timeout(wait)?;
+        let outcome = self.barrier();
+        let restored = self.set_timeout(usual);
+        outcome.and(restored)
+    }
+
+    fn set_timeout(&mut self, timeout: Duration) -> Result<()> {
+        for link in &self.links {
+            for stream in [&link.next, &link.prev] {
+                stream
+                    .set_read_timeout(Some(timeout))
+                    .and_then(|_| stream.set_write_timeout(Some(timeout)))
+                    .map_err(|e| CollectiveError::io("setting the ring's time-out", e))?;
+            }
+        }
+        self.config.timeout = timeout;
+        Ok(())
+    }
 }
 
 impl Drop for Communicator {

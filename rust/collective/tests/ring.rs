@@ -339,3 +339,30 @@ fn a_rank_without_the_secret_is_refused() {
         outcomes.iter().map(|o| o.as_ref().err().expect("refused").to_string()).collect();
     assert!(errors.iter().any(|e| e.contains("refused")), "{errors:?}");
 }
+
+#[test]
+fn a_barrier_within_a_longer_wait_outlasts_the_ring_time_out_once() {
+    let comms: Vec<Communicator> = connect_ring(2, Duration::from_millis(300), 1 << 20, |_| SECRET.to_vec())
+        .into_iter()
+        .map(|c| c.unwrap())
+        .collect();
+    let results = on_all(comms, |comm| {
+        // Rank 0 is busy (a chief writing a checkpoint) for longer than the ring's time-out.
+        if comm.rank() == 0 {
+            thread::sleep(Duration::from_millis(900));
+        }
+        let within = comm.barrier_within(Duration::from_secs(10));
+        // Afterwards the ring's own time-out applies again.
+        if comm.rank() == 0 {
+            thread::sleep(Duration::from_millis(900));
+        }
+        (within, comm.barrier())
+    });
+    for (comm, (within, after)) in results {
+        within.unwrap();
+        if comm.rank() == 1 {
+            let err = after.unwrap_err();
+            assert!(matches!(err, CollectiveError::Timeout { peer: 0, .. }), "{err}");
+        }
+    }
+}

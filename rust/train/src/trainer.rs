@@ -28,6 +28,11 @@ use crate::optim::OptimizerState;
 use crate::step::{DataParallel, SharedRing, lock};
 use crate::tensorboard::EventWriter;
 
+/// How long workers wait for the chief to write a checkpoint during `fit`. A chief that dies
+/// meanwhile fails the wait at once (its connections close) and one that stops responding is
+/// killed by its task, so only a slow but live save can use all of it.
+pub const CHECKPOINT_WAIT: Duration = Duration::from_secs(3600);
+
 /// Everything about a training run but its data.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -378,7 +383,7 @@ impl Trainer {
                     summary.history.push(line);
                 }
                 if self.config.checkpoint_every.is_some_and(|k| stats.step % k == 0) {
-                    summary.checkpoint = self.save_checkpoint()?.or(summary.checkpoint);
+                    summary.checkpoint = self.checkpoint_together()?.or(summary.checkpoint);
                 }
                 if let (Some(k), Some(eval)) = (options.eval_every, eval)
                     && stats.step % k == 0
@@ -392,7 +397,7 @@ impl Trainer {
         if window.steps > 0 {
             summary.loss = Some(window.loss_sum / window.steps as f64);
         }
-        summary.checkpoint = self.save_checkpoint()?.or(summary.checkpoint);
+        summary.checkpoint = self.checkpoint_together()?.or(summary.checkpoint);
         if let Some(eval) = eval
             && summary.evaluations.last().is_none_or(|e| e.step != self.progress.step)
         {
@@ -442,6 +447,19 @@ impl Trainer {
             events.flush()?;
         }
         Ok(EvalLine { step, metrics })
+    }
+
+    /// Inside `fit`: the chief writes a checkpoint while every other worker waits for it at
+    /// a barrier of up to [`CHECKPOINT_WAIT`], so that a long save is not taken for a dead
+    /// chief by the next step's collective, whose time-out is far shorter.
+    fn checkpoint_together(&mut self) -> Result<Option<String>> {
+        let folder = self.save_checkpoint()?;
+        if self.config.model_dir.is_some()
+            && let Some(ring) = self.dp.ring()
+        {
+            lock(ring).barrier_within(CHECKPOINT_WAIT)?;
+        }
+        Ok(folder)
     }
 
     /// The chief writes a checkpoint of the current state to `model_dir` (once per step);

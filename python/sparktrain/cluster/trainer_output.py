@@ -30,9 +30,10 @@ MAX_LINE_BYTES: Final = 8192
 READ_CHUNK_BYTES: Final = 64 * 1024
 #: Most lines sent in one heartbeat.
 MAX_LINES_PER_HEARTBEAT: Final = 2000
-#: Most bytes of lines sent in one heartbeat: a quarter of gRPC's 4 MiB message limit, so a
-#: heartbeat always fits, and a few times what a chatty trainer writes between two beats.
-MAX_HEARTBEAT_BYTES: Final = 1 << 20
+#: Most bytes of lines sent in one heartbeat: three quarters of the driver's 1 MiB message
+#: limit, so a heartbeat always fits, and a few times what a chatty trainer writes between two
+#: beats.
+MAX_HEARTBEAT_BYTES: Final = 768 << 10
 #: Most bytes of lines waiting for the driver: a few heartbeats' worth, enough for a burst
 #: while the driver is slow, yet little memory in the Spark task.
 MAX_QUEUED_BYTES: Final = 8 << 20

@@ -14,6 +14,7 @@
 pub mod client;
 pub mod error;
 pub mod job;
+pub mod limits;
 pub mod rendezvous;
 pub mod roles;
 pub mod secret;

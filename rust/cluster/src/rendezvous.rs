@@ -6,7 +6,9 @@
 //!
 //! Every call must carry the job secret in the [`SECRET_HEADER`] metadata; a call without it,
 //! or with another, is refused with `UNAUTHENTICATED` and recorded with the caller's address
-//! ([`RendezvousServer::refused`]). Only protobuf messages are read from the network.
+//! ([`RendezvousServer::refused`]). The secret is checked on the headers, by an interceptor,
+//! before the body is read: a refused call costs no more than its headers. Only protobuf
+//! messages are read from the network, within the bounds of [`crate::limits`].
 //!
 //! Generations: when the driver restarts a failed job it starts a new generation
 //! ([`RendezvousServer::new_generation`]) with a fresh [`Job`] and a fresh secret. A task of an
@@ -26,6 +28,7 @@ use tonic::{Request, Response, Status};
 
 use crate::error::{ClusterError, Result};
 use crate::job::{Job, Stream};
+use crate::limits;
 use crate::secret::JobSecret;
 use crate::spec::{ClusterSpec, Registration};
 
@@ -63,6 +66,8 @@ pub struct ServerConfig {
     pub heartbeat_timeout: Duration,
     /// Serve over TLS with this identity; plain HTTP/2 when None.
     pub tls: Option<ServerTls>,
+    /// Connections served at once ([`limits::MAX_CONNECTIONS`] unless a test wants fewer).
+    pub max_connections: usize,
 }
 
 /// The driver's TLS identity, as PEM.
@@ -105,9 +110,12 @@ struct Generation {
 struct State {
     current: Mutex<Generation>,
     refused: Mutex<Refusals>,
+    /// Connections closed at once for want of a slot ([`limits::MAX_CONNECTIONS`]).
+    turned_away: Arc<std::sync::atomic::AtomicU64>,
 }
 
-struct Service(Arc<State>);
+/// The calls, once the [`Gate`] has let them through.
+struct Service;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Every update is one push: a panic elsewhere cannot leave the list half-written.
@@ -162,7 +170,12 @@ fn reply_of(spec: &ClusterSpec, task_index: u32) -> Result<RegisterReply, Status
     Ok(RegisterReply { tasks, tf_config })
 }
 
-impl Service {
+/// Checks each call's secret on its headers, before its body is read, and hands the
+/// handler the job of the caller's generation.
+#[derive(Clone)]
+struct Gate(Arc<State>);
+
+impl Gate {
     /// The job of the current generation when the call carries its secret; else the call is
     /// refused and recorded: `ABORTED` for a caller of an earlier generation, `UNAUTHENTICATED`
     /// for anyone else.
@@ -190,20 +203,45 @@ impl Service {
             }
         };
         let peer = request.remote_addr().map_or_else(|| "an unknown peer".to_string(), |a| a.to_string());
-        let mut refused = lock(&self.0.refused);
+        self.0.refuse(format!("{peer}: {why}"));
+        Err(status)
+    }
+}
+
+impl tonic::service::Interceptor for Gate {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        let job = self.authenticate(&request)?;
+        request.extensions_mut().insert(job);
+        Ok(request)
+    }
+}
+
+impl State {
+    /// Counts a refused call and keeps its description among the latest [`REFUSED_KEPT`].
+    fn refuse(&self, what: String) {
+        let mut refused = lock(&self.refused);
         refused.total += 1;
         if refused.recent.len() == REFUSED_KEPT {
             refused.recent.pop_front();
         }
-        refused.recent.push_back(format!("{peer}: {why}"));
-        Err(status)
+        refused.recent.push_back(what);
     }
+}
+
+/// The job the [`Gate`] let the call through for.
+fn job_of<T>(request: &Request<T>) -> Result<Arc<Job>, Status> {
+    // The gate runs before every handler: a missing job is a wiring error, not a caller's.
+    request
+        .extensions()
+        .get::<Arc<Job>>()
+        .cloned()
+        .ok_or_else(|| Status::internal("the call skipped the gate"))
 }
 
 #[tonic::async_trait]
 impl Rendezvous for Service {
     async fn register(&self, request: Request<RegisterRequest>) -> Result<Response<RegisterReply>, Status> {
-        let job = self.authenticate(&request)?;
+        let job = job_of(&request)?;
         let registration = registration_of(request.into_inner())?;
         let task_index = registration.task_index;
         let spec = job.register(registration).await.map_err(status_of)?;
@@ -214,7 +252,7 @@ impl Rendezvous for Service {
         &self,
         request: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatReply>, Status> {
-        let job = self.authenticate(&request)?;
+        let job = job_of(&request)?;
         let r = request.into_inner();
         let lines = r
             .lines
@@ -226,7 +264,7 @@ impl Rendezvous for Service {
     }
 
     async fn barrier(&self, request: Request<BarrierRequest>) -> Result<Response<BarrierReply>, Status> {
-        let job = self.authenticate(&request)?;
+        let job = job_of(&request)?;
         let r = request.into_inner();
         let timeout = (r.timeout_ms > 0).then(|| Duration::from_millis(r.timeout_ms));
         match job.barrier(r.task_index, &r.name, timeout).await {
@@ -240,21 +278,21 @@ impl Rendezvous for Service {
     }
 
     async fn report(&self, request: Request<ReportRequest>) -> Result<Response<ReportReply>, Status> {
-        let job = self.authenticate(&request)?;
+        let job = job_of(&request)?;
         let r = request.into_inner();
         job.report(r.task_index, r.step, r.metrics.into_iter().collect()).map_err(status_of)?;
         Ok(Response::new(ReportReply {}))
     }
 
     async fn exit(&self, request: Request<ExitRequest>) -> Result<Response<ExitReply>, Status> {
-        let job = self.authenticate(&request)?;
+        let job = job_of(&request)?;
         let r = request.into_inner();
         job.exited(r.task_index, r.exit_code, r.stderr_tail).map_err(status_of)?;
         Ok(Response::new(ExitReply {}))
     }
 
     async fn next_work(&self, request: Request<WorkRequest>) -> Result<Response<WorkReply>, Status> {
-        let job = self.authenticate(&request)?;
+        let job = job_of(&request)?;
         let r = request.into_inner();
         let item = job.next_work(r.task_index, r.epoch).map_err(status_of)?;
         Ok(Response::new(WorkReply { item }))
@@ -297,7 +335,11 @@ impl RendezvousServer {
         })?;
         let job = Arc::new(Job::new(spec, config.registration_timeout, config.heartbeat_timeout));
         let current = Generation { number: 0, secret: config.secret, job, earlier: Default::default() };
-        let state = Arc::new(State { current: Mutex::new(current), refused: Mutex::default() });
+        let state = Arc::new(State {
+            current: Mutex::new(current),
+            refused: Mutex::default(),
+            turned_away: Arc::default(),
+        });
         let mut builder = tonic::transport::Server::builder();
         if let Some(tls) = &config.tls {
             let identity = Identity::from_pem(&tls.cert_pem, &tls.key_pem);
@@ -305,9 +347,21 @@ impl RendezvousServer {
                 .tls_config(ServerTlsConfig::new().identity(identity))
                 .map_err(|source| ClusterError::Tls { source })?;
         }
+        let mut builder = builder
+            .max_concurrent_streams(limits::MAX_STREAMS_PER_CONNECTION)
+            .concurrency_limit_per_connection(limits::MAX_STREAMS_PER_CONNECTION as usize)
+            .http2_max_header_list_size(limits::MAX_HEADER_BYTES)
+            .http2_keepalive_interval(Some(limits::KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(limits::KEEPALIVE_TIMEOUT));
         let (stop, stopped) = oneshot::channel::<()>();
-        let service = GrpcServer::new(Service(state.clone()));
-        let incoming = tonic::transport::server::TcpIncoming::from(listener);
+        let service = tonic::service::interceptor::InterceptedService::new(
+            GrpcServer::new(Service).max_decoding_message_size(limits::MAX_MESSAGE_BYTES),
+            Gate(state.clone()),
+        );
+        let incoming = tonic::transport::server::TcpIncoming::from(listener)
+            .with_nodelay(Some(true))
+            .with_keepalive(Some(limits::TCP_KEEPALIVE));
+        let incoming = limits::Limited::new(incoming, config.max_connections, state.turned_away.clone());
         tokio::spawn(async move {
             let _ = builder
                 .add_service(service)
@@ -338,6 +392,11 @@ impl RendezvousServer {
     /// How many calls were refused in all.
     pub fn refused_total(&self) -> u64 {
         lock(&self.state.refused).total
+    }
+
+    /// How many connections were closed at once because `max_connections` were open.
+    pub fn connections_turned_away(&self) -> u64 {
+        self.state.turned_away.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The current generation's shared state: events, barriers, the work queue, the abort

@@ -20,6 +20,7 @@ fn config(secret: &JobSecret, workers: u32, evaluators: u32, timeout: Duration) 
         registration_timeout: timeout,
         heartbeat_timeout: Duration::from_secs(10),
         tls: None,
+        max_connections: sparktrain_cluster::limits::MAX_CONNECTIONS,
     }
 }
 

@@ -215,6 +215,7 @@ impl Rendezvous {
             registration_timeout: seconds(registration_timeout, "registration_timeout")?,
             heartbeat_timeout: seconds(heartbeat_timeout, "heartbeat_timeout")?,
             tls,
+            max_connections: sparktrain_cluster::limits::MAX_CONNECTIONS,
         };
         let server = block(py, RendezvousServer::start(config))?;
         let address = server.address().to_string();

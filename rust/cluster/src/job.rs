@@ -40,6 +40,11 @@ pub enum Stream {
     Stderr,
 }
 
+/// Completed barriers remembered. A task waiting at a completed barrier cannot be at any other
+/// (every barrier needs every task), so no later barrier completes before it has seen its own:
+/// a few are plenty, and a job that meets at a barrier every step keeps constant memory.
+const COMPLETED_KEPT: usize = 16;
+
 /// Something the driver should print or act on, in the order it happened.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
@@ -95,7 +100,11 @@ struct Inner {
     last_heartbeat: Vec<Option<Instant>>,
     /// Exited or lost: no longer expected to heart-beat.
     done: Vec<bool>,
+    /// Barriers some but not all tasks have reached, and who has.
     barriers: HashMap<String, BTreeSet<u32>>,
+    /// The latest barriers every task reached (at most [`COMPLETED_KEPT`]): a waiter that
+    /// wakes after its barrier completed finds it here.
+    completed: VecDeque<String>,
     aborted: Option<String>,
     ready_announced: bool,
     /// None until [`Job::set_work`] or [`Job::resume_work`].
@@ -240,6 +249,7 @@ impl Job {
                 last_heartbeat: vec![None; n],
                 done: vec![false; n],
                 barriers: HashMap::new(),
+                completed: VecDeque::new(),
                 aborted: None,
                 ready_announced: false,
                 work: None,
@@ -391,16 +401,23 @@ impl Job {
             if task_index >= n {
                 return Err(out_of_range(task_index, n));
             }
-            inner.barriers.entry(name.to_string()).or_default().insert(task_index);
+            if !inner.completed.iter().any(|c| c == name) {
+                let arrived = inner.barriers.entry(name.to_string()).or_default();
+                arrived.insert(task_index);
+                if arrived.len() == n as usize {
+                    inner.barriers.remove(name);
+                    if inner.completed.len() == COMPLETED_KEPT {
+                        inner.completed.pop_front();
+                    }
+                    inner.completed.push_back(name.to_string());
+                }
+            }
         }
         self.bump();
         let deadline = timeout.map(|t| Instant::now() + t);
         self.wait_until(
             deadline,
-            |inner| {
-                (inner.barriers.get(name).map_or(0, BTreeSet::len) == inner.spec.num_tasks() as usize)
-                    .then_some(())
-            },
+            |inner| inner.completed.iter().any(|c| c == name).then_some(()),
             |inner| {
                 let arrived = inner.barriers.get(name).cloned().unwrap_or_default();
                 let missing = (0..inner.spec.num_tasks()).filter(|t| !arrived.contains(t)).collect();
@@ -569,6 +586,23 @@ mod tests {
 
         let err = job.barrier(1, "b", Some(Duration::from_millis(20))).await.unwrap_err();
         assert_eq!(err.to_string(), "barrier 'b': 2 of 3 tasks never arrived: [0, 2]");
+    }
+
+    #[tokio::test]
+    async fn a_barrier_per_step_keeps_the_memory_of_a_few() {
+        let job = job(2, Duration::from_secs(60));
+        for step in 0..1000 {
+            let name = format!("step#{step}");
+            let first = {
+                let (job, name) = (job.clone(), name.clone());
+                tokio::spawn(async move { job.barrier(0, &name, Some(Duration::from_secs(5))).await })
+            };
+            job.barrier(1, &name, Some(Duration::from_secs(5))).await.unwrap();
+            first.await.unwrap().unwrap();
+        }
+        let inner = lock(&job.inner);
+        assert!(inner.barriers.is_empty());
+        assert_eq!(inner.completed.len(), COMPLETED_KEPT);
     }
 
     #[tokio::test]

@@ -42,12 +42,35 @@ fn setup_error(what: &str, address: &str, e: std::io::Error) -> CollectiveError 
     CollectiveError::io(format!("{what} {address}"), e)
 }
 
+/// The longest a single connection attempt waits for the peer to accept.
+const CONNECT_ATTEMPT: Duration = Duration::from_secs(5);
+
+/// A TCP connection to `address` (`host:port`), each resolved address tried for at most
+/// `timeout`.
+fn connect_within(address: &str, timeout: Duration) -> std::io::Result<TcpStream> {
+    let mut last = None;
+    for resolved in std::net::ToSocketAddrs::to_socket_addrs(address)? {
+        match TcpStream::connect_timeout(&resolved, timeout) {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::NotFound, "the address resolves to nothing")
+    }))
+}
+
 /// Opens connection number `index` to the peer at `address` and proves this rank knows
 /// `secret`; retries refused connections until `timeout` has passed.
 pub fn connect(address: &str, rank: usize, index: u8, secret: &[u8], timeout: Duration) -> Result<TcpStream> {
     let deadline = Instant::now() + timeout;
     let mut stream = loop {
-        match TcpStream::connect(address) {
+        // Each attempt is bounded too: a peer that drops SYNs must not hold this past the
+        // deadline.
+        let attempt = deadline
+            .saturating_duration_since(Instant::now())
+            .clamp(Duration::from_millis(1), CONNECT_ATTEMPT);
+        match connect_within(address, attempt) {
             Ok(s) => break s,
             Err(e) if Instant::now() >= deadline => return Err(setup_error("cannot connect to", address, e)),
             Err(_) => thread::sleep(Duration::from_millis(20)),

@@ -39,12 +39,22 @@ pub struct Config {
     pub chunk_bytes: usize,
     /// Parallel rings (TCP connection pairs); large all-reduces are split across them.
     pub streams: usize,
+    /// The most bytes a peer may announce for its item of an all-gather.
+    pub max_gather_bytes: u64,
 }
 
 impl Config {
-    /// A configuration with the default chunk size and one ring.
+    /// A configuration with the default chunk size, one ring and the default all-gather limit.
     pub fn new(rank: usize, peers: Vec<String>, secret: Vec<u8>, timeout: Duration) -> Self {
-        Config { rank, peers, secret, timeout, chunk_bytes: DEFAULT_CHUNK_BYTES, streams: 1 }
+        Config {
+            rank,
+            peers,
+            secret,
+            timeout,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            streams: 1,
+            max_gather_bytes: MAX_GATHER_BYTES,
+        }
     }
 }
 
@@ -89,6 +99,7 @@ struct Place<'a> {
     peers: &'a [String],
     timeout: Duration,
     chunk_bytes: usize,
+    max_gather_bytes: u64,
 }
 
 impl Place<'_> {
@@ -116,6 +127,10 @@ impl Place<'_> {
         }
     }
 }
+
+/// The default most bytes a peer may announce for its item of an all-gather; more is refused
+/// (the ring then breaks) rather than allocated.
+pub const MAX_GATHER_BYTES: u64 = 1 << 30;
 
 /// One rank's end of the ring.
 pub struct Communicator {
@@ -214,7 +229,11 @@ impl Communicator {
             peers: &self.config.peers,
             timeout: self.config.timeout,
             chunk_bytes: self.config.chunk_bytes,
+            max_gather_bytes: self.config.max_gather_bytes,
         };
+        // Broken until the call succeeds: a panic that unwinds out of it (and is caught by a
+        // caller) leaves the ring unusable rather than out of step.
+        self.broken = !self.links.is_empty();
         let outcome = if self.links.is_empty() {
             body(&place, &mut [])
         } else {
@@ -223,7 +242,8 @@ impl Communicator {
         };
         if outcome.is_err() && !self.links.is_empty() {
             self.links.iter().for_each(Link::shutdown);
-            self.broken = true;
+        } else {
+            self.broken = false;
         }
         outcome
     }
@@ -350,7 +370,19 @@ impl Communicator {
                 let recv = (rank + 2 * n - s - 1) % n;
                 let mut len = [0u8; 8];
                 send_recv(place, link, name, &(items[send].len() as u64).to_le_bytes(), &mut len)?;
-                let mut received = vec![0u8; u64::from_le_bytes(len) as usize];
+                let len = u64::from_le_bytes(len);
+                if len > place.max_gather_bytes {
+                    return Err(CollectiveError::PeerFailed {
+                        op: name.to_string(),
+                        peer: place.peer(Side::Prev),
+                        address: place.peers[place.peer(Side::Prev)].clone(),
+                        reason: format!(
+                            "it announced {len} bytes, more than the limit of {}",
+                            place.max_gather_bytes
+                        ),
+                    });
+                }
+                let mut received = vec![0u8; len as usize];
                 send_recv(place, link, name, &items[send], &mut received)?;
                 items[recv] = received;
             }

@@ -366,3 +366,40 @@ fn a_barrier_within_a_longer_wait_outlasts_the_ring_time_out_once() {
         }
     }
 }
+
+#[test]
+fn an_all_gather_item_over_the_limit_is_refused_and_breaks_the_ring() {
+    let listeners: Vec<TcpListener> = (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    let peers: Vec<String> = listeners.iter().map(|l| l.local_addr().unwrap().to_string()).collect();
+    let handles: Vec<_> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(rank, listener)| {
+            let config = Config {
+                max_gather_bytes: 1024,
+                ..Config::new(rank, peers.clone(), SECRET.to_vec(), Duration::from_secs(5))
+            };
+            thread::spawn(move || {
+                let mut comm = Communicator::connect(listener, config).unwrap();
+                // Rank 1 sends 4 KiB, over rank 0's limit; rank 0 sends a little.
+                let item = vec![7u8; if comm.rank() == 1 { 4096 } else { 10 }];
+                let first = comm.all_gather(&item);
+                let after = comm.barrier();
+                (comm.rank(), first, after)
+            })
+        })
+        .collect();
+    for handle in handles {
+        let (rank, first, after) = handle.join().unwrap();
+        let err = first.unwrap_err();
+        if rank == 0 {
+            assert!(
+                matches!(&err, CollectiveError::PeerFailed { peer: 1, reason, .. }
+                    if reason == "it announced 4096 bytes, more than the limit of 1024"),
+                "{err}"
+            );
+        }
+        // Whatever happened, the ring is not used out of step afterwards.
+        assert!(after.is_err());
+    }
+}

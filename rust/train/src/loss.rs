@@ -49,6 +49,13 @@ pub fn bce_with_logits(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
             labels.elem_count()
         )));
     }
+    if let Some(bad) =
+        labels.to_dtype(DType::F32)?.to_vec1::<f32>()?.into_iter().find(|y| !(0.0..=1.0).contains(y))
+    {
+        return Err(TrainError::InvalidArgument(format!(
+            "label {bad}: binary cross-entropy needs labels from 0 to 1 (use loss='softmax' for class ids)"
+        )));
+    }
     // max(x, 0) - x y + log(1 + e^-|x|)
     let softplus_tail = (logits.abs()?.neg()?.exp()? + 1.0)?.log()?;
     let per_example = ((logits.relu()? - (&logits * &labels)?)? + softplus_tail)?;
@@ -57,11 +64,19 @@ pub fn bce_with_logits(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
 
 /// Mean softmax cross-entropy of `[batch, classes]` logits against `[batch]` class ids.
 pub fn softmax_cross_entropy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
-    let (batch, _) = logits.dims2()?;
+    let (batch, classes) = logits.dims2()?;
     if labels.elem_count() != batch {
         return Err(TrainError::InvalidArgument(format!(
             "softmax cross-entropy needs one class id per row: {batch} rows, {} labels",
             labels.elem_count()
+        )));
+    }
+    // A cast to an id would turn -1 or 2.5 into some other class, or read out of bounds.
+    let ids = labels.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+    if let Some(bad) = ids.iter().find(|y| !(y.fract() == 0.0 && **y >= 0.0 && (**y as usize) < classes)) {
+        return Err(TrainError::InvalidArgument(format!(
+            "label {bad} is not a class id: the model has {classes} classes, ids 0 to {}",
+            classes - 1
         )));
     }
     // The shift only steadies the exponentials; the gradient does not flow through it.

@@ -124,3 +124,26 @@ fn a_missing_export_is_a_storage_error_naming_the_file() {
         other => panic!("expected a storage error, got {other:?}"),
     }
 }
+
+#[test]
+fn a_new_export_replaces_the_old_pair_as_a_whole() {
+    let root = tempfile::tempdir().unwrap();
+    let url = root.path().join("export").to_string_lossy().into_owned();
+    export_and_score(&url, ModelKind::Mlp { hidden: vec![4], outputs: 1 }, Loss::BinaryCrossEntropy, 2);
+    std::fs::write(root.path().join("export/stale.txt"), b"from before").unwrap();
+    export_and_score(&url, ModelKind::Mlp { hidden: vec![6], outputs: 1 }, Loss::BinaryCrossEntropy, 2);
+    let mut files: Vec<String> = std::fs::read_dir(root.path().join("export"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["model.json", "model.safetensors"]);
+    // Nothing is left beside it: no staging folder, no replaced export.
+    let beside: Vec<_> = std::fs::read_dir(root.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(beside, ["export"]);
+    assert!(
+        std::fs::read_to_string(root.path().join("export/model.json"))
+            .unwrap()
+            .contains("\"hidden\": [\n      6")
+    );
+}

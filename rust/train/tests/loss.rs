@@ -65,3 +65,20 @@ fn mismatched_labels_are_refused() {
     let err = bce_with_logits(&x, &y).unwrap_err().to_string();
     assert!(err.contains("4 logits, 3 labels"), "{err}");
 }
+
+#[test]
+fn labels_that_are_no_class_are_refused_naming_the_value() {
+    let x = Tensor::zeros((3, 4), candle_core::DType::F32, &Device::Cpu).unwrap();
+    for (bad, named) in [(-1.0f32, "label -1"), (2.5, "label 2.5"), (4.0, "label 4")] {
+        let y = Tensor::from_slice(&[0.0f32, bad, 1.0], 3, &Device::Cpu).unwrap();
+        let err = softmax_cross_entropy(&x, &y).unwrap_err().to_string();
+        assert!(err.contains(&format!("{named} is not a class id: the model has 4 classes")), "{err}");
+    }
+    let y = Tensor::from_slice(&[0.0f32, 3.0, 1.0], 3, &Device::Cpu).unwrap();
+    softmax_cross_entropy(&x, &y).unwrap();
+
+    let x = Tensor::zeros(3, candle_core::DType::F32, &Device::Cpu).unwrap();
+    let y = Tensor::from_slice(&[0.0f32, 0.25, 3.0], 3, &Device::Cpu).unwrap();
+    let err = bce_with_logits(&x, &y).unwrap_err().to_string();
+    assert!(err.contains("label 3: binary cross-entropy needs labels from 0 to 1"), "{err}");
+}

@@ -12,6 +12,7 @@ from typing_extensions import disjoint_base
 __all__ = [
     "DEFAULT_BUCKETS",
     "DEFAULT_MAX_RECORD_BYTES",
+    "FEED_ERROR_FILE",
     "HYPERPARAMETERS",
     "LEARNING_RATES",
     "MAX_WAIT_SECONDS",
@@ -58,6 +59,7 @@ __all__ = [
 __version__: str
 DEFAULT_BUCKETS: int
 DEFAULT_MAX_RECORD_BYTES: int
+FEED_ERROR_FILE: str
 MAX_WAIT_SECONDS: int
 MODELS: list[str]
 LEARNING_RATES: list[tuple[str, float]]

@@ -6,31 +6,51 @@ task serves them to its trainer over a Unix socket as an Arrow IPC stream: no ro
 Python objects or pickling. The first pass is also spooled to a local Arrow file, so
 ``ctx.feed()`` can be read again for further epochs without recomputing or copying the
 DataFrame.
+
+A task that cannot serve (its partition failed to compute, the spool's disk is full) says why
+in a file beside the socket and stops listening: a stream cut short at a batch boundary would
+otherwise read as a short partition, and the next epoch would wait for a server that is gone.
+Both readers, this module's and the engine's, raise that error instead.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from sparktrain._native import FEED_ERROR_FILE
+from sparktrain.errors import InputError
+
 if TYPE_CHECKING:
     from sparktrain.cluster.settings import JobSettings
     from sparktrain.cluster.task import TaskResult
 
 _RESULT_SCHEMA = pa.schema([("rank", pa.int32()), ("value", pa.binary())])
+#: Where a task that stopped serving says why, beside the socket (the engine reads it too).
+ERROR_FILE = FEED_ERROR_FILE
+#: The longest socket path the kernel takes is 108 bytes; a long TMPDIR would overflow it.
+_MAX_SOCKET_PATH = 100
 
 
 class FeedServer:
     """Serves a task's input batches to its trainer, once live and then from the spool."""
 
     def __init__(self, batches: Iterator[pa.RecordBatch], schema: pa.Schema, folder: str) -> None:
-        self.path = os.path.join(folder, "feed.sock")
         self._spool = os.path.join(folder, "feed.arrow")
+        #: A folder of its own for the socket, removed on close, when ``folder`` is too deep.
+        self._socket_folder: str | None = None
+        if len(os.path.join(folder, "feed.sock")) > _MAX_SOCKET_PATH:
+            folder = self._socket_folder = tempfile.mkdtemp(prefix="st-feed-", dir="/tmp")
+        self.path = os.path.join(folder, "feed.sock")
+        #: Why the feed stopped serving, if it did.
+        self.error: BaseException | None = None
         self._source = batches
         self._schema = schema
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -55,6 +75,19 @@ class FeedServer:
                         self._serve_spool(out)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the trainer stopped reading early; that is its choice
+                except Exception as e:
+                    self._fail(e)
+                    return
+
+    def _fail(self, error: Exception) -> None:
+        """Says why in the error file, then stops listening, so that readers raise it."""
+        self.error = error
+        folder = os.path.dirname(self.path)
+        temporary = os.path.join(folder, f".{ERROR_FILE}.tmp")
+        with open(temporary, "w") as f:
+            f.write(f"{type(error).__name__}: {error}")
+        os.replace(temporary, os.path.join(folder, ERROR_FILE))
+        self._listener.close()
 
     def _serve_live(self, out: Any) -> None:
         first = next(self._source, None)
@@ -81,6 +114,8 @@ class FeedServer:
 
     def close(self) -> None:
         self._listener.close()
+        if self._socket_folder is not None:
+            shutil.rmtree(self._socket_folder, ignore_errors=True)
 
 
 def _chain(first: pa.RecordBatch | None, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -90,11 +125,26 @@ def _chain(first: pa.RecordBatch | None, rest: Iterator[pa.RecordBatch]) -> Iter
 
 
 def read_feed(path: str) -> Iterator[pa.RecordBatch]:
-    """The trainer's side: one pass over the task's partition."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.connect(path)
-        with conn.makefile("rb") as source:
-            yield from pa.ipc.open_stream(source)
+    """The trainer's side: one pass over the task's partition. Raises
+    :class:`~sparktrain.errors.InputError` when the task could not serve all of it."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(path)
+            with conn.makefile("rb") as source:
+                yield from pa.ipc.open_stream(source)
+    except OSError as e:
+        _raise_if_failed(path)
+        raise InputError(f"the Spark feed at {path}: {e}", path=path) from e
+    _raise_if_failed(path)
+
+
+def _raise_if_failed(path: str) -> None:
+    try:
+        with open(os.path.join(os.path.dirname(path), ERROR_FILE)) as f:
+            why = f.read()
+    except FileNotFoundError:
+        return
+    raise InputError(f"the Spark task serving the feed at {path} failed: {why}", path=path)
 
 
 def run_fed_stage(data: Any, num_tasks: int, settings: JobSettings) -> list[TaskResult]:

@@ -686,6 +686,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Progress>()?;
     m.add_function(wrap_pyfunction!(infer_features, m)?)?;
     m.add("DEFAULT_BUCKETS", DEFAULT_BUCKETS)?;
+    m.add("FEED_ERROR_FILE", sparktrain_train::input::FEED_ERROR_FILE)?;
     m.add("MODELS", MODELS.to_vec())?;
     m.add("LEARNING_RATES", LEARNING_RATES.to_vec())?;
     m.add("HYPERPARAMETERS", HYPERPARAMETERS.to_vec())?;

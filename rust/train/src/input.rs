@@ -231,7 +231,12 @@ impl Input {
                     None => connect_feed(path)?,
                 };
                 let name = path.display().to_string();
-                let batches = reader.map(move |b| b.map_err(|e| TrainError::read(name.clone(), e)));
+                let failed = path.clone();
+                // A stream that ends early looks like a short one: the task's own word on why
+                // it stopped serving turns it into an error.
+                let batches = reader
+                    .map(move |b| b.map_err(|e| TrainError::read(name.clone(), e)))
+                    .chain(std::iter::once_with(move || feed_failure(&failed).map(Err)).flatten());
                 (Box::new(batches), None)
             }
         };
@@ -314,9 +319,22 @@ fn parquet_reader(
     builder.with_batch_size(READ_BATCH).build().map_err(|e| TrainError::read(url, e))
 }
 
+/// The file in which a task that could not serve its feed says why (beside the socket).
+pub const FEED_ERROR_FILE: &str = "feed.error";
+
+/// The error the task serving the feed at `socket` reported, if it reported one.
+fn feed_failure(socket: &Path) -> Option<TrainError> {
+    let text = std::fs::read_to_string(socket.with_file_name(FEED_ERROR_FILE)).ok()?;
+    Some(TrainError::read(
+        socket.display().to_string(),
+        format!("the Spark task serving this feed failed: {text}"),
+    ))
+}
+
 fn connect_feed(path: &Path) -> Result<StreamReader<UnixStream>> {
     let fail = |e: &dyn std::fmt::Display| {
-        TrainError::read(path.display().to_string(), format!("the input feed: {e}"))
+        feed_failure(path)
+            .unwrap_or_else(|| TrainError::read(path.display().to_string(), format!("the input feed: {e}")))
     };
     let stream = UnixStream::connect(path).map_err(|e| fail(&e))?;
     stream.set_read_timeout(Some(FEED_READ_TIMEOUT)).map_err(|e| fail(&e))?;

@@ -90,7 +90,10 @@ pub fn connect(address: &str, rank: usize, index: u8, secret: &[u8], timeout: Du
     let mut answer = [0u8; NONCE + MAC];
     stream.read_exact(&mut answer).map_err(|e| CollectiveError::Refused {
         address: address.to_string(),
-        reason: format!("the peer closed the handshake ({e}): it does not share this job's secret"),
+        reason: format!(
+            "the peer closed the handshake ({e}): it does not share this job's secret, or it was \
+             turned away"
+        ),
     })?;
     let (theirs, their_mac) = answer.split_at(NONCE);
     mac(secret, b"accept", &[&mine, theirs]).verify_slice(their_mac).map_err(|_| {
@@ -134,9 +137,22 @@ fn answer(stream: &mut TcpStream, secret: &[u8]) -> std::result::Result<(usize, 
     Ok((u32::from_le_bytes(rank_bytes) as usize, index))
 }
 
+/// Handshakes answered at once; a connection beyond them is turned away at once, so a crowd
+/// of silent connections cannot hold the listener (each may take up to 5 s to fail).
+const MAX_PENDING: usize = 64;
+
+/// A connection's handshake, answered on a thread of its own.
+struct Answered {
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    outcome: std::result::Result<(usize, u8), String>,
+}
+
 /// Accepts connections on `listener` until the rank `expected` has opened connections
-/// `0..count` with the secret, or `timeout` passes; returns them by index. Callers that fail
-/// the handshake, claim another rank or repeat an index are dropped and reported through
+/// `0..count` with the secret, or `timeout` passes; returns them by index. Handshakes run
+/// concurrently (at most [`MAX_PENDING`] at once), each on its own thread, so a silent or
+/// slow caller delays no other; the deadline holds whatever they do. Callers that fail the
+/// handshake, claim another rank or repeat an index are dropped and reported through
 /// `refused`.
 pub fn accept(
     listener: &TcpListener,
@@ -149,56 +165,80 @@ pub fn accept(
     let deadline = Instant::now() + timeout;
     let mut accepted: Vec<Option<TcpStream>> = (0..count).map(|_| None).collect();
     listener.set_nonblocking(true).map_err(|e| CollectiveError::io("listener", e))?;
+    let (done, answers) = std::sync::mpsc::channel::<Answered>();
+    let mut pending = 0usize;
     loop {
+        let mut busy = false;
         match listener.accept() {
-            Ok((mut stream, peer)) => {
+            Ok((stream, peer)) if pending >= MAX_PENDING => {
+                drop(stream);
+                refused.push(CollectiveError::Refused {
+                    address: peer.to_string(),
+                    reason: format!("{MAX_PENDING} handshakes were already under way"),
+                });
+                busy = true;
+            }
+            Ok((stream, peer)) => {
                 let configure = stream
                     .set_nonblocking(false)
                     .and_then(|_| stream.set_read_timeout(Some(Duration::from_secs(5).min(timeout))))
-                    .and_then(|_| stream.set_write_timeout(Some(timeout)));
-                if let Err(e) = configure {
-                    refused.push(CollectiveError::io(format!("configuring {peer}"), e));
-                    continue;
-                }
-                match answer(&mut stream, secret) {
-                    Ok((rank, index))
-                        if rank == expected && accepted.get(index as usize).is_some_and(Option::is_none) =>
-                    {
-                        let ready = stream
-                            .write_all(&[1])
-                            .and_then(|_| stream.set_read_timeout(Some(timeout)))
-                            .and_then(|_| stream.set_nodelay(true));
-                        ready.map_err(|e| CollectiveError::io(format!("handshake with {peer}"), e))?;
-                        accepted[index as usize] = Some(stream);
-                        if accepted.iter().all(Option::is_some) {
-                            return Ok(accepted.into_iter().flatten().collect());
-                        }
-                    }
-                    Ok((rank, index)) if rank == expected => refused.push(CollectiveError::Refused {
-                        address: peer.to_string(),
-                        reason: format!("connection {index} is a repeat or beyond the {count} expected"),
-                    }),
-                    Ok((rank, _)) => refused.push(CollectiveError::Refused {
-                        address: peer.to_string(),
-                        reason: format!("it claims rank {rank}, this rank expects rank {expected}"),
-                    }),
-                    Err(reason) => {
-                        refused.push(CollectiveError::Refused { address: peer.to_string(), reason })
+                    .and_then(|_| stream.set_write_timeout(Some(Duration::from_secs(5).min(timeout))));
+                match configure {
+                    Err(e) => refused.push(CollectiveError::io(format!("configuring {peer}"), e)),
+                    Ok(()) => {
+                        let (done, secret) = (done.clone(), secret.to_vec());
+                        pending += 1;
+                        thread::spawn(move || {
+                            let mut stream = stream;
+                            let outcome = answer(&mut stream, &secret);
+                            let _ = done.send(Answered { stream, peer, outcome });
+                        });
                     }
                 }
+                busy = true;
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    return Err(CollectiveError::Timeout {
-                        op: "connect".into(),
-                        peer: expected,
-                        address: "(its own address)".into(),
-                        waited: timeout,
-                    });
-                }
-                thread::sleep(Duration::from_millis(2));
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(CollectiveError::io("accept", e)),
+        }
+        while let Ok(Answered { mut stream, peer, outcome }) = answers.try_recv() {
+            pending -= 1;
+            busy = true;
+            match outcome {
+                Ok((rank, index))
+                    if rank == expected && accepted.get(index as usize).is_some_and(Option::is_none) =>
+                {
+                    let ready = stream
+                        .write_all(&[1])
+                        .and_then(|_| stream.set_read_timeout(Some(timeout)))
+                        .and_then(|_| stream.set_write_timeout(Some(timeout)))
+                        .and_then(|_| stream.set_nodelay(true));
+                    ready.map_err(|e| CollectiveError::io(format!("handshake with {peer}"), e))?;
+                    accepted[index as usize] = Some(stream);
+                    if accepted.iter().all(Option::is_some) {
+                        return Ok(accepted.into_iter().flatten().collect());
+                    }
+                }
+                Ok((rank, index)) if rank == expected => refused.push(CollectiveError::Refused {
+                    address: peer.to_string(),
+                    reason: format!("connection {index} is a repeat or beyond the {count} expected"),
+                }),
+                Ok((rank, _)) => refused.push(CollectiveError::Refused {
+                    address: peer.to_string(),
+                    reason: format!("it claims rank {rank}, this rank expects rank {expected}"),
+                }),
+                Err(reason) => refused.push(CollectiveError::Refused { address: peer.to_string(), reason }),
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(CollectiveError::Timeout {
+                op: "connect".into(),
+                peer: expected,
+                address: "(its own address)".into(),
+                waited: timeout,
+            });
+        }
+        if !busy {
+            thread::sleep(Duration::from_millis(2));
         }
     }
 }

@@ -403,3 +403,27 @@ fn an_all_gather_item_over_the_limit_is_refused_and_breaks_the_ring() {
         assert!(after.is_err());
     }
 }
+
+#[test]
+fn silent_connections_do_not_hold_up_the_ring() {
+    let listeners: Vec<TcpListener> = (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    let peers: Vec<String> = listeners.iter().map(|l| l.local_addr().unwrap().to_string()).collect();
+    // Connections that never greet: each would hold a one-at-a-time listener for 5 s.
+    let silent: Vec<std::net::TcpStream> =
+        peers.iter().flat_map(|p| (0..20).map(move |_| std::net::TcpStream::connect(p).unwrap())).collect();
+    let started = Instant::now();
+    let handles: Vec<_> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(rank, listener)| {
+            let config = Config::new(rank, peers.clone(), SECRET.to_vec(), Duration::from_secs(8));
+            thread::spawn(move || Communicator::connect(listener, config))
+        })
+        .collect();
+    let comms: Vec<Communicator> = handles.into_iter().map(|h| h.join().unwrap().unwrap()).collect();
+    assert!(started.elapsed() < Duration::from_secs(4), "the ring took {:?}", started.elapsed());
+    // And it works.
+    let results = on_all(comms, |comm| comm.barrier());
+    assert!(results.into_iter().all(|(_, r)| r.is_ok()));
+    drop(silent);
+}

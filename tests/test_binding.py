@@ -175,6 +175,13 @@ def test_the_rendezvous_reports_typed_events_and_task_infos():
         with pytest.raises(errors.Unauthenticated):
             intruder.report(0, 1, [], 5.0)
         assert (server.refused_total(), len(server.refused())) == (1, 1)
+        # A registered task is bound to its token: the secret alone does not act for it.
+        assert client.token is not None
+        other = _native.ControlClient(server.address, secret, 5.0)
+        with pytest.raises(errors.Unauthenticated, match="task 0's calls must carry the token"):
+            other.report(0, 8, [("loss", 0.4)], 5.0)
+        other.use_token(client.token)
+        other.report(0, 8, [("loss", 0.4)], 5.0)
     finally:
         server.close()
     with pytest.raises(errors.ClosedError, match="rendezvous is closed"):

@@ -160,10 +160,10 @@ def test_a_stopped_trainer_is_killed_by_its_task_and_the_job_restarts(spark):
 
     start = time.monotonic()
     with Cluster.run(
-        spark, main_fun, None, 2, heartbeat_timeout=3.0, restart_backoff=0.2, log=False
+        spark, main_fun, None, 2, heartbeat_timeout=5.0, restart_backoff=0.2, log=False
     ) as cluster:
         assert cluster.results() == [1, 1]
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < 120
     (restart,) = cluster.restarts
     assert restart.cause.startswith("worker:0 (task 1 on 127.0.0.1) exited with code 71")
     assert "stopped responding" in restart.cause

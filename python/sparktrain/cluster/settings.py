@@ -77,3 +77,6 @@ class TrainerLaunch:
     feed_path: str | None = None
     working_dir: str = ""
     gpus: tuple[str, ...] = field(default_factory=tuple)
+    #: The task's registration token, which the driver requires of the trainer's calls too;
+    #: left out of the repr.
+    token: str | None = field(default=None, repr=False)

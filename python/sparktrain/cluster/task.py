@@ -408,6 +408,7 @@ def run_task(settings: JobSettings, feed: tuple[Iterator[Any], Any] | None = Non
             feed_path=feed_server.path if feed_server is not None else None,
             working_dir=os.getcwd(),
             gpus=gpus,
+            token=client.token,
         )
         _send(process, launch)
         return _supervise(process, pumps, launch, settings, heartbeat, liveness, client, tasks[rank], attempt)
@@ -451,6 +452,8 @@ def _supervise(
         if liveness.silent_for() > settings.heartbeat_timeout:
             unresponsive = liveness.silent_for()
             _stop(process, grace=0.0)
+            # Tell the driver this task is alive: it is about to report why its trainer died.
+            heartbeat.beat()
             break
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(settings.heartbeat_interval)

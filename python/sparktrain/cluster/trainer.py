@@ -144,6 +144,8 @@ def main() -> int:
         return FAILED
     launch = _receive()
     assert isinstance(launch, TrainerLaunch)
+    if launch.token is not None:
+        client.use_token(launch.token)
     threading.Thread(target=_watch_stdin, name="sparktrain-parent-watch", daemon=True).start()
     os.environ["TF_CONFIG"] = json.dumps(launch.tf_config)
     ctx = _context(job, launch, client)

@@ -2,6 +2,7 @@
 //! register and get the cluster spec, heart-beat, meet at barriers, take input items from the
 //! driver's work queue, report metrics and exits.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -10,12 +11,12 @@ use tonic::{Code, Request, Status};
 
 use crate::error::{ClusterError, Result};
 use crate::job::Stream;
-use crate::rendezvous::SECRET_HEADER;
 use crate::rendezvous::proto::rendezvous_client::RendezvousClient;
 use crate::rendezvous::proto::{
     BarrierRequest, ExitRequest, HeartbeatRequest, LogLine, RegisterReply, RegisterRequest, ReportRequest,
     WorkRequest,
 };
+use crate::rendezvous::{SECRET_HEADER, TOKEN_HEADER};
 use crate::secret::JobSecret;
 use crate::spec::Registration;
 
@@ -33,6 +34,8 @@ pub struct ClientTls {
 pub struct TaskClient {
     address: String,
     secret: String,
+    /// The token of the task this client acts for, once known; shared by its clones.
+    token: Arc<Mutex<Option<String>>>,
     client: RendezvousClient<Channel>,
 }
 
@@ -68,6 +71,7 @@ impl TaskClient {
                     return Ok(TaskClient {
                         address: address.to_string(),
                         secret: secret.to_hex(),
+                        token: Arc::default(),
                         client: RendezvousClient::new(channel),
                     });
                 }
@@ -90,6 +94,11 @@ impl TaskClient {
         let mut request = Request::new(message);
         let secret = self.secret.parse().map_err(|_| ClusterError::Secret("not ASCII".into()))?;
         request.metadata_mut().insert(SECRET_HEADER, secret);
+        if let Some(token) = self.token() {
+            let token =
+                token.parse().map_err(|_| ClusterError::Secret("a task token that is not ASCII".into()))?;
+            request.metadata_mut().insert(TOKEN_HEADER, token);
+        }
         if let Some(timeout) = timeout {
             request.set_timeout(timeout);
         }
@@ -102,6 +111,9 @@ impl TaskClient {
             Code::Unauthenticated => {
                 ClusterError::Unauthenticated { address: self.address.clone(), reason: message.to_string() }
             }
+            Code::PermissionDenied => {
+                ClusterError::Unauthenticated { address: self.address.clone(), reason: message.to_string() }
+            }
             Code::Aborted => ClusterError::Aborted(
                 message.strip_prefix("the job was aborted: ").unwrap_or(message).to_string(),
             ),
@@ -111,6 +123,18 @@ impl TaskClient {
                 message: message.to_string(),
             },
         }
+    }
+
+    /// The token of the task this client acts for (set by [`TaskClient::register`]).
+    pub fn token(&self) -> Option<String> {
+        self.token.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Acts for the task whose registration returned `token` (a trainer gets it from its
+    /// task); an empty token clears it.
+    pub fn use_token(&self, token: &str) {
+        *self.token.lock().unwrap_or_else(|p| p.into_inner()) =
+            (!token.is_empty()).then(|| token.to_string());
     }
 
     /// Registers this task and waits for the others; `timeout` bounds the whole wait (the
@@ -134,7 +158,11 @@ impl TaskClient {
             Some(timeout),
         )?;
         match self.client.register(request).await {
-            Ok(reply) => Ok(reply.into_inner()),
+            Ok(reply) => {
+                let reply = reply.into_inner();
+                self.use_token(&reply.token);
+                Ok(reply)
+            }
             Err(status) => Err(self.error_of(status)),
         }
     }

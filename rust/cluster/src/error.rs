@@ -42,6 +42,12 @@ pub enum ClusterError {
         /// The last connection error.
         reason: String,
     },
+    /// A call claimed a registered task without that task's token.
+    #[error("refused: task {task_index}'s calls must carry the token its registration returned")]
+    NotTheTask {
+        /// The task index the call claimed.
+        task_index: u32,
+    },
     /// The driver refused the call's secret.
     #[error("the driver at {address} refused this task: {reason}")]
     Unauthenticated {

@@ -111,6 +111,8 @@ struct Inner {
     work: Option<WorkQueue>,
     /// How many work items each task took, over all epochs.
     work_taken: Vec<u64>,
+    /// Each registered task's token, which its later calls must carry.
+    tokens: Vec<Option<String>>,
 }
 
 /// The items every epoch hands out, how far each epoch has got, and who took what.
@@ -254,6 +256,7 @@ impl Job {
                 ready_announced: false,
                 work: None,
                 work_taken: vec![0; n],
+                tokens: vec![None; n],
             }),
             version: watch::channel(0).0,
             events: Mutex::new(VecDeque::new()),
@@ -345,9 +348,11 @@ impl Job {
             executor_id: registration.executor_id.clone(),
         };
         let task = registration.task_index as usize;
+        let token = new_token()?;
         let announce_ready = {
             let mut inner = lock(&self.inner);
             inner.spec.register(registration)?;
+            inner.tokens[task] = Some(token);
             inner.last_heartbeat[task] = Some(Instant::now());
             inner.done[task] = false;
             let newly_complete = inner.spec.is_complete() && !inner.ready_announced;
@@ -360,6 +365,23 @@ impl Job {
         }
         self.bump();
         self.wait_ready().await
+    }
+
+    /// The token task `task_index` got when it registered, if it has.
+    pub fn token(&self, task_index: u32) -> Option<String> {
+        lock(&self.inner).tokens.get(task_index as usize).cloned().flatten()
+    }
+
+    /// Refuses a call for a registered task that does not carry the task's token. Calls for a
+    /// task that has not registered yet (nothing to bind them to) pass.
+    pub fn check_token(&self, task_index: u32, presented: Option<&str>) -> Result<()> {
+        let inner = lock(&self.inner);
+        match inner.tokens.get(task_index as usize) {
+            Some(Some(token)) if presented.is_none_or(|p| !crate::secret::same(p, token)) => {
+                Err(ClusterError::NotTheTask { task_index })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Waits until every task has registered, or fails at the registration deadline naming
@@ -540,6 +562,13 @@ impl Job {
         self.detect_lost();
         drain()
     }
+}
+
+/// A fresh random task token, as hex.
+fn new_token() -> Result<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| ClusterError::Secret(format!("no randomness: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn out_of_range(task_index: u32, total: u32) -> ClusterError {

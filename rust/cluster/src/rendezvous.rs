@@ -10,6 +10,9 @@
 //! before the body is read: a refused call costs no more than its headers. Only protobuf
 //! messages are read from the network, within the bounds of [`crate::limits`].
 //!
+//! A registration returns a token for its task; every later call that names a registered task
+//! must carry it ([`TOKEN_HEADER`]), so no other holder of the secret can act for that task.
+//!
 //! Generations: when the driver restarts a failed job it starts a new generation
 //! ([`RendezvousServer::new_generation`]) with a fresh [`Job`] and a fresh secret. A task of an
 //! earlier generation still presents that generation's secret; it is refused with `ABORTED`
@@ -46,6 +49,8 @@ use proto::{
 
 /// The metadata key that carries the job secret (hex).
 pub const SECRET_HEADER: &str = "x-sparktrain-secret";
+/// The metadata key that carries the caller's task token (from its registration).
+pub const TOKEN_HEADER: &str = "x-sparktrain-task-token";
 
 /// How the rendezvous service runs.
 #[derive(Debug, Clone)]
@@ -147,6 +152,7 @@ fn status_of(e: ClusterError) -> Status {
         ClusterError::DuplicateRegistration { .. } => Status::already_exists(e.to_string()),
         ClusterError::Aborted(_) => Status::aborted(e.to_string()),
         ClusterError::InvalidArgument(_) => Status::invalid_argument(e.to_string()),
+        ClusterError::NotTheTask { .. } => Status::permission_denied(e.to_string()),
         other => Status::internal(other.to_string()),
     }
 }
@@ -167,7 +173,7 @@ fn reply_of(spec: &ClusterSpec, task_index: u32) -> Result<RegisterReply, Status
         })
         .collect();
     let tf_config = spec.tf_config(task_index).map_err(status_of)?;
-    Ok(RegisterReply { tasks, tf_config })
+    Ok(RegisterReply { tasks, tf_config, token: String::new() })
 }
 
 /// Checks each call's secret on its headers, before its body is read, and hands the
@@ -228,6 +234,11 @@ impl State {
     }
 }
 
+/// The task token the call carries, if any.
+fn token_of<T>(request: &Request<T>) -> Option<String> {
+    request.metadata().get(TOKEN_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string)
+}
+
 /// The job the [`Gate`] let the call through for.
 fn job_of<T>(request: &Request<T>) -> Result<Arc<Job>, Status> {
     // The gate runs before every handler: a missing job is a wiring error, not a caller's.
@@ -245,7 +256,9 @@ impl Rendezvous for Service {
         let registration = registration_of(request.into_inner())?;
         let task_index = registration.task_index;
         let spec = job.register(registration).await.map_err(status_of)?;
-        reply_of(&spec, task_index).map(Response::new)
+        let mut reply = reply_of(&spec, task_index)?;
+        reply.token = job.token(task_index).unwrap_or_default();
+        Ok(Response::new(reply))
     }
 
     async fn heartbeat(
@@ -253,7 +266,9 @@ impl Rendezvous for Service {
         request: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatReply>, Status> {
         let job = job_of(&request)?;
+        let token = token_of(&request);
         let r = request.into_inner();
+        job.check_token(r.task_index, token.as_deref()).map_err(status_of)?;
         let lines = r
             .lines
             .into_iter()
@@ -265,7 +280,9 @@ impl Rendezvous for Service {
 
     async fn barrier(&self, request: Request<BarrierRequest>) -> Result<Response<BarrierReply>, Status> {
         let job = job_of(&request)?;
+        let token = token_of(&request);
         let r = request.into_inner();
+        job.check_token(r.task_index, token.as_deref()).map_err(status_of)?;
         let timeout = (r.timeout_ms > 0).then(|| Duration::from_millis(r.timeout_ms));
         match job.barrier(r.task_index, &r.name, timeout).await {
             Ok(()) => Ok(Response::new(BarrierReply { missing: vec![], total: 0 })),
@@ -279,21 +296,27 @@ impl Rendezvous for Service {
 
     async fn report(&self, request: Request<ReportRequest>) -> Result<Response<ReportReply>, Status> {
         let job = job_of(&request)?;
+        let token = token_of(&request);
         let r = request.into_inner();
+        job.check_token(r.task_index, token.as_deref()).map_err(status_of)?;
         job.report(r.task_index, r.step, r.metrics.into_iter().collect()).map_err(status_of)?;
         Ok(Response::new(ReportReply {}))
     }
 
     async fn exit(&self, request: Request<ExitRequest>) -> Result<Response<ExitReply>, Status> {
         let job = job_of(&request)?;
+        let token = token_of(&request);
         let r = request.into_inner();
+        job.check_token(r.task_index, token.as_deref()).map_err(status_of)?;
         job.exited(r.task_index, r.exit_code, r.stderr_tail).map_err(status_of)?;
         Ok(Response::new(ExitReply {}))
     }
 
     async fn next_work(&self, request: Request<WorkRequest>) -> Result<Response<WorkReply>, Status> {
         let job = job_of(&request)?;
+        let token = token_of(&request);
         let r = request.into_inner();
+        job.check_token(r.task_index, token.as_deref()).map_err(status_of)?;
         let item = job.next_work(r.task_index, r.epoch).map_err(status_of)?;
         Ok(Response::new(WorkReply { item }))
     }

@@ -47,14 +47,7 @@ impl JobSecret {
     /// Whether `presented` (the hex form a caller sent) is this secret. The comparison takes the
     /// same time wherever the first difference is, so timing reveals nothing of the secret.
     pub fn verify(&self, presented: &str) -> bool {
-        let expected = self.to_hex();
-        let (a, b) = (expected.as_bytes(), presented.as_bytes());
-        // The length is public (always 64); only the content must not leak.
-        if a.len() != b.len() {
-            return false;
-        }
-        let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-        std::hint::black_box(diff) == 0
+        same(presented, &self.to_hex())
     }
 }
 
@@ -63,6 +56,17 @@ impl fmt::Debug for JobSecret {
         // Never print the secret itself, e.g. in a logged error or a panic message.
         f.write_str("JobSecret(<redacted>)")
     }
+}
+
+/// Whether `presented` equals `expected`, in a time that does not depend on where they first
+/// differ (their lengths are public).
+pub fn same(presented: &str, expected: &str) -> bool {
+    let (a, b) = (expected.as_bytes(), presented.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
 }
 
 #[cfg(test)]

@@ -319,3 +319,36 @@ async fn a_new_generation_refuses_the_old_one_and_keeps_the_work() {
     let err = stranger.heartbeat(0, 0, vec![], Duration::from_secs(5)).await.unwrap_err();
     assert!(matches!(err, ClusterError::Unauthenticated { .. }), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registered_tasks_calls_need_its_token() {
+    let secret = JobSecret::generate().unwrap();
+    let server = RendezvousServer::start(config(&secret, 1, 0, Duration::from_secs(10))).await.unwrap();
+    let address = server.address().to_string();
+    let mut task = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
+    let reply = task.register(&registration(0), Duration::from_secs(5)).await.unwrap();
+    assert_eq!(reply.token.len(), 32);
+    assert_eq!(task.token().as_deref(), Some(reply.token.as_str()));
+    assert_eq!(task.heartbeat(0, 0, vec![], Duration::from_secs(5)).await.unwrap(), None);
+
+    // Another holder of the secret cannot act for task 0...
+    let mut other = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
+    for err in [
+        other.heartbeat(0, 0, vec![], Duration::from_secs(5)).await.unwrap_err(),
+        other.report(0, Some(1), vec![("loss".into(), 1.0)], Duration::from_secs(5)).await.unwrap_err(),
+        other.exit(0, 0, 0, String::new(), Duration::from_secs(5)).await.unwrap_err(),
+    ] {
+        assert!(
+            matches!(&err, ClusterError::Unauthenticated { reason, .. } if reason.contains("task 0's calls must carry the token")),
+            "{err}"
+        );
+    }
+    other.use_token("0123456789abcdef0123456789abcdef");
+    assert!(other.heartbeat(0, 0, vec![], Duration::from_secs(5)).await.is_err());
+    // ...unless its task hands it the token, as a task hands it to its trainer.
+    other.use_token(&reply.token);
+    assert_eq!(other.heartbeat(0, 0, vec![], Duration::from_secs(5)).await.unwrap(), None);
+    // A second registration of the same task gets no token of its own.
+    let mut thief = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
+    assert!(thief.register(&registration(0), Duration::from_secs(5)).await.is_err());
+}

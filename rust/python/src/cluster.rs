@@ -343,7 +343,8 @@ impl ControlClient {
     }
 
     /// Registers a task and waits for all; returns `(tasks, tf_config)` where `tasks` lists a
-    /// dict per task by task index.
+    /// dict per task by task index. From then on this client (and its clones) carries the
+    /// task's token, which the driver requires of every later call for the task.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (task_index, attempt, host, pid, executor_id, data_port, tf_port, gpus, timeout))]
     fn register(
@@ -379,6 +380,17 @@ impl ControlClient {
             })
             .collect();
         Ok((tasks, reply.tf_config))
+    }
+
+    /// The token of the task this client acts for, once it registered (or was given one).
+    #[getter]
+    fn token(&self) -> Option<String> {
+        self.client.token()
+    }
+
+    /// Acts for the task whose registration returned `token`: a trainer gets it from its task.
+    fn use_token(&self, token: &str) {
+        self.client.use_token(token);
     }
 
     /// Sends a heartbeat with `(stream, line)` pairs (1 stdout, 2 stderr); returns the

@@ -272,6 +272,7 @@ fn cluster<'py>(py: Python<'py>, e: ClusterError, attrs: &Attrs<'py>) -> PyResul
         }
         ClusterError::InvalidArgument(_) => py::InvalidArgumentError::type_object(py),
         ClusterError::DuplicateRegistration { .. }
+        | ClusterError::NotTheTask { .. }
         | ClusterError::Bind { .. }
         | ClusterError::Tls { .. }
         | ClusterError::Io { .. }

@@ -436,7 +436,8 @@ impl Job {
             }
         }
         self.bump();
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A wait too long to add to the clock (a caller's u64::MAX) is no deadline at all.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         self.wait_until(
             deadline,
             |inner| inner.completed.iter().any(|c| c == name).then_some(()),

@@ -9,7 +9,10 @@
 //! - [`job`]: the driver's view of a running job: registrations, heartbeats, barriers, events,
 //!   the work queue of input items (dynamic sharding) and the abort switch;
 //! - [`rendezvous`] and [`client`]: the driver's gRPC service (tonic) where tasks register,
-//!   heart-beat, meet at barriers, take work and report, and the tasks' side of it.
+//!   heart-beat, meet at barriers, take work and report, and the tasks' side of it;
+//! - [`limits`]: what the service accepts from the network (sizes, connections, keepalives);
+//! - [`untrusted`]: arbitrary bytes through the service's message handling, for the fuzz
+//!   target and the tests.
 
 pub mod client;
 pub mod error;
@@ -19,6 +22,7 @@ pub mod rendezvous;
 pub mod roles;
 pub mod secret;
 pub mod spec;
+pub mod untrusted;
 
 pub use client::{ClientTls, TaskClient};
 pub use error::{ClusterError, Result};

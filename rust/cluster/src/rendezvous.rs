@@ -127,7 +127,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn registration_of(r: RegisterRequest) -> Result<Registration, Status> {
+pub(crate) fn registration_of(r: RegisterRequest) -> Result<Registration, Status> {
     let port = |p: u32, what: &str| {
         u16::try_from(p).map_err(|_| Status::invalid_argument(format!("{what} {p} is not a port")))
     };

@@ -108,10 +108,8 @@ impl TaskClient {
     fn error_of(&self, status: Status) -> ClusterError {
         let message = status.message();
         match status.code() {
-            Code::Unauthenticated => {
-                ClusterError::Unauthenticated { address: self.address.clone(), reason: message.to_string() }
-            }
-            Code::PermissionDenied => {
+            // A wrong secret, or a call for a task without its token.
+            Code::Unauthenticated | Code::PermissionDenied => {
                 ClusterError::Unauthenticated { address: self.address.clone(), reason: message.to_string() }
             }
             Code::Aborted => ClusterError::Aborted(

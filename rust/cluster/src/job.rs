@@ -125,8 +125,7 @@ pub struct WorkQueue {
 /// One epoch's progress through the work queue.
 #[derive(Default)]
 struct EpochWork {
-    /// Indexes into the items in hand-out order (None until the epoch starts), and how many
-    /// were handed out.
+    /// Indexes into the items in hand-out order, and how many were handed out.
     order: Vec<usize>,
     next: usize,
     /// (task, item index) in the order this generation handed them out.
@@ -139,11 +138,6 @@ impl WorkQueue {
     /// A queue that hands out `items` (file URL, size in bytes) in every epoch.
     pub fn new(items: Vec<(String, u64)>) -> Self {
         WorkQueue { items, epochs: HashMap::new() }
-    }
-
-    /// The items, as given.
-    pub fn items(&self) -> &[(String, u64)] {
-        &self.items
     }
 
     /// The next item of `epoch` for `task`, or None once all of them were handed out.
@@ -348,7 +342,7 @@ impl Job {
             executor_id: registration.executor_id.clone(),
         };
         let task = registration.task_index as usize;
-        let token = new_token()?;
+        let token = crate::secret::task_token()?;
         let announce_ready = {
             let mut inner = lock(&self.inner);
             inner.spec.register(registration)?;
@@ -563,13 +557,6 @@ impl Job {
         self.detect_lost();
         drain()
     }
-}
-
-/// A fresh random task token, as hex.
-fn new_token() -> Result<String> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| ClusterError::Secret(format!("no randomness: {e}")))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn out_of_range(task_index: u32, total: u32) -> ClusterError {

@@ -120,14 +120,14 @@ struct State {
 }
 
 /// The calls, once the [`Gate`] has let them through.
-struct Service;
+pub(crate) struct Service;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Every update is one push: a panic elsewhere cannot leave the list half-written.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-pub(crate) fn registration_of(r: RegisterRequest) -> Result<Registration, Status> {
+fn registration_of(r: RegisterRequest) -> Result<Registration, Status> {
     let port = |p: u32, what: &str| {
         u16::try_from(p).map_err(|_| Status::invalid_argument(format!("{what} {p} is not a port")))
     };
@@ -234,9 +234,31 @@ impl State {
     }
 }
 
-/// The task token the call carries, if any.
-fn token_of<T>(request: &Request<T>) -> Option<String> {
-    request.metadata().get(TOKEN_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string)
+/// A request made for one task, named by its index.
+pub(crate) trait ForTask {
+    fn task_index(&self) -> u32;
+}
+
+macro_rules! for_task {
+    ($($request:ty),*) => {$(
+        impl ForTask for $request {
+            fn task_index(&self) -> u32 {
+                self.task_index
+            }
+        }
+    )*};
+}
+
+for_task!(HeartbeatRequest, BarrierRequest, ReportRequest, ExitRequest, WorkRequest);
+
+/// The job and the message of a call for a registered task, once the call is known to carry
+/// that task's token (see [`Job::check_token`]).
+fn admit<T: ForTask>(request: Request<T>) -> Result<(Arc<Job>, T), Status> {
+    let job = job_of(&request)?;
+    let token = request.metadata().get(TOKEN_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let message = request.into_inner();
+    job.check_token(message.task_index(), token.as_deref()).map_err(status_of)?;
+    Ok((job, message))
 }
 
 /// The job the [`Gate`] let the call through for.
@@ -265,10 +287,7 @@ impl Rendezvous for Service {
         &self,
         request: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatReply>, Status> {
-        let job = job_of(&request)?;
-        let token = token_of(&request);
-        let r = request.into_inner();
-        job.check_token(r.task_index, token.as_deref()).map_err(status_of)?;
+        let (job, r) = admit(request)?;
         let lines = r
             .lines
             .into_iter()
@@ -279,10 +298,7 @@ impl Rendezvous for Service {
     }
 
     async fn barrier(&self, request: Request<BarrierRequest>) -> Result<Response<BarrierReply>, Status> {
-        let job = job_of(&request)?;
-        let token = token_of(&request);
-        let r = request.into_inner();
-        job.check_token(r.task_index, token.as_deref()).map_err(status_of)?;
+        let (job, r) = admit(request)?;
         let timeout = (r.timeout_ms > 0).then(|| Duration::from_millis(r.timeout_ms));
         match job.barrier(r.task_index, &r.name, timeout).await {
             Ok(()) => Ok(Response::new(BarrierReply { missing: vec![], total: 0 })),
@@ -295,28 +311,19 @@ impl Rendezvous for Service {
     }
 
     async fn report(&self, request: Request<ReportRequest>) -> Result<Response<ReportReply>, Status> {
-        let job = job_of(&request)?;
-        let token = token_of(&request);
-        let r = request.into_inner();
-        job.check_token(r.task_index, token.as_deref()).map_err(status_of)?;
+        let (job, r) = admit(request)?;
         job.report(r.task_index, r.step, r.metrics.into_iter().collect()).map_err(status_of)?;
         Ok(Response::new(ReportReply {}))
     }
 
     async fn exit(&self, request: Request<ExitRequest>) -> Result<Response<ExitReply>, Status> {
-        let job = job_of(&request)?;
-        let token = token_of(&request);
-        let r = request.into_inner();
-        job.check_token(r.task_index, token.as_deref()).map_err(status_of)?;
+        let (job, r) = admit(request)?;
         job.exited(r.task_index, r.exit_code, r.stderr_tail).map_err(status_of)?;
         Ok(Response::new(ExitReply {}))
     }
 
     async fn next_work(&self, request: Request<WorkRequest>) -> Result<Response<WorkReply>, Status> {
-        let job = job_of(&request)?;
-        let token = token_of(&request);
-        let r = request.into_inner();
-        job.check_token(r.task_index, token.as_deref()).map_err(status_of)?;
+        let (job, r) = admit(request)?;
         let item = job.next_work(r.task_index, r.epoch).map_err(status_of)?;
         Ok(Response::new(WorkReply { item }))
     }

@@ -16,14 +16,12 @@ pub struct JobSecret([u8; SECRET_LEN]);
 impl JobSecret {
     /// A fresh secret from the operating system's random source.
     pub fn generate() -> Result<Self> {
-        let mut bytes = [0u8; SECRET_LEN];
-        getrandom::fill(&mut bytes).map_err(|e| ClusterError::Secret(format!("no randomness: {e}")))?;
-        Ok(JobSecret(bytes))
+        Ok(JobSecret(random()?))
     }
 
     /// The secret as 64 lowercase hex digits, the form that travels in closures and metadata.
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        hex(&self.0)
     }
 
     /// The raw bytes, for keying MACs (the data plane proves knowledge of them).
@@ -56,6 +54,23 @@ impl fmt::Debug for JobSecret {
         // Never print the secret itself, e.g. in a logged error or a panic message.
         f.write_str("JobSecret(<redacted>)")
     }
+}
+
+/// A fresh random task token (see [`crate::job::Job::check_token`]), as 32 hex digits.
+pub fn task_token() -> Result<String> {
+    Ok(hex(&random::<16>()?))
+}
+
+/// `N` bytes from the operating system's random source.
+fn random<const N: usize>() -> Result<[u8; N]> {
+    let mut bytes = [0u8; N];
+    getrandom::fill(&mut bytes).map_err(|e| ClusterError::Secret(format!("no randomness: {e}")))?;
+    Ok(bytes)
+}
+
+/// `bytes` as lowercase hex digits.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Whether `presented` equals `expected`, in a time that does not depend on where they first

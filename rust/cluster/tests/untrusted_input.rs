@@ -22,6 +22,13 @@ impl Rng {
     }
 }
 
+/// A request without and with its task's token (a kind of 128 or more carries it).
+fn both(kind: u8, message: &[u8]) -> Vec<u8> {
+    let mut out = chunk(kind, message);
+    out.extend(chunk(kind + 128, message));
+    out
+}
+
 fn chunk(kind: u8, message: &[u8]) -> Vec<u8> {
     let mut out = vec![kind];
     out.extend_from_slice(&(message.len() as u16).to_le_bytes());
@@ -40,14 +47,14 @@ fn valid_requests() -> Vec<u8> {
         data.extend(chunk(0, &register.encode_to_vec()));
         let lines =
             vec![LogLine { stream: 2, text: "x".repeat(100) }, LogLine { stream: 9, text: String::new() }];
-        data.extend(chunk(1, &HeartbeatRequest { task_index, attempt: 0, lines }.encode_to_vec()));
+        data.extend(both(1, &HeartbeatRequest { task_index, attempt: 0, lines }.encode_to_vec()));
         for timeout_ms in [0, 1, u64::MAX] {
             let barrier =
                 BarrierRequest { task_index, name: "b".repeat(task_index as usize % 300), timeout_ms };
-            data.extend(chunk(2, &barrier.encode_to_vec()));
+            data.extend(both(2, &barrier.encode_to_vec()));
         }
         for epoch in [0, u64::MAX] {
-            data.extend(chunk(5, &WorkRequest { task_index, epoch }.encode_to_vec()));
+            data.extend(both(5, &WorkRequest { task_index, epoch }.encode_to_vec()));
         }
     }
     data

@@ -338,6 +338,45 @@ pub fn delete(url: &str, recursive: bool) -> Result<bool> {
     }
 }
 
+/// A hidden name beside `url`, in the same folder and unique to this call, of the kind
+/// [`AtomicWriter`] writes to: for staging a folder that is to replace `url` as a whole
+/// ([`replace_dir`]). [`is_temp_name`] is true of its last component.
+pub fn sibling_temp(url: &str) -> Result<String> {
+    let loc = Location::parse(url)?;
+    let (Some(name), Some(parent)) = (loc.file_name(), loc.parent()) else {
+        return Err(StorageError::InvalidUrl {
+            url: url.to_string(),
+            reason: "it has no parent folder".into(),
+        });
+    };
+    Ok(parent.join(&writer::temp_name(name)).url())
+}
+
+/// Whether `name` is one of the hidden temporary names [`AtomicWriter`] and [`sibling_temp`]
+/// make: what a writer killed midway leaves behind.
+pub fn is_temp_name(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(".tmp")
+}
+
+/// Puts the folder `staging` in place of the folder `dest`, as a whole: an existing `dest`
+/// is renamed away to a hidden name beside it, `staging` is renamed to `dest`, and the old
+/// one is deleted. A reader never sees a mix of the two; a process killed between the renames
+/// leaves no `dest` and the old folder under a hidden temporary name.
+pub fn replace_dir(staging: &str, dest: &str) -> Result<()> {
+    let replaced = if exists(dest)? {
+        let away = sibling_temp(dest)?;
+        rename(dest, &away, false)?;
+        Some(away)
+    } else {
+        None
+    };
+    rename(staging, dest, false)?;
+    if let Some(away) = replaced {
+        delete(&away, true)?;
+    }
+    Ok(())
+}
+
 /// Starts writing a file that appears under `url` only on [`AtomicWriter::commit`].
 ///
 /// Missing parent folders are created. Without `overwrite`, an existing file is

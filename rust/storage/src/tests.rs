@@ -326,3 +326,25 @@ fn handles_can_move_between_threads() {
     fn assert_sync<T: Sync>() {}
     assert_sync::<StorageError>();
 }
+
+#[test]
+fn a_staged_folder_replaces_another_as_a_whole() {
+    let d = tempdir();
+    let dest = d.at("export");
+    for (round, files) in [(0, vec!["a", "b"]), (1, vec!["c"])] {
+        let staging = sibling_temp(&dest).unwrap();
+        let name = staging.rsplit('/').next().unwrap();
+        assert!(is_temp_name(name) && name.starts_with(".export."), "{name}");
+        mkdirs(&staging).unwrap();
+        for f in &files {
+            put(&join_url(&staging, f), format!("{round}").as_bytes());
+        }
+        replace_dir(&staging, &dest).unwrap();
+        assert_eq!(
+            d.names(&list(&dest).unwrap()),
+            files.iter().map(|f| format!("export/{f}")).collect::<Vec<_>>()
+        );
+        // Nothing is left beside it: not the staging folder, not the replaced one.
+        assert_eq!(d.names(&list(&d.base).unwrap()), ["export"]);
+    }
+}

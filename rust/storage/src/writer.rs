@@ -58,7 +58,7 @@ pub struct AtomicWriter {
 }
 
 /// A hidden name beside `name`, unique per writer.
-fn temp_name(name: &str) -> String {
+pub(crate) fn temp_name(name: &str) -> String {
     let mut cut = name.len().min(MAX_NAME_IN_TEMP);
     while !name.is_char_boundary(cut) {
         cut -= 1;

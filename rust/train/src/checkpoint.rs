@@ -260,7 +260,7 @@ pub fn remove_partial(model_dir: &str) -> Result<Vec<String>> {
         let partial = if entry.is_dir {
             is_checkpoint_name(&name) && !kept.contains(&name)
         } else {
-            name.starts_with('.') && name.ends_with(".tmp")
+            sparktrain_storage::is_temp_name(&name)
         };
         if partial {
             sparktrain_storage::delete(&entry.url, true)?;

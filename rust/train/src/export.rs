@@ -6,9 +6,8 @@
 //! - `model.safetensors`: every weight under its variable name and shape.
 //!
 //! The pair appears together: both files are written into a hidden folder beside `dir`, which
-//! is then renamed into place (an existing export is renamed away first and deleted after), so
-//! a reader never sees the weights of one export with the config of another. A writer killed
-//! between the two renames leaves no `dir` and the previous export under a hidden name.
+//! then replaces `dir` as a whole (`sparktrain_storage::replace_dir`), so a reader never sees
+//! the weights of one export with the config of another.
 
 use std::collections::HashMap;
 
@@ -128,30 +127,12 @@ pub fn export(
     let json = serde_json::to_vec_pretty(&config).expect("a config serializes");
 
     let dir = dir.trim_end_matches('/');
-    let (parent, name) = dir.rsplit_once('/').unwrap_or((".", dir));
-    let tag = format!("{}-{}", std::process::id(), unique());
-    let staging = format!("{parent}/.{name}.staging-{tag}");
+    let staging = sparktrain_storage::sibling_temp(dir)?;
     sparktrain_storage::mkdirs(&staging)?;
     sparktrain_storage::write(&sparktrain_storage::join_url(&staging, WEIGHTS), &bytes, true)?;
     sparktrain_storage::write(&sparktrain_storage::join_url(&staging, CONFIG), &json, true)?;
-    let replaced = format!("{parent}/.{name}.replaced-{tag}");
-    let had_one = sparktrain_storage::exists(dir)?;
-    if had_one {
-        sparktrain_storage::rename(dir, &replaced, false)?;
-    }
-    sparktrain_storage::rename(&staging, dir, false)?;
-    if had_one {
-        sparktrain_storage::delete(&replaced, true)?;
-    }
+    sparktrain_storage::replace_dir(&staging, dir)?;
     Ok(())
-}
-
-/// A number no other export of this process uses.
-fn unique() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let nanos =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    (nanos as u64) ^ NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A model loaded from an export folder, ready to score Arrow batches.

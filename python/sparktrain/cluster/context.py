@@ -29,6 +29,8 @@ REDUCIBLE = ("float32", "float64", "int64")
 
 #: The barrier every trainer reaches after ``main_fun`` returns.
 EXIT_BARRIER = "__exit__"
+#: Seconds ``ctx.barrier()`` and the exit barrier wait for the others unless told otherwise.
+DEFAULT_BARRIER_TIMEOUT = 600.0
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -81,7 +83,7 @@ class TrainerContext:
     _ring: Communicator | None = field(default=None, repr=False)
     #: The job's generation: 0, then one more after each restart.
     generation: int = 0
-    _barrier_timeout: float = field(default=600.0, repr=False)
+    _barrier_timeout: float = field(default=DEFAULT_BARRIER_TIMEOUT, repr=False)
 
     @property
     def restarts(self) -> int:

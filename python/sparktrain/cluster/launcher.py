@@ -31,6 +31,7 @@ from sparktrain._deps import SPARK_EXTRA, require, require_spark
 from sparktrain._native import Event
 from sparktrain.cluster.conf import read_conf
 from sparktrain.cluster.console import Console
+from sparktrain.cluster.context import DEFAULT_BARRIER_TIMEOUT
 from sparktrain.cluster.failures import parse_task_failure, spark_error_summary, worker_failed
 from sparktrain.cluster.options import MAX_RESULT_BYTES, JobOptions
 from sparktrain.cluster.restarts import (
@@ -152,7 +153,7 @@ class Cluster:
         max_restarts: int = DEFAULT_MAX_RESTARTS,
         restart_backoff: float = DEFAULT_RESTART_BACKOFF,
         min_workers: int | None = None,
-        barrier_timeout: float = 600.0,
+        barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT,
     ) -> Cluster:
         """Starts ``main_fun(args, ctx)`` on ``num_workers`` training tasks (task 0 is the
         chief) and ``num_evaluators`` evaluators, one per Spark task slot, and returns at once.

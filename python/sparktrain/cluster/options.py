@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from sparktrain import _checks
+from sparktrain.cluster.context import DEFAULT_BARRIER_TIMEOUT
+from sparktrain.cluster.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF
 
 #: Where trainers take their input from: files they read themselves, or a DataFrame's partition.
 INPUT_MODES: Final = ("files", "spark")
@@ -45,10 +47,10 @@ class JobOptions:
     tls: tuple[str, ...] | None = None
     collective_timeout: float = 120.0
     work: str | None = None
-    max_restarts: int = 3
-    restart_backoff: float = 1.0
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    restart_backoff: float = DEFAULT_RESTART_BACKOFF
     min_workers: int | None = None
-    barrier_timeout: float = 600.0
+    barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT
 
     def __post_init__(self) -> None:
         # Frozen: the checked, normalized values replace the given ones here, once.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sparktrain.cluster.context import TaskInfo
+from sparktrain.cluster.context import DEFAULT_BARRIER_TIMEOUT, TaskInfo
 
 
 def role_names(num_workers: int, num_evaluators: int) -> list[str]:
@@ -55,7 +55,7 @@ class JobSettings:
     #: The job's generation: 0, then one more after each restart.
     generation: int = 0
     #: Seconds ``ctx.barrier()`` and the exit barrier wait for the others by default.
-    barrier_timeout: float = 600.0
+    barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT
 
 
 @dataclass(frozen=True)

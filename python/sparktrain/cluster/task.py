@@ -297,7 +297,6 @@ def _start_trainer(
     and connects to the driver while this task registers. Returns it with its stdout and
     stderr pumps."""
     env = dict(env, SPARKTRAIN_ALIVE_FD=str(liveness.write_fd))
-    env["SPARKTRAIN_ALIVE_INTERVAL"] = str(settings.heartbeat_interval)
     try:
         process = subprocess.Popen(
             [sys.executable, "-u", "-m", "sparktrain.cluster.trainer"],

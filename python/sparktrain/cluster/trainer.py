@@ -54,14 +54,13 @@ def exit_code_for(error: BaseException) -> int:
     return FAILED
 
 
-def _prove_liveness() -> None:
-    """Writes a byte to the task's liveness pipe every interval, from a thread that needs the
-    interpreter to run: a trainer stopped by SIGSTOP, or whose interpreter hangs, falls
-    silent, and its task kills it after the heartbeat time-out."""
+def _prove_liveness(interval: float) -> None:
+    """Writes a byte to the task's liveness pipe every ``interval`` seconds, from a thread
+    that needs the interpreter to run: a trainer stopped by SIGSTOP, or whose interpreter
+    hangs, falls silent, and its task kills it after the heartbeat time-out."""
     fd = os.environ.get("SPARKTRAIN_ALIVE_FD")
     if fd is None:
         return
-    interval = float(os.environ.get("SPARKTRAIN_ALIVE_INTERVAL", "0.25"))
 
     def beat() -> None:
         try:
@@ -133,9 +132,9 @@ def main() -> int:
     from sparktrain._native import ControlClient
 
     _die_with_parent(int(os.environ.get("SPARKTRAIN_SUPERVISOR_PID", os.getppid())))
-    _prove_liveness()
     job = _receive()
     assert isinstance(job, JobSettings)
+    _prove_liveness(job.heartbeat_interval)
     try:
         main_fun, args = pickle.loads(job.function)
         client = ControlClient(job.address, job.secret, job.heartbeat_timeout, job.tls_ca)

@@ -345,6 +345,7 @@ def test_read_conf_takes_every_conf(pem_files):
         PORT_CONF: "41000-41010",
         "spark.sparktrain.collective.streams": "2",
         "spark.sparktrain.collective.chunkBytes": "65536",
+        "spark.sparktrain.collective.seal": "False",
     }
     read = read_conf(conf, (pem_files["cert"], pem_files["key"]))
     assert (read.host, read.ports, read.collective_streams, read.collective_chunk_bytes) == (
@@ -353,10 +354,16 @@ def test_read_conf_takes_every_conf(pem_files):
         2,
         65536,
     )
+    assert read.collective_sealed is False
     assert read.tls[0] == read.tls[2] == Path(pem_files["cert"]).read_text()
     defaults = read_conf({}, None)
     assert (defaults.host, defaults.ports, defaults.tls) == (None, (0, 0), (None, None, None))
     assert (defaults.collective_streams, defaults.collective_chunk_bytes) == (1, 1 << 20)
+    assert defaults.collective_sealed is True
+    with pytest.raises(
+        InvalidArgumentError, match=r"^spark.sparktrain.collective.seal must be true or false, not 'no'$"
+    ):
+        read_conf({"spark.sparktrain.collective.seal": "no"}, None)
 
 
 # --- Cluster.run's arguments ----------------------------------------------------------------

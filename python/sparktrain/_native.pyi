@@ -340,6 +340,7 @@ class Communicator:
         timeout: float,
         chunk_bytes: int = ...,
         streams: int = 1,
+        sealed: bool = True,
     ) -> Communicator: ...
     def allreduce_at(
         self, addresses: list[int], counts: list[int], dtype: str, op: str, wire: str = "native"

@@ -4,7 +4,9 @@ with N local processes on 127.0.0.1, in one run; single-process memcpy as the ph
 reference.
 
 For each size (float32 buffers, 4 KiB to 256 MiB), each contender runs a few warm-up calls and
-then times ``--iters`` calls; the figure is the median call time on rank 0.
+then times ``--iters`` calls; the figure is the median call time on rank 0. sparktrain runs
+twice: with its frames sealed (encrypted and authenticated, the default) and in the clear
+(``spark.sparktrain.collective.seal=false``).
 ``busbw = bytes / time * 2(N-1)/N``, the traffic each link carries in a ring algorithm.
 
     .venv/bin/python tests/bench/bench_allreduce.py [--ranks 2 4] [--max-mib 256] [--iters 10]
@@ -39,13 +41,14 @@ def sparktrain_rank(
     sizes: list[int],
     iters: int,
     streams: int,
+    sealed: bool,
     out: Any,
 ) -> None:
     import numpy as np
 
     from sparktrain._native import Communicator
 
-    ring = Communicator(listener.fileno(), rank, peers, secret, 120.0, 1 << 20, streams)
+    ring = Communicator(listener.fileno(), rank, peers, secret, 120.0, 1 << 20, streams, sealed)
     times = {}
     for nbytes in sizes:
         data = np.ones(nbytes // 4, dtype=np.float32)
@@ -76,7 +79,7 @@ def collect(out: Any, procs: list[Any]) -> dict[int, float]:
                 sys.exit(f"a benchmark rank failed with exit code {dead[0].exitcode}")
 
 
-def run_sparktrain(n: int, sizes: list[int], iters: int, streams: int) -> dict[int, float]:
+def run_sparktrain(n: int, sizes: list[int], iters: int, streams: int, sealed: bool) -> dict[int, float]:
     from sparktrain._native import generate_secret
 
     listeners = [socket.create_server(("127.0.0.1", 0)) for _ in range(n)]
@@ -85,7 +88,9 @@ def run_sparktrain(n: int, sizes: list[int], iters: int, streams: int) -> dict[i
     ctx = mp.get_context("fork")  # the listeners are inherited; nothing else runs yet
     out = ctx.Queue()
     procs = [
-        ctx.Process(target=sparktrain_rank, args=(r, peers, listeners[r], secret, sizes, iters, streams, out))
+        ctx.Process(
+            target=sparktrain_rank, args=(r, peers, listeners[r], secret, sizes, iters, streams, sealed, out)
+        )
         for r in range(n)
     ]
     for p in procs:
@@ -180,21 +185,26 @@ def main() -> None:
     sizes = [s for s in SIZES if s <= options.max_mib << 20]
 
     for n in options.ranks:
-        ours = run_sparktrain(n, sizes, options.iters, options.streams)
+        ours = run_sparktrain(n, sizes, options.iters, options.streams, sealed=True)
+        clear = run_sparktrain(n, sizes, options.iters, options.streams, sealed=False)
         theirs = run_tensorflow(n, sizes, options.iters)
         factor = 2 * (n - 1) / n
         print(
             f"\nall-reduce, float32 SUM, N={n} processes on 127.0.0.1, {options.streams} sparktrain"
             " ring(s) (median call time on rank 0)"
         )
-        print(f"{'size':>8} | {'sparktrain':>22} | {'TensorFlow RING':>22} | {'ratio':>6} | memcpy GB/s")
+        print(
+            f"{'size':>8} | {'sparktrain, sealed':>22} | {'sparktrain, in clear':>22} | "
+            f"{'TensorFlow RING':>22} | {'ratio':>6} | {'clear':>6} | memcpy GB/s"
+        )
         for nbytes in sizes:
-            a, b = ours[nbytes], theirs[nbytes]
-            ours_bw, theirs_bw = nbytes / a * factor / 1e9, nbytes / b * factor / 1e9
+            a, c, b = ours[nbytes], clear[nbytes], theirs[nbytes]
+            bw = [nbytes / t * factor / 1e9 for t in (a, c, b)]
             memcpy = memcpy_bandwidth(nbytes) / 1e9
             print(
-                f"{human(nbytes):>8} | {a * 1e3:9.3f} ms {ours_bw:6.2f} GB/s"
-                f" | {b * 1e3:9.3f} ms {theirs_bw:6.2f} GB/s | {b / a:5.1f}x | {memcpy:.2f}"
+                f"{human(nbytes):>8} | {a * 1e3:9.3f} ms {bw[0]:6.2f} GB/s"
+                f" | {c * 1e3:9.3f} ms {bw[1]:6.2f} GB/s | {b * 1e3:9.3f} ms {bw[2]:6.2f} GB/s"
+                f" | {b / a:5.1f}x | {b / c:5.1f}x | {memcpy:.2f}"
             )
         sys.stdout.flush()
 

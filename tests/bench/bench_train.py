@@ -22,6 +22,9 @@ contenders:
               exchange and update only the rows a step touched (Adam's "lazy" form there);
   sparktrain-dense  the same with ``sparse_tables=False``: Adam updates every table row every
               step, as the peers do (wide_deep only);
+  sparktrain-clear  ``sparktrain`` with its data plane's frames in the clear
+              (``spark.sparktrain.collective.seal=false``) rather than encrypted and
+              authenticated: what sealing costs;
   tfos        TFoS 2.2.5 ``TFCluster.run`` (TENSORFLOW input mode, ``master_node="chief"``,
               bound to 127.0.0.1), tf-keras ``fit`` under MultiWorkerMirroredStrategy over a
               ``tf.data`` pipeline of the TFRecord files (each worker reads its share of the files);
@@ -45,7 +48,7 @@ logits the chief computes after training. TFoS is needed::
 
     .venv/bin/pip install -r tests/bench/requirements-peers.txt
     .venv/bin/python tests/bench/bench_train.py [--model mlp,wide_deep] [--workers 2,1]
-        [--contenders sparktrain,sparktrain-dense,tfos,torch,keras-1p,torch-1p] [--steps 300]
+        [--contenders sparktrain,sparktrain-dense,sparktrain-clear,tfos,torch,keras-1p,torch-1p] [--steps 300]
         [--rows 300000]
 """
 
@@ -73,6 +76,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.spark import ROOT, local_cluster_session
 from harness.synthetic import criteo_table, dense_table
+from sparktrain.cluster.conf import SEAL_CONF
 
 MODELS: dict[str, Callable[..., pa.Table]] = {"mlp": dense_table, "wide_deep": criteo_table}
 BUCKETS = 10_000  # hash buckets per id column
@@ -198,7 +202,7 @@ def spark_session(name: str, conf: dict[str, str] | None = None) -> Iterator[Any
 # ---------------------------------------------------------------- sparktrain
 
 
-def run_sparktrain(job: Job, sparse_tables: bool = True) -> dict[str, Any]:
+def run_sparktrain(job: Job, sparse_tables: bool = True, sealed: bool = True) -> dict[str, Any]:
     """sparktrain's engine on ``job`` (``sparktrain.train`` over ``job.train_tfrecord``) in a
     fresh ``spark_session(...)``. The chief's progress lines, every ``WARMUP_STEPS`` steps,
     carry the wall time, so the steady rate runs from the end of step ``WARMUP_STEPS`` to the
@@ -206,7 +210,8 @@ def run_sparktrain(job: Job, sparse_tables: bool = True) -> dict[str, Any]:
 
     ``sparse_tables`` (sparktrain's default) exchanges and updates only the embedding rows a
     step touched: Adam's "lazy" form on the tables. Off, every row gets Adam's update every
-    step, as in the Keras and PyTorch peers."""
+    step, as in the Keras and PyTorch peers. ``sealed=False`` sends the data plane's frames in
+    the clear."""
     import sparktrain as st
     from sparktrain.training import FeatureSpec
 
@@ -217,7 +222,8 @@ def run_sparktrain(job: Job, sparse_tables: bool = True) -> dict[str, Any]:
         shape = {"model": "mlp", "hidden": [256, 256]}
     else:
         shape = {"model": "wide_deep", "hidden": [256, 128], "dim": EMBEDDING_DIM}
-    with spark_session("bench-train-sparktrain") as spark:
+    conf = None if sealed else {SEAL_CONF: "false"}
+    with spark_session("bench-train-sparktrain", conf) as spark:
         began = time.time()
         result = st.train(
             spark,
@@ -478,7 +484,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", default="mlp,wide_deep", help="comma-separated: mlp, wide_deep")
-    parser.add_argument("--contenders", default="sparktrain,sparktrain-dense,tfos,torch,keras-1p,torch-1p")
+    parser.add_argument("--contenders", default="sparktrain,sparktrain-dense,sparktrain-clear,tfos,torch,keras-1p,torch-1p")
     parser.add_argument("--workers", default="2,1", help="comma-separated worker counts")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch", type=int, default=256, help="per worker")
@@ -494,6 +500,7 @@ def main() -> None:
     contenders: dict[str, Callable[[Job], dict[str, Any]]] = {
         "sparktrain": run_sparktrain,
         "sparktrain-dense": lambda job: run_sparktrain(job, sparse_tables=False),
+        "sparktrain-clear": lambda job: run_sparktrain(job, sealed=False),
         "tfos": run_tfos,
         "torch": lambda job: run_torch_peer(job, venv, single=False),
         "keras-1p": run_keras_1p,

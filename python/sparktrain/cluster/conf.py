@@ -19,6 +19,9 @@ TLS_CONF: Final = ("spark.sparktrain.tls.cert", "spark.sparktrain.tls.key", "spa
 #: Spark conf keys of the data plane's tuning: parallel rings, and bytes per pipeline chunk.
 STREAMS_CONF: Final = "spark.sparktrain.collective.streams"
 CHUNK_CONF: Final = "spark.sparktrain.collective.chunkBytes"
+#: The Spark conf key that sends the data plane's frames in the clear (``false``) rather than
+#: encrypted and authenticated (``true``, the default): only for networks the job trusts.
+SEAL_CONF: Final = "spark.sparktrain.collective.seal"
 #: Spark's conf of the GPUs each task of the default resource profile gets.
 TASK_GPU_CONF: Final = "spark.task.resource.gpu.amount"
 
@@ -35,6 +38,8 @@ class DriverConf:
     tls: tuple[str | None, str | None, str | None]
     collective_streams: int
     collective_chunk_bytes: int
+    #: Whether the data plane's frames are encrypted and authenticated.
+    collective_sealed: bool
 
 
 def read_conf(conf: Any, tls: tuple[str, ...] | None, gpus_per_worker: int | None = None) -> DriverConf:
@@ -54,6 +59,7 @@ def read_conf(conf: Any, tls: tuple[str, ...] | None, gpus_per_worker: int | Non
         tls=tls_files(conf, tls),
         collective_streams=positive_int(conf, STREAMS_CONF, 1),
         collective_chunk_bytes=positive_int(conf, CHUNK_CONF, 1 << 20),
+        collective_sealed=boolean(conf, SEAL_CONF, True),
     )
 
 
@@ -82,6 +88,17 @@ def positive_int(conf: Any, key: str, default: int) -> int:
     if value < 1:
         raise InvalidArgumentError(f"{key} must be a positive integer, not {text!r}")
     return value
+
+
+def boolean(conf: Any, key: str, default: bool) -> bool:
+    """The conf ``key`` as ``true`` or ``false`` (any case), or ``default`` when it is not set."""
+    text = conf.get(key, None)
+    if text is None:
+        return default
+    value = str(text).strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidArgumentError(f"{key} must be true or false, not {text!r}")
+    return value == "true"
 
 
 def port_range(value: str) -> tuple[int, int]:

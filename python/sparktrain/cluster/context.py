@@ -80,6 +80,7 @@ class TrainerContext:
     _collective_timeout: float = field(default=120.0, repr=False)
     _collective_streams: int = field(default=1, repr=False)
     _collective_chunk_bytes: int = field(default=1 << 20, repr=False)
+    _collective_sealed: bool = field(default=True, repr=False)
     _ring: Communicator | None = field(default=None, repr=False)
     #: The job's generation: 0, then one more after each restart.
     generation: int = 0
@@ -166,6 +167,7 @@ class TrainerContext:
                 self._collective_timeout,
                 self._collective_chunk_bytes,
                 self._collective_streams,
+                self._collective_sealed,
             )
         return self._ring
 

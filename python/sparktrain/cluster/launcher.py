@@ -268,6 +268,7 @@ class Cluster:
             collective_timeout=options.collective_timeout,
             collective_streams=conf.collective_streams,
             collective_chunk_bytes=conf.collective_chunk_bytes,
+            collective_sealed=conf.collective_sealed,
             barrier_timeout=options.barrier_timeout,
         )
         self._deadline = time.monotonic() + options.reservation_timeout

@@ -52,6 +52,8 @@ class JobSettings:
     collective_streams: int = 1
     #: Bytes per chunk of the data plane's pipeline.
     collective_chunk_bytes: int = 1 << 20
+    #: Whether the data plane's frames are encrypted and authenticated.
+    collective_sealed: bool = True
     #: The job's generation: 0, then one more after each restart.
     generation: int = 0
     #: Seconds ``ctx.barrier()`` and the exit barrier wait for the others by default.

@@ -125,6 +125,7 @@ def _context(job: JobSettings, launch: TrainerLaunch, client: ControlClient) -> 
         _collective_timeout=job.collective_timeout,
         _collective_streams=job.collective_streams,
         _collective_chunk_bytes=job.collective_chunk_bytes,
+        _collective_sealed=job.collective_sealed,
     )
 
 

@@ -42,8 +42,12 @@ pub enum ClusterError {
         /// The last connection error.
         reason: String,
     },
-    /// A call claimed a registered task without that task's token.
-    #[error("refused: task {task_index}'s calls must carry the token its registration returned")]
+    /// A call claimed a task without the token its registration returned, or before it
+    /// registered.
+    #[error(
+        "refused: task {task_index}'s calls must carry the token its registration returned (a task \
+         calls only after it registered)"
+    )]
     NotTheTask {
         /// The task index the call claimed.
         task_index: u32,

@@ -366,15 +366,16 @@ impl Job {
         lock(&self.inner).tokens.get(task_index as usize).cloned().flatten()
     }
 
-    /// Refuses a call for a registered task that does not carry the task's token. Calls for a
-    /// task that has not registered yet (nothing to bind them to) pass.
+    /// Refuses a call for a task that does not carry the token the task's registration
+    /// returned, and any call for a task that has not registered: a task makes none before
+    /// it registers, so such a call can only be someone claiming its index. Indexes out of
+    /// range pass, for the handler to name.
     pub fn check_token(&self, task_index: u32, presented: Option<&str>) -> Result<()> {
         let inner = lock(&self.inner);
         match inner.tokens.get(task_index as usize) {
-            Some(Some(token)) if presented.is_none_or(|p| !crate::secret::same(p, token)) => {
-                Err(ClusterError::NotTheTask { task_index })
-            }
-            _ => Ok(()),
+            Some(Some(token)) if presented.is_some_and(|p| crate::secret::same(p, token)) => Ok(()),
+            Some(_) => Err(ClusterError::NotTheTask { task_index }),
+            None => Ok(()),
         }
     }
 

@@ -37,6 +37,25 @@ fn registration(task_index: u32) -> Registration {
     }
 }
 
+/// Clients for tasks `0..n`, registered together (a registration waits for every task), each
+/// holding its task's token.
+async fn registered(address: &str, secret: &JobSecret, n: u32) -> Vec<TaskClient> {
+    let mut handles = Vec::new();
+    for task in 0..n {
+        let (address, secret) = (address.to_string(), secret.clone());
+        handles.push(tokio::spawn(async move {
+            let mut client = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
+            client.register(&registration(task), Duration::from_secs(10)).await.unwrap();
+            client
+        }));
+    }
+    let mut clients = Vec::new();
+    for h in handles {
+        clients.push(h.await.unwrap());
+    }
+    clients
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_tasks_get_the_same_spec_and_their_own_tf_config() {
     let secret = JobSecret::generate().unwrap();
@@ -228,8 +247,16 @@ async fn the_work_queue_hands_every_item_of_an_epoch_to_one_task() {
     let secret = JobSecret::generate().unwrap();
     let server = RendezvousServer::start(config(&secret, 2, 0, Duration::from_secs(5))).await.unwrap();
     let address = server.address().to_string();
-    let mut client = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
-    let err = client.next_work(0, 0, Duration::from_secs(5)).await.unwrap_err();
+    // A task calls only once it registered: a call for a task that has not is someone else's.
+    let mut early = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
+    let err = early.next_work(0, 0, Duration::from_secs(5)).await.unwrap_err();
+    assert!(
+        matches!(&err, ClusterError::Unauthenticated { reason, .. } if reason.contains("only after it registered")),
+        "{err}"
+    );
+    let mut clients = registered(&address, &secret, 2).await;
+    let tokens: Vec<String> = clients.iter().map(|c| c.token().unwrap()).collect();
+    let err = clients[0].next_work(0, 0, Duration::from_secs(5)).await.unwrap_err();
     assert!(
         matches!(&err, ClusterError::Remote { code, message, .. }
             if code == "InvalidArgument" && message == "no work queue was set for this job"),
@@ -245,10 +272,11 @@ async fn the_work_queue_hands_every_item_of_an_epoch_to_one_task() {
     for epoch in [0, 1] {
         let mut takers = Vec::new();
         for task in [0, 1] {
-            let (address, secret) = (address.clone(), secret.clone());
+            let (address, secret, token) = (address.clone(), secret.clone(), tokens[task as usize].clone());
             takers.push(tokio::spawn(async move {
                 let mut client =
                     TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
+                client.use_token(&token);
                 let mut taken = Vec::new();
                 while let Some(item) = client.next_work(task, epoch, Duration::from_secs(5)).await.unwrap() {
                     taken.push(item);
@@ -262,7 +290,7 @@ async fn the_work_queue_hands_every_item_of_an_epoch_to_one_task() {
         }
         all.sort();
         assert_eq!(all, expected, "epoch {epoch}");
-        assert_eq!(client.next_work(0, epoch, Duration::from_secs(5)).await.unwrap(), None);
+        assert_eq!(clients[0].next_work(0, epoch, Duration::from_secs(5)).await.unwrap(), None);
     }
     assert_eq!(server.job().work_taken().iter().sum::<u64>(), 400);
 
@@ -273,13 +301,13 @@ async fn the_work_queue_hands_every_item_of_an_epoch_to_one_task() {
     assert_eq!(server.refused().len(), 1);
     // The refused call took nothing: epoch 2 is whole.
     let mut count = 0;
-    while client.next_work(1, 2, Duration::from_secs(5)).await.unwrap().is_some() {
+    while clients[1].next_work(1, 2, Duration::from_secs(5)).await.unwrap().is_some() {
         count += 1;
     }
     assert_eq!(count, 200);
 
     server.job().abort("task 0 (chief:0) exited with code 1");
-    let err = client.next_work(0, 3, Duration::from_secs(5)).await.unwrap_err();
+    let err = clients[0].next_work(0, 3, Duration::from_secs(5)).await.unwrap_err();
     assert!(matches!(&err, ClusterError::Aborted(r) if r == "task 0 (chief:0) exited with code 1"), "{err}");
 }
 
@@ -289,7 +317,7 @@ async fn a_new_generation_refuses_the_old_one_and_keeps_the_work() {
     let server = RendezvousServer::start(config(&first, 2, 0, Duration::from_secs(10))).await.unwrap();
     let address = server.address().to_string();
     server.job().set_work(vec![("a".into(), 2), ("b".into(), 1)]);
-    let mut stale = TaskClient::connect(&address, &first, Duration::from_secs(5)).await.unwrap();
+    let mut stale = registered(&address, &first, 2).await.remove(0);
     assert_eq!(stale.next_work(0, 0, Duration::from_secs(5)).await.unwrap().as_deref(), Some("a"));
     assert_eq!(server.generation(), 0);
 

@@ -1,10 +1,13 @@
 //! The connection handshake: each side proves it knows the job secret without sending it.
 //!
 //! The connecting rank sends a magic tag, its rank, the index of the connection (one per
-//! parallel ring) and a fresh nonce; the accepting rank answers with its own nonce and an
-//! HMAC-SHA256 over both nonces; the connecting rank checks it and answers with its own HMAC,
-//! which also covers its rank and the index. A peer without the secret
+//! parallel ring), whether it seals frames, and a fresh nonce; the accepting rank answers with
+//! its own nonce and an HMAC-SHA256 over both nonces; the connecting rank checks it and answers
+//! with its own HMAC, which also covers its rank, the index and the sealing. A peer without the secret
 //! cannot produce either MAC, and a recorded exchange is useless later (fresh nonces).
+//!
+//! Both sides then derive the connection's frame key (an HMAC of the secret over both nonces,
+//! the rank and the index), with which [`crate::seal`] protects everything sent after.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -15,12 +18,35 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use crate::error::{CollectiveError, Result};
+use crate::seal::KEY_BYTES;
 
 const MAGIC: &[u8; 4] = b"STDP";
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 const NONCE: usize = 32;
 const MAC: usize = 32;
-const HELLO: usize = 4 + 1 + 4 + 1 + NONCE;
+const HELLO: usize = 4 + 1 + 4 + 1 + 1 + NONCE;
+
+/// What a connecting rank says of itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Hello {
+    /// Its rank.
+    pub rank: usize,
+    /// Which of its parallel connections this is.
+    pub index: u8,
+    /// Whether it seals frames.
+    pub sealed: bool,
+}
+
+/// Whom an accepting rank waits for.
+#[derive(Debug, Clone, Copy)]
+pub struct Expected {
+    /// The previous rank of the ring.
+    pub rank: usize,
+    /// How many connections it opens.
+    pub count: usize,
+    /// Whether this rank seals frames: the peer must too.
+    pub sealed: bool,
+}
 
 fn mac(secret: &[u8], label: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
     // HMAC takes keys of any length.
@@ -30,6 +56,11 @@ fn mac(secret: &[u8], label: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
         mac.update(part);
     }
     mac
+}
+
+/// The key of the frames on one connection: fresh for every connection, since both nonces are.
+fn frame_key(secret: &[u8], accepting: &[u8], connecting: &[u8], rank: &[u8], index: u8) -> [u8; KEY_BYTES] {
+    mac(secret, b"frames", &[accepting, connecting, rank, &[index]]).finalize().into_bytes().into()
 }
 
 fn nonce() -> Result<[u8; NONCE]> {
@@ -60,9 +91,16 @@ fn connect_within(address: &str, timeout: Duration) -> std::io::Result<TcpStream
     }))
 }
 
-/// Opens connection number `index` to the peer at `address` and proves this rank knows
-/// `secret`; retries refused connections until `timeout` has passed.
-pub fn connect(address: &str, rank: usize, index: u8, secret: &[u8], timeout: Duration) -> Result<TcpStream> {
+/// Opens the connection `hello` describes to the peer at `address` and proves this rank
+/// knows `secret`; retries refused connections until `timeout` has passed. Returns the
+/// connection and its frame key.
+pub fn connect(
+    address: &str,
+    hello: Hello,
+    secret: &[u8],
+    timeout: Duration,
+) -> Result<(TcpStream, [u8; KEY_BYTES])> {
+    let Hello { rank, index, sealed } = hello;
     let deadline = Instant::now() + timeout;
     let mut stream = loop {
         // Each attempt is bounded too: a peer that drops SYNs must not hold this past the
@@ -85,6 +123,7 @@ pub fn connect(address: &str, rank: usize, index: u8, secret: &[u8], timeout: Du
     hello.push(VERSION);
     hello.extend_from_slice(&rank_bytes);
     hello.push(index);
+    hello.push(u8::from(sealed));
     hello.extend_from_slice(&mine);
     stream.write_all(&hello).map_err(|e| setup_error("handshake with", address, e))?;
     let mut answer = [0u8; NONCE + MAC];
@@ -102,19 +141,28 @@ pub fn connect(address: &str, rank: usize, index: u8, secret: &[u8], timeout: Du
             reason: "the listener does not know the job secret".into(),
         }
     })?;
-    let proof = mac(secret, b"connect", &[theirs, &mine, &rank_bytes, &[index]]).finalize().into_bytes();
+    let proof = mac(secret, b"connect", &[theirs, &mine, &rank_bytes, &[index, u8::from(sealed)]])
+        .finalize()
+        .into_bytes();
     stream.write_all(&proof).map_err(|e| setup_error("handshake with", address, e))?;
     let mut ok = [0u8; 1];
     stream.read_exact(&mut ok).map_err(|e| CollectiveError::Refused {
         address: address.to_string(),
-        reason: format!("the listener refused this rank ({e})"),
+        reason: format!(
+            "the listener refused this rank ({e}); its own log says why (another rank, a repeated \
+             connection, or ranks that disagree on spark.sparktrain.collective.seal)"
+        ),
     })?;
     stream.set_nodelay(true).map_err(|e| setup_error("configuring", address, e))?;
-    Ok(stream)
+    Ok((stream, frame_key(secret, theirs, &mine, &rank_bytes, index)))
 }
 
-/// Runs the accepting side of one handshake; returns the peer's rank and connection index.
-fn answer(stream: &mut TcpStream, secret: &[u8]) -> std::result::Result<(usize, u8), String> {
+/// What the accepting side learns from a handshake: what the peer said of itself, and the
+/// connection's frame key.
+type Answer = (Hello, [u8; KEY_BYTES]);
+
+/// Runs the accepting side of one handshake.
+fn answer(stream: &mut TcpStream, secret: &[u8]) -> std::result::Result<Answer, String> {
     let mut hello = [0u8; HELLO];
     stream.read_exact(&mut hello).map_err(|e| format!("no greeting: {e}"))?;
     if &hello[..4] != MAGIC || hello[4] != VERSION {
@@ -122,7 +170,8 @@ fn answer(stream: &mut TcpStream, secret: &[u8]) -> std::result::Result<(usize, 
     }
     let rank_bytes: [u8; 4] = hello[5..9].try_into().expect("4 bytes");
     let index = hello[9];
-    let theirs = &hello[10..];
+    let sealing = hello[10];
+    let theirs = &hello[11..];
     let mine = nonce().map_err(|e| e.to_string())?;
     let proof = mac(secret, b"accept", &[theirs, &mine]).finalize().into_bytes();
     let mut reply = Vec::with_capacity(NONCE + MAC);
@@ -131,10 +180,12 @@ fn answer(stream: &mut TcpStream, secret: &[u8]) -> std::result::Result<(usize, 
     stream.write_all(&reply).map_err(|e| format!("handshake: {e}"))?;
     let mut their_mac = [0u8; MAC];
     stream.read_exact(&mut their_mac).map_err(|e| format!("no proof: {e}"))?;
-    mac(secret, b"connect", &[&mine, theirs, &rank_bytes, &[index]])
+    mac(secret, b"connect", &[&mine, theirs, &rank_bytes, &[index, sealing]])
         .verify_slice(&their_mac)
         .map_err(|_| "it does not know the job secret".to_string())?;
-    Ok((u32::from_le_bytes(rank_bytes) as usize, index))
+    let key = frame_key(secret, &mine, theirs, &rank_bytes, index);
+    let peer = Hello { rank: u32::from_le_bytes(rank_bytes) as usize, index, sealed: sealing != 0 };
+    Ok((peer, key))
 }
 
 /// Handshakes answered at once; a connection beyond them is turned away at once, so a crowd
@@ -145,25 +196,25 @@ const MAX_PENDING: usize = 64;
 struct Answered {
     stream: TcpStream,
     peer: std::net::SocketAddr,
-    outcome: std::result::Result<(usize, u8), String>,
+    outcome: std::result::Result<Answer, String>,
 }
 
-/// Accepts connections on `listener` until the rank `expected` has opened connections
-/// `0..count` with the secret, or `timeout` passes; returns them by index. Handshakes run
-/// concurrently (at most [`MAX_PENDING`] at once), each on its own thread, so a silent or
-/// slow caller delays no other; the deadline holds whatever they do. Callers that fail the
-/// handshake, claim another rank or repeat an index are dropped and reported through
-/// `refused`.
+/// Accepts connections on `listener` until the `expected` rank has opened its connections
+/// with the secret, or `timeout` passes; returns them by index, each with its frame key.
+/// Handshakes run concurrently (at most [`MAX_PENDING`] at once), each on its own thread, so
+/// a silent or slow caller delays no other; the deadline holds whatever they do. Callers that
+/// fail the handshake, claim another rank, repeat an index or disagree on sealing are dropped
+/// and reported through `refused`.
 pub fn accept(
     listener: &TcpListener,
-    expected: usize,
-    count: usize,
+    expected: Expected,
     secret: &[u8],
     timeout: Duration,
     refused: &mut Vec<CollectiveError>,
-) -> Result<Vec<TcpStream>> {
+) -> Result<Vec<(TcpStream, [u8; KEY_BYTES])>> {
     let deadline = Instant::now() + timeout;
-    let mut accepted: Vec<Option<TcpStream>> = (0..count).map(|_| None).collect();
+    let count = expected.count;
+    let mut accepted: Vec<Option<(TcpStream, [u8; KEY_BYTES])>> = (0..count).map(|_| None).collect();
     listener.set_nonblocking(true).map_err(|e| CollectiveError::io("listener", e))?;
     let (done, answers) = std::sync::mpsc::channel::<Answered>();
     let mut pending = 0usize;
@@ -204,8 +255,10 @@ pub fn accept(
             pending -= 1;
             busy = true;
             match outcome {
-                Ok((rank, index))
-                    if rank == expected && accepted.get(index as usize).is_some_and(Option::is_none) =>
+                Ok((Hello { rank, index, sealed }, key))
+                    if rank == expected.rank
+                        && sealed == expected.sealed
+                        && accepted.get(index as usize).is_some_and(Option::is_none) =>
                 {
                     let ready = stream
                         .write_all(&[1])
@@ -213,18 +266,32 @@ pub fn accept(
                         .and_then(|_| stream.set_write_timeout(Some(timeout)))
                         .and_then(|_| stream.set_nodelay(true));
                     ready.map_err(|e| CollectiveError::io(format!("handshake with {peer}"), e))?;
-                    accepted[index as usize] = Some(stream);
+                    accepted[index as usize] = Some((stream, key));
                     if accepted.iter().all(Option::is_some) {
                         return Ok(accepted.into_iter().flatten().collect());
                     }
                 }
-                Ok((rank, index)) if rank == expected => refused.push(CollectiveError::Refused {
+                Ok((Hello { rank, sealed, .. }, _)) if rank == expected.rank && sealed != expected.sealed => {
+                    let said = |s: bool| if s { "sealed" } else { "in the clear" };
+                    refused.push(CollectiveError::Refused {
+                        address: peer.to_string(),
+                        reason: format!(
+                            "it sends frames {}, this rank {}: every rank must have the same \
+                             spark.sparktrain.collective.seal",
+                            said(sealed),
+                            said(expected.sealed)
+                        ),
+                    })
+                }
+                Ok((Hello { rank, index, .. }, _)) if rank == expected.rank => {
+                    refused.push(CollectiveError::Refused {
+                        address: peer.to_string(),
+                        reason: format!("connection {index} is a repeat or beyond the {count} expected"),
+                    })
+                }
+                Ok((Hello { rank, .. }, _)) => refused.push(CollectiveError::Refused {
                     address: peer.to_string(),
-                    reason: format!("connection {index} is a repeat or beyond the {count} expected"),
-                }),
-                Ok((rank, _)) => refused.push(CollectiveError::Refused {
-                    address: peer.to_string(),
-                    reason: format!("it claims rank {rank}, this rank expects rank {expected}"),
+                    reason: format!("it claims rank {rank}, this rank expects rank {}", expected.rank),
                 }),
                 Err(reason) => refused.push(CollectiveError::Refused { address: peer.to_string(), reason }),
             }
@@ -232,7 +299,7 @@ pub fn accept(
         if Instant::now() >= deadline {
             return Err(CollectiveError::Timeout {
                 op: "connect".into(),
-                peer: expected,
+                peer: expected.rank,
                 address: "(its own address)".into(),
                 waited: timeout,
             });

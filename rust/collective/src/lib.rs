@@ -4,11 +4,15 @@
 //! other trainer's listener and the job secret; this crate connects the ring and moves the
 //! bulk bytes, which run several times faster over raw TCP than over gRPC.
 //!
-//! - [`handshake`]: proving knowledge of the job secret (HMAC-SHA256 over fresh nonces);
+//! - [`handshake`]: proving knowledge of the job secret (HMAC-SHA256 over fresh nonces) and
+//!   deriving each connection's frame key;
+//! - [`seal`]: every message after the handshake encrypted and authenticated (AES-256-GCM);
 //! - [`element`]: the element types (f32, f64, i64) and reductions (sum, mean, max, min);
 //! - [`wire`]: how values travel (as they are, or float32 as float16/bfloat16);
 //! - [`ring`]: the [`Communicator`]: all-reduce (of one buffer or a fused list), broadcast,
-//!   all-gather and barrier, over one or several parallel rings.
+//!   all-gather and barrier, over one or several parallel rings;
+//! - [`untrusted`]: arbitrary bytes from a peer through the real collectives, for the fuzz
+//!   target and the tests.
 
 #[cfg(target_endian = "big")]
 compile_error!("the data plane sends values as their in-memory bytes and assumes little-endian hosts");
@@ -17,9 +21,11 @@ pub mod element;
 pub mod error;
 pub mod handshake;
 pub mod ring;
+pub mod seal;
+pub mod untrusted;
 pub mod wire;
 
 pub use element::{Element, ReduceOp};
 pub use error::{CollectiveError, Result};
-pub use ring::{Communicator, Config, DEFAULT_CHUNK_BYTES, MAX_GATHER_BYTES, MAX_STREAMS};
+pub use ring::{Communicator, Config, Connection, DEFAULT_CHUNK_BYTES, MAX_GATHER_BYTES, MAX_STREAMS};
 pub use wire::Wire;

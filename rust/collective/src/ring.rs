@@ -13,6 +13,8 @@
 //!   mixing data.
 //! - A failed call shuts every connection down: the neighbours fail at once too, and so on
 //!   around the ring, so no rank waits for its time-out when a peer is gone.
+//! - Every message is sealed ([`crate::seal`]): a frame that was altered on the way breaks
+//!   the ring like a lost peer does.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -22,7 +24,27 @@ use std::time::Duration;
 use crate::element::{Element, ReduceOp};
 use crate::error::{CollectiveError, Result};
 use crate::handshake;
+use crate::seal::{KEY_BYTES, Opener, Sealer};
 use crate::wire::Wire;
+
+/// What the ring needs of a connection: bytes both ways, a time-out and a way to cut it.
+pub trait Connection: Read + Write + Send {
+    /// Bounds every later read and write by `timeout`.
+    fn set_timeout(&self, timeout: Duration) -> io::Result<()>;
+    /// Cuts the connection both ways, so the peer's next read or write fails at once.
+    fn shutdown(&self);
+}
+
+impl Connection for TcpStream {
+    fn set_timeout(&self, timeout: Duration) -> io::Result<()> {
+        self.set_read_timeout(Some(timeout))?;
+        self.set_write_timeout(Some(timeout))
+    }
+
+    fn shutdown(&self) {
+        let _ = TcpStream::shutdown(self, Shutdown::Both);
+    }
+}
 
 /// How a communicator connects and behaves.
 #[derive(Debug, Clone)]
@@ -41,6 +63,9 @@ pub struct Config {
     pub streams: usize,
     /// The most bytes a peer may announce for its item of an all-gather.
     pub max_gather_bytes: u64,
+    /// Whether frames are sealed (encrypted and authenticated, see [`crate::seal`]); every
+    /// rank must agree. Only a job on a network it trusts should turn it off.
+    pub sealed: bool,
 }
 
 impl Config {
@@ -54,6 +79,7 @@ impl Config {
             chunk_bytes: DEFAULT_CHUNK_BYTES,
             streams: 1,
             max_gather_bytes: MAX_GATHER_BYTES,
+            sealed: true,
         }
     }
 }
@@ -73,16 +99,26 @@ const INLINE_BYTES: usize = 8 << 10;
 
 const HEADER: usize = 24;
 
-/// One ring's pair of connections.
-struct Link {
-    next: TcpStream,
-    prev: TcpStream,
+/// One ring's pair of connections, each with its frame key.
+pub(crate) struct Link<C: Connection> {
+    next: Sealer<C>,
+    prev: Opener<C>,
 }
 
-impl Link {
+impl<C: Connection> Link<C> {
+    /// The link over `next` (to send) and `prev` (to receive), each with its frame key;
+    /// frames travel in the clear unless `sealed`.
+    pub(crate) fn new(next: (C, [u8; KEY_BYTES]), prev: (C, [u8; KEY_BYTES]), sealed: bool) -> Self {
+        if sealed {
+            Link { next: Sealer::new(next.0, &next.1), prev: Opener::new(prev.0, &prev.1) }
+        } else {
+            Link { next: Sealer::plain(next.0), prev: Opener::plain(prev.0) }
+        }
+    }
+
     fn shutdown(&self) {
-        let _ = self.next.shutdown(Shutdown::Both);
-        let _ = self.prev.shutdown(Shutdown::Both);
+        self.next.stream().shutdown();
+        self.prev.stream().shutdown();
     }
 }
 
@@ -132,10 +168,10 @@ impl Place<'_> {
 /// (the ring then breaks) rather than allocated.
 pub const MAX_GATHER_BYTES: u64 = 1 << 30;
 
-/// One rank's end of the ring.
-pub struct Communicator {
+/// One rank's end of the ring, over TCP connections unless told otherwise.
+pub struct Communicator<C: Connection = TcpStream> {
     config: Config,
-    links: Vec<Link>,
+    links: Vec<Link<C>>,
     broken: bool,
     calls: u64,
     /// Connections refused while setting up (wrong secret, wrong rank).
@@ -145,25 +181,8 @@ pub struct Communicator {
 impl Communicator {
     /// Connects the ring: accepts the previous rank on `listener` while connecting to the next.
     pub fn connect(listener: TcpListener, config: Config) -> Result<Self> {
+        check(&config)?;
         let size = config.peers.len();
-        if config.rank >= size {
-            return Err(CollectiveError::InvalidArgument(format!(
-                "rank {} is out of range for {size} peers",
-                config.rank
-            )));
-        }
-        if config.chunk_bytes < 64 {
-            return Err(CollectiveError::InvalidArgument(format!(
-                "chunk_bytes {} is too small",
-                config.chunk_bytes
-            )));
-        }
-        if !(1..=MAX_STREAMS).contains(&config.streams) {
-            return Err(CollectiveError::InvalidArgument(format!(
-                "streams must be 1 to {MAX_STREAMS}, not {}",
-                config.streams
-            )));
-        }
         let mut refused = Vec::new();
         let mut links = Vec::new();
         if size > 1 {
@@ -171,22 +190,64 @@ impl Communicator {
             let prev_rank = (config.rank + size - 1) % size;
             let (prev, next) = thread::scope(|scope| {
                 let accepting = scope.spawn(|| {
-                    let Config { secret, timeout, streams, .. } = &config;
-                    handshake::accept(&listener, prev_rank, *streams, secret, *timeout, &mut refused)
+                    let Config { secret, timeout, streams, sealed, .. } = &config;
+                    let expected = handshake::Expected { rank: prev_rank, count: *streams, sealed: *sealed };
+                    handshake::accept(&listener, expected, secret, *timeout, &mut refused)
                 });
-                let next: Result<Vec<TcpStream>> = (0..config.streams)
+                let next: Result<Vec<_>> = (0..config.streams)
                     .map(|index| {
                         let address = &config.peers[next_rank];
-                        handshake::connect(address, config.rank, index as u8, &config.secret, config.timeout)
+                        let hello =
+                            handshake::Hello { rank: config.rank, index: index as u8, sealed: config.sealed };
+                        handshake::connect(address, hello, &config.secret, config.timeout)
                     })
                     .collect();
                 let prev =
                     accepting.join().unwrap_or_else(|_| Err(CollectiveError::local("accept panicked")));
                 (prev, next)
             });
-            links = next?.into_iter().zip(prev?).map(|(next, prev)| Link { next, prev }).collect();
+            links = next?
+                .into_iter()
+                .zip(prev?)
+                .map(|(next, prev)| Link::new(next, prev, config.sealed))
+                .collect();
         }
         Ok(Communicator { config, links, broken: false, calls: 0, refused })
+    }
+}
+
+/// Refuses a configuration no ring can run with.
+fn check(config: &Config) -> Result<()> {
+    let size = config.peers.len();
+    if config.rank >= size {
+        return Err(CollectiveError::InvalidArgument(format!(
+            "rank {} is out of range for {size} peers",
+            config.rank
+        )));
+    }
+    // The chunk size travels in each call's header as 32 bits.
+    if !(64..=u32::MAX as usize).contains(&config.chunk_bytes) {
+        return Err(CollectiveError::InvalidArgument(format!(
+            "chunk_bytes must be 64 to {}, not {}",
+            u32::MAX,
+            config.chunk_bytes
+        )));
+    }
+    if !(1..=MAX_STREAMS).contains(&config.streams) {
+        return Err(CollectiveError::InvalidArgument(format!(
+            "streams must be 1 to {MAX_STREAMS}, not {}",
+            config.streams
+        )));
+    }
+    Ok(())
+}
+
+impl<C: Connection> Communicator<C> {
+    /// A communicator over links already connected and keyed: how the untrusted-input
+    /// exercises run the real collectives over scripted connections.
+    pub(crate) fn over(config: Config, links: Vec<Link<C>>) -> Result<Self> {
+        check(&config)?;
+        Ok(Communicator { config, links, broken: false, calls: 0, refused: Vec::new() })
     }
 
     /// This rank.
@@ -211,7 +272,7 @@ impl Communicator {
         op: &str,
         signature: [u8; 4],
         len: u64,
-        body: impl FnOnce(&Place<'_>, &mut [Link]) -> Result<R>,
+        body: impl FnOnce(&Place<'_>, &mut [Link<C>]) -> Result<R>,
     ) -> Result<R> {
         if self.broken {
             return Err(CollectiveError::InvalidArgument(format!(
@@ -221,6 +282,8 @@ impl Communicator {
         self.calls += 1;
         let mut header = [0u8; HEADER];
         header[..4].copy_from_slice(&signature);
+        // Ranks that cut messages differently would fail every frame's check: say so instead.
+        header[4..8].copy_from_slice(&(self.config.chunk_bytes as u32).to_le_bytes());
         header[8..16].copy_from_slice(&self.calls.to_le_bytes());
         header[16..24].copy_from_slice(&len.to_le_bytes());
         let place = Place {
@@ -347,10 +410,10 @@ impl Communicator {
             let last = (root + place.size - 1) % place.size;
             for piece in data.chunks_mut(place.chunk_bytes) {
                 if place.rank != root {
-                    link.prev.read_exact(piece).map_err(|e| place.error(&name, Side::Prev, e))?;
+                    link.prev.receive(piece).map_err(|e| place.error(&name, Side::Prev, e))?;
                 }
                 if place.rank != last {
-                    link.next.write_all(piece).map_err(|e| place.error(&name, Side::Next, e))?;
+                    link.next.send(piece).map_err(|e| place.error(&name, Side::Next, e))?;
                 }
             }
             Ok(())
@@ -409,10 +472,9 @@ impl Communicator {
 
     fn set_timeout(&mut self, timeout: Duration) -> Result<()> {
         for link in &self.links {
-            for stream in [&link.next, &link.prev] {
+            for stream in [link.next.stream(), link.prev.stream()] {
                 stream
-                    .set_read_timeout(Some(timeout))
-                    .and_then(|_| stream.set_write_timeout(Some(timeout)))
+                    .set_timeout(timeout)
                     .map_err(|e| CollectiveError::io("setting the ring's time-out", e))?;
             }
         }
@@ -421,19 +483,24 @@ impl Communicator {
     }
 }
 
-impl Drop for Communicator {
+impl<C: Connection> Drop for Communicator<C> {
     fn drop(&mut self) {
         self.links.iter().for_each(Link::shutdown);
     }
 }
 
-fn exchange_header(place: &Place<'_>, link: &mut Link, op: &str, header: &[u8; HEADER]) -> Result<()> {
+fn exchange_header<C: Connection>(
+    place: &Place<'_>,
+    link: &mut Link<C>,
+    op: &str,
+    header: &[u8; HEADER],
+) -> Result<()> {
     let mut theirs = [0u8; HEADER];
     send_recv(place, link, op, header, &mut theirs)?;
     if theirs != *header {
         let describe = |h: &[u8; HEADER]| {
             format!(
-                "call #{} ({}, type {}, op {}, wire {}, {} elements)",
+                "call #{} ({}, type {}, op {}, wire {}, {} elements, {}-byte chunks)",
                 u64::from_le_bytes(h[8..16].try_into().expect("8 bytes")),
                 match h[0] {
                     1 => "all_reduce",
@@ -444,7 +511,8 @@ fn exchange_header(place: &Place<'_>, link: &mut Link, op: &str, header: &[u8; H
                 h[1],
                 h[2],
                 h[3],
-                u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"))
+                u64::from_le_bytes(h[16..24].try_into().expect("8 bytes")),
+                u32::from_le_bytes(h[4..8].try_into().expect("4 bytes")),
             )
         };
         return Err(CollectiveError::OutOfStep {
@@ -458,14 +526,20 @@ fn exchange_header(place: &Place<'_>, link: &mut Link, op: &str, header: &[u8; H
 }
 
 /// Sends `out` to the next rank while receiving `into` from the previous one.
-fn send_recv(place: &Place<'_>, link: &mut Link, op: &str, out: &[u8], into: &mut [u8]) -> Result<()> {
+fn send_recv<C: Connection>(
+    place: &Place<'_>,
+    link: &mut Link<C>,
+    op: &str,
+    out: &[u8],
+    into: &mut [u8],
+) -> Result<()> {
     let Link { next, prev } = link;
     let (sent, received) = if out.len() <= INLINE_BYTES {
-        (next.write_all(out), prev.read_exact(into))
+        (next.send(out), prev.receive(into))
     } else {
         thread::scope(|scope| {
-            let sending = scope.spawn(|| next.write_all(out));
-            let received = prev.read_exact(into);
+            let sending = scope.spawn(|| next.send(out));
+            let received = prev.receive(into);
             (sending.join().unwrap_or_else(|_| Err(io::Error::other("send panicked"))), received)
         })
     };
@@ -474,9 +548,9 @@ fn send_recv(place: &Place<'_>, link: &mut Link, op: &str, out: &[u8], into: &mu
 }
 
 /// The ring all-reduce of `data` over one link, without MEAN's final division.
-fn ring_all_reduce<T: Element>(
+fn ring_all_reduce<T: Element, C: Connection>(
     place: &Place<'_>,
-    link: &mut Link,
+    link: &mut Link<C>,
     name: &str,
     data: &mut [T],
     op: ReduceOp,
@@ -506,9 +580,9 @@ fn ring_all_reduce<T: Element>(
 /// One ring step: sends `data[send]`, receives into `data[recv]` (reducing with `op`, or
 /// copying when None). The two ranges never overlap.
 #[allow(clippy::too_many_arguments)]
-fn step<T: Element>(
+fn step<T: Element, C: Connection>(
     place: &Place<'_>,
-    link: &mut Link,
+    link: &mut Link<C>,
     name: &str,
     data: &mut [T],
     send: (usize, usize),
@@ -545,20 +619,25 @@ fn step<T: Element>(
     sent.map_err(|e| place.error(name, Side::Next, e))
 }
 
-fn send_values<T: Element>(to: &mut TcpStream, values: &[T], per_chunk: usize, wire: Wire) -> io::Result<()> {
+fn send_values<T: Element, C: Connection>(
+    to: &mut Sealer<C>,
+    values: &[T],
+    per_chunk: usize,
+    wire: Wire,
+) -> io::Result<()> {
     if wire == Wire::Native {
-        return values.chunks(per_chunk).try_for_each(|c| to.write_all(bytemuck::cast_slice(c)));
+        return values.chunks(per_chunk).try_for_each(|c| to.send(bytemuck::cast_slice(c)));
     }
     let mut bits = vec![0u16; per_chunk.min(values.len())];
     values.chunks(per_chunk).try_for_each(|c| {
         let bits = &mut bits[..c.len()];
         T::encode(wire, c, bits);
-        to.write_all(bytemuck::cast_slice(bits))
+        to.send(bytemuck::cast_slice(bits))
     })
 }
 
-fn recv_values<T: Element>(
-    from: &mut TcpStream,
+fn recv_values<T: Element, C: Connection>(
+    from: &mut Opener<C>,
     into: &mut [T],
     per_chunk: usize,
     wire: Wire,
@@ -569,21 +648,21 @@ fn recv_values<T: Element>(
     for target in into.chunks_mut(per_chunk) {
         let n = target.len();
         match (wire, op) {
-            (Wire::Native, None) => from.read_exact(bytemuck::cast_slice_mut(target))?,
+            (Wire::Native, None) => from.receive(bytemuck::cast_slice_mut(target))?,
             (Wire::Native, Some(op)) => {
                 values.resize(n, T::zeroed());
-                from.read_exact(bytemuck::cast_slice_mut(&mut values[..n]))?;
+                from.receive(bytemuck::cast_slice_mut(&mut values[..n]))?;
                 T::combine(op, target, &values[..n]);
             }
             (_, None) => {
                 bits.resize(n, 0);
-                from.read_exact(bytemuck::cast_slice_mut(&mut bits[..n]))?;
+                from.receive(bytemuck::cast_slice_mut(&mut bits[..n]))?;
                 T::decode(wire, &bits[..n], target);
             }
             (_, Some(op)) => {
                 bits.resize(n, 0);
                 values.resize(n, T::zeroed());
-                from.read_exact(bytemuck::cast_slice_mut(&mut bits[..n]))?;
+                from.receive(bytemuck::cast_slice_mut(&mut bits[..n]))?;
                 T::decode(wire, &bits[..n], &mut values[..n]);
                 T::combine(op, target, &values[..n]);
             }

@@ -10,6 +10,26 @@ use sparktrain_collective::{CollectiveError, Communicator, Config, Element, Redu
 
 const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
 
+/// Connects `n` ranks, each with what `configure` makes of the default configuration (the
+/// job secret, a 10 s time-out).
+fn connect_configured(
+    n: usize,
+    configure: impl Fn(Config) -> Config,
+) -> Vec<Result<Communicator, CollectiveError>> {
+    let listeners: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    let peers: Vec<String> = listeners.iter().map(|l| l.local_addr().unwrap().to_string()).collect();
+    let handles: Vec<_> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(rank, listener)| {
+            let config =
+                configure(Config::new(rank, peers.clone(), SECRET.to_vec(), Duration::from_secs(10)));
+            thread::spawn(move || Communicator::connect(listener, config))
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
 /// Connects `n` ranks over `streams` parallel rings; `secret_of(rank)` lets a test give one
 /// rank a wrong secret.
 fn connect_rings(
@@ -19,18 +39,7 @@ fn connect_rings(
     chunk_bytes: usize,
     secret_of: impl Fn(usize) -> Vec<u8>,
 ) -> Vec<Result<Communicator, CollectiveError>> {
-    let listeners: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    let peers: Vec<String> = listeners.iter().map(|l| l.local_addr().unwrap().to_string()).collect();
-    let handles: Vec<_> = listeners
-        .into_iter()
-        .enumerate()
-        .map(|(rank, listener)| {
-            let config =
-                Config { chunk_bytes, streams, ..Config::new(rank, peers.clone(), secret_of(rank), timeout) };
-            thread::spawn(move || Communicator::connect(listener, config))
-        })
-        .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
+    connect_configured(n, |c| Config { chunk_bytes, streams, timeout, secret: secret_of(c.rank), ..c })
 }
 
 fn connect_ring(
@@ -369,18 +378,14 @@ fn a_barrier_within_a_longer_wait_outlasts_the_ring_time_out_once() {
 
 #[test]
 fn an_all_gather_item_over_the_limit_is_refused_and_breaks_the_ring() {
-    let listeners: Vec<TcpListener> = (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    let peers: Vec<String> = listeners.iter().map(|l| l.local_addr().unwrap().to_string()).collect();
-    let handles: Vec<_> = listeners
+    let comms: Vec<Communicator> = connect_configured(2, |c| Config { max_gather_bytes: 1024, ..c })
         .into_iter()
-        .enumerate()
-        .map(|(rank, listener)| {
-            let config = Config {
-                max_gather_bytes: 1024,
-                ..Config::new(rank, peers.clone(), SECRET.to_vec(), Duration::from_secs(5))
-            };
+        .map(Result::unwrap)
+        .collect();
+    let handles: Vec<_> = comms
+        .into_iter()
+        .map(|mut comm| {
             thread::spawn(move || {
-                let mut comm = Communicator::connect(listener, config).unwrap();
                 // Rank 1 sends 4 KiB, over rank 0's limit; rank 0 sends a little.
                 let item = vec![7u8; if comm.rank() == 1 { 4096 } else { 10 }];
                 let first = comm.all_gather(&item);
@@ -426,4 +431,123 @@ fn silent_connections_do_not_hold_up_the_ring() {
     let results = on_all(comms, |comm| comm.barrier());
     assert!(results.into_iter().all(|(_, r)| r.is_ok()));
     drop(silent);
+}
+
+/// A party on the path from rank 0 to rank 1: relays both ways, records what rank 0 sends
+/// and flips one bit of it at `flip` (counted from the connection's first byte).
+fn on_path(rank1: String, flip: Option<usize>) -> (String, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    thread::spawn(move || {
+        let (mut from0, _) = listener.accept().unwrap();
+        let mut to1 = std::net::TcpStream::connect(rank1).unwrap();
+        let (mut back1, mut back0) = (to1.try_clone().unwrap(), from0.try_clone().unwrap());
+        thread::spawn(move || std::io::copy(&mut back1, &mut back0));
+        let mut buf = [0u8; 4096];
+        let mut at = 0;
+        while let Ok(n) = from0.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            if let Some(i) = flip.filter(|i| (at..at + n).contains(i)) {
+                buf[i - at] ^= 0x01;
+            }
+            record.lock().unwrap().extend_from_slice(&buf[..n]);
+            at += n;
+            if to1.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    (address, seen)
+}
+
+/// Two ranks whose connection from rank 0 to rank 1 runs through [`on_path`].
+fn ring_through(flip: Option<usize>) -> (Vec<Communicator>, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    let listeners: Vec<TcpListener> = (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    let real: Vec<String> = listeners.iter().map(|l| l.local_addr().unwrap().to_string()).collect();
+    let (relay, seen) = on_path(real[1].clone(), flip);
+    let handles: Vec<_> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(rank, listener)| {
+            // Rank 0 reaches rank 1 through the relay; rank 1 reaches rank 0 directly.
+            let peers = if rank == 0 { vec![real[0].clone(), relay.clone()] } else { real.clone() };
+            let config = Config::new(rank, peers, SECRET.to_vec(), Duration::from_secs(10));
+            thread::spawn(move || Communicator::connect(listener, config).unwrap())
+        })
+        .collect();
+    (handles.into_iter().map(|h| h.join().unwrap()).collect(), seen)
+}
+
+/// The bytes rank 0 sends in the handshake, before the first sealed frame.
+const HANDSHAKE_BYTES: usize = 42 + 32;
+
+#[test]
+fn values_cross_the_network_encrypted() {
+    let (comms, seen) = ring_through(None);
+    let marker = 1234.5678f32;
+    let results = on_all(comms, move |c| {
+        let mut data = vec![marker; 4096];
+        c.all_reduce(&mut data, ReduceOp::Max).map(|_| data[0])
+    });
+    assert!(results.iter().all(|(_, r)| *r.as_ref().unwrap() == marker));
+    let seen = seen.lock().unwrap();
+    assert!(seen.len() > 4096 * 2, "the relay saw the values' bytes go by");
+    let plain: Vec<u8> = [marker.to_le_bytes(), marker.to_le_bytes()].concat();
+    assert!(!seen.windows(8).any(|w| w == plain), "a value crossed the network in the clear");
+}
+
+#[test]
+fn a_frame_altered_on_the_way_breaks_the_ring_on_every_rank() {
+    // One bit of the first call's header, then one bit deep inside the values.
+    for flip in [HANDSHAKE_BYTES + 3, HANDSHAKE_BYTES + 40 + 5000] {
+        let (comms, _) = ring_through(Some(flip));
+        let results = on_all(comms, |c| {
+            let mut data = vec![1.0f32; 1 << 16];
+            c.all_reduce(&mut data, ReduceOp::Sum).unwrap_err().to_string()
+        });
+        let errors: Vec<&String> = results.iter().map(|(_, e)| e).collect();
+        assert!(
+            errors.iter().any(|e| e.contains("rank 0") && e.contains("authentication check")),
+            "flip at {flip}: {errors:?}"
+        );
+        assert!(errors.iter().all(|e| e.starts_with("all_reduce(float32, Sum)")), "{errors:?}");
+    }
+}
+
+#[test]
+fn frames_in_the_clear_reduce_the_same_and_ranks_must_agree_on_sealing() {
+    let connect = |sealed_of: fn(usize) -> bool| {
+        connect_configured(3, |c| Config {
+            sealed: sealed_of(c.rank),
+            timeout: Duration::from_millis(1500),
+            ..c
+        })
+    };
+    let plain: Vec<Communicator> = connect(|_| false).into_iter().map(Result::unwrap).collect();
+    for (c, data) in on_all(plain, |c| {
+        let mut data: Vec<f64> = (0..5000).map(|i| value(c.rank(), i)).collect();
+        c.all_reduce(&mut data, ReduceOp::Sum).unwrap();
+        data
+    }) {
+        let expected: Vec<f64> = (0..5000).map(|i| (0..3).map(|r| value::<f64>(r, i)).sum()).collect();
+        assert_eq!(data, expected, "rank {}", c.rank());
+    }
+    // Rank 1 alone sends in the clear: rank 2 refuses it and says why.
+    let outcomes = connect(|rank| rank != 1);
+    assert!(outcomes.iter().all(Result::is_err));
+    let refused: Vec<String> = outcomes
+        .iter()
+        .map(|o| o.as_ref().err().unwrap().to_string())
+        .filter(|e| e.contains("spark.sparktrain.collective.seal"))
+        .collect();
+    assert!(
+        !refused.is_empty(),
+        "{:?}",
+        outcomes.iter().map(|o| o.as_ref().err().unwrap().to_string()).collect::<Vec<_>>()
+    );
 }

@@ -89,9 +89,10 @@ impl Communicator {
 #[pymethods]
 impl Communicator {
     /// Connects the ring through the listening socket `listener_fd` (duplicated: the caller
-    /// keeps its own), with every rank's `host:port` in `peers`.
+    /// keeps its own), with every rank's `host:port` in `peers`. Frames are sealed (encrypted
+    /// and authenticated) unless `sealed` is false, which every rank must agree on.
     #[new]
-    #[pyo3(signature = (listener_fd, rank, peers, secret, timeout, chunk_bytes=sparktrain_collective::DEFAULT_CHUNK_BYTES, streams=1))]
+    #[pyo3(signature = (listener_fd, rank, peers, secret, timeout, chunk_bytes=sparktrain_collective::DEFAULT_CHUNK_BYTES, streams=1, sealed=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -102,6 +103,7 @@ impl Communicator {
         timeout: f64,
         chunk_bytes: usize,
         streams: usize,
+        sealed: bool,
     ) -> Result<Self> {
         let secret = JobSecret::from_hex(secret)?;
         let timeout = crate::cluster::seconds(timeout, "timeout")?;
@@ -111,8 +113,12 @@ impl Communicator {
             .try_clone_to_owned()
             .map_err(|e| Error::invalid(format!("listener fd {listener_fd}: {e}")))?;
         let listener = TcpListener::from(owned);
-        let config =
-            Config { chunk_bytes, streams, ..Config::new(rank, peers, secret.as_bytes().to_vec(), timeout) };
+        let config = Config {
+            chunk_bytes,
+            streams,
+            sealed,
+            ..Config::new(rank, peers, secret.as_bytes().to_vec(), timeout)
+        };
         let ring = detach(py, || Ring::connect(listener, config))?;
         Ok(Communicator { ring: sparktrain_train::shared(ring) })
     }

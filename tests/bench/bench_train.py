@@ -484,7 +484,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", default="mlp,wide_deep", help="comma-separated: mlp, wide_deep")
-    parser.add_argument("--contenders", default="sparktrain,sparktrain-dense,sparktrain-clear,tfos,torch,keras-1p,torch-1p")
+    parser.add_argument(
+        "--contenders", default="sparktrain,sparktrain-dense,sparktrain-clear,tfos,torch,keras-1p,torch-1p"
+    )
     parser.add_argument("--workers", default="2,1", help="comma-separated worker counts")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch", type=int, default=256, help="per worker")

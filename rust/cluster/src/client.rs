@@ -56,7 +56,12 @@ impl TaskClient {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))
             .map_err(|e| ClusterError::InvalidArgument(format!("bad driver address {address}: {e}")))?
-            .connect_timeout(Duration::from_secs(2));
+            .connect_timeout(Duration::from_secs(2))
+            // A driver that vanishes without closing the connection (its host gone) would
+            // otherwise leave a call without a deadline, such as a barrier, waiting for ever.
+            .http2_keep_alive_interval(crate::limits::KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(crate::limits::KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true);
         if let Some(tls) = tls {
             let config = ClientTlsConfig::new()
                 .ca_certificate(Certificate::from_pem(&tls.ca_pem))

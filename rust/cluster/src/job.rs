@@ -159,11 +159,11 @@ impl WorkQueue {
         Some(self.items[index].0.clone())
     }
 
-    /// The queue for the next generation of a job with `num_tasks` tasks: every epoch hands
-    /// each task the items it took in this generation again, first and in the same order
-    /// (after those it had still to be handed again from an earlier restart); the items of
-    /// tasks from `num_tasks` on go back to the front of the epoch's queue.
-    pub fn restarted(mut self, num_tasks: u32) -> Self {
+    /// The queue for the next generation, whose tasks `0..num_workers` take work: every epoch
+    /// hands each task the items it took in this generation again, first and in the same order
+    /// (then those it had still to be handed again from an earlier restart); the items of
+    /// tasks from `num_workers` on go back to the front of the epoch's queue.
+    pub fn restarted(mut self, num_workers: u32) -> Self {
         for work in self.epochs.values_mut() {
             let mut replay: HashMap<u32, VecDeque<usize>> = HashMap::new();
             for (task, index) in work.handed.drain(..) {
@@ -173,7 +173,7 @@ impl WorkQueue {
                 replay.entry(task).or_default().extend(rest);
             }
             let mut orphaned: Vec<usize> = Vec::new();
-            let mut tasks: Vec<u32> = replay.keys().copied().filter(|t| *t >= num_tasks).collect();
+            let mut tasks: Vec<u32> = replay.keys().copied().filter(|t| *t >= num_workers).collect();
             tasks.sort_unstable();
             for task in tasks {
                 orphaned.extend(replay.remove(&task).unwrap_or_default());
@@ -334,8 +334,9 @@ impl Job {
         }
     }
 
-    /// Records a registration and waits until every task has registered.
-    pub async fn register(&self, registration: Registration) -> Result<ClusterSpec> {
+    /// Records a registration and waits until every task has registered; returns the spec and
+    /// the token this registration got (a later registration of the same task gets its own).
+    pub async fn register(&self, registration: Registration) -> Result<(ClusterSpec, String)> {
         let event = Event::Registered {
             task_index: registration.task_index,
             host: registration.host.clone(),
@@ -346,7 +347,7 @@ impl Job {
         let announce_ready = {
             let mut inner = lock(&self.inner);
             inner.spec.register(registration)?;
-            inner.tokens[task] = Some(token);
+            inner.tokens[task] = Some(token.clone());
             inner.last_heartbeat[task] = Some(Instant::now());
             inner.done[task] = false;
             let newly_complete = inner.spec.is_complete() && !inner.ready_announced;
@@ -358,7 +359,7 @@ impl Job {
             self.push(Event::Ready);
         }
         self.bump();
-        self.wait_ready().await
+        Ok((self.wait_ready().await?, token))
     }
 
     /// The token task `task_index` got when it registered, if it has.

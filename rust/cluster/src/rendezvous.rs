@@ -186,12 +186,17 @@ impl Gate {
     /// refused and recorded: `ABORTED` for a caller of an earlier generation, `UNAUTHENTICATED`
     /// for anyone else.
     fn authenticate<T>(&self, request: &Request<T>) -> Result<Arc<Job>, Status> {
-        let presented = request.metadata().get(SECRET_HEADER).and_then(|v| v.to_str().ok());
+        // Decoded once, outside the lock: None for no secret, Some(None) for one that is not
+        // even a secret's hex form.
+        let presented = request
+            .metadata()
+            .get(SECRET_HEADER)
+            .map(|v| v.to_str().ok().and_then(|p| JobSecret::from_hex(p).ok()));
         let (why, status) = {
             let current = lock(&self.0.current);
             match presented {
-                Some(p) if current.secret.verify(p) => return Ok(current.job.clone()),
-                Some(p) => match current.earlier.iter().find(|(_, s)| s.verify(p)) {
+                Some(Some(p)) if current.secret.matches(&p) => return Ok(current.job.clone()),
+                Some(p) => match p.and_then(|p| current.earlier.iter().find(|(_, s)| s.matches(&p))) {
                     Some((stale, _)) => {
                         let why = format!(
                             "a task of generation {stale}, superseded by generation {}",
@@ -277,9 +282,9 @@ impl Rendezvous for Service {
         let job = job_of(&request)?;
         let registration = registration_of(request.into_inner())?;
         let task_index = registration.task_index;
-        let spec = job.register(registration).await.map_err(status_of)?;
+        let (spec, token) = job.register(registration).await.map_err(status_of)?;
         let mut reply = reply_of(&spec, task_index)?;
-        reply.token = job.token(task_index).unwrap_or_default();
+        reply.token = token;
         Ok(Response::new(reply))
     }
 
@@ -379,7 +384,6 @@ impl RendezvousServer {
         }
         let mut builder = builder
             .max_concurrent_streams(limits::MAX_STREAMS_PER_CONNECTION)
-            .concurrency_limit_per_connection(limits::MAX_STREAMS_PER_CONNECTION as usize)
             .http2_max_header_list_size(limits::MAX_HEADER_BYTES)
             .http2_keepalive_interval(Some(limits::KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(limits::KEEPALIVE_TIMEOUT));
@@ -456,11 +460,16 @@ impl RendezvousServer {
         let spec = ClusterSpec::new(num_workers, num_evaluators)?;
         let job = Arc::new(Job::new(spec, self.registration_timeout, self.heartbeat_timeout));
         let mut current = lock(&self.state.current);
-        if let Some(queue) = current.job.take_work() {
-            job.resume_work(queue.restarted(num_workers + num_evaluators));
-        }
         let number = current.number + 1;
+        // Aborted first, so a stale call for work meanwhile is told so rather than that there
+        // is no queue.
         current.job.abort(&format!("superseded by generation {number}"));
+        if let Some(queue) = current.job.take_work() {
+            // Only training tasks (indexes below num_workers) take work: what a task from
+            // there on took goes back to the front of the queue, even if an evaluator now
+            // has its index.
+            job.resume_work(queue.restarted(num_workers));
+        }
         let old = std::mem::replace(&mut current.secret, secret);
         if current.earlier.len() == EARLIER_KEPT {
             current.earlier.pop_front();

@@ -45,7 +45,12 @@ impl JobSecret {
     /// Whether `presented` (the hex form a caller sent) is this secret. The comparison takes the
     /// same time wherever the first difference is, so timing reveals nothing of the secret.
     pub fn verify(&self, presented: &str) -> bool {
-        same(presented, &self.to_hex())
+        JobSecret::from_hex(presented).is_ok_and(|p| self.matches(&p))
+    }
+
+    /// Whether `other` is this secret, compared in constant time as [`JobSecret::verify`] does.
+    pub fn matches(&self, other: &JobSecret) -> bool {
+        same_bytes(&self.0, &other.0)
     }
 }
 
@@ -76,7 +81,10 @@ fn hex(bytes: &[u8]) -> String {
 /// Whether `presented` equals `expected`, in a time that does not depend on where they first
 /// differ (their lengths are public).
 pub fn same(presented: &str, expected: &str) -> bool {
-    let (a, b) = (expected.as_bytes(), presented.as_bytes());
+    same_bytes(presented.as_bytes(), expected.as_bytes())
+}
+
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

@@ -380,3 +380,23 @@ async fn a_registered_tasks_calls_need_its_token() {
     let mut thief = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
     assert!(thief.register(&registration(0), Duration::from_secs(5)).await.is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_workers_files_go_to_the_remaining_workers_not_to_the_evaluator_at_its_index() {
+    let first = JobSecret::generate().unwrap();
+    let server = RendezvousServer::start(config(&first, 2, 1, Duration::from_secs(10))).await.unwrap();
+    let address = server.address().to_string();
+    server.job().set_work(vec![("a".into(), 3), ("b".into(), 2), ("c".into(), 1)]);
+    let mut clients = registered(&address, &first, 3).await;
+    assert_eq!(clients[1].next_work(1, 0, Duration::from_secs(5)).await.unwrap().as_deref(), Some("a"));
+
+    // One worker and the evaluator come back: the evaluator now has task index 1.
+    let second = JobSecret::generate().unwrap();
+    server.new_generation(second.clone(), 1, 1).unwrap();
+    let mut fresh = registered(&address, &second, 2).await;
+    let mut taken = Vec::new();
+    while let Some(item) = fresh[0].next_work(0, 0, Duration::from_secs(5)).await.unwrap() {
+        taken.push(item);
+    }
+    assert_eq!(taken, ["a", "b", "c"]);
+}

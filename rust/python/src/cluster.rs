@@ -243,13 +243,10 @@ impl Rendezvous {
         self.with_server(|s| s.job().spec().missing())
     }
 
-    /// The events since the last call (dicts with a `kind`), waiting up to `timeout` seconds
-    /// for the first.
+    /// The events since the last call, waiting up to `timeout` seconds for the first: what
+    /// [`Rendezvous::poll`] returns, without the generation.
     fn events(&self, py: Python<'_>, timeout: f64) -> Result<Vec<Event>> {
-        let timeout = seconds(timeout, "timeout")?;
-        let job = self.with_server(|s| s.job())?;
-        let events = detach(py, || sparktrain_storage::block_on(job.events(timeout)))?;
-        Ok(events.into_iter().map(Event::from).collect())
+        Ok(self.poll(py, timeout)?.1)
     }
 
     /// The generation being served and its events since the last call, waiting up to
@@ -271,12 +268,6 @@ impl Rendezvous {
     /// How many work items each task took, by task index, over all epochs.
     fn work_taken(&self) -> Result<Vec<u64>> {
         self.with_server(|s| s.job().work_taken())
-    }
-
-    /// The number of the generation being served (0 until the first restart).
-    #[getter]
-    fn generation(&self) -> Result<u64> {
-        self.with_server(|s| s.generation())
     }
 
     /// Starts the next generation of the job with a fresh `secret` (hex) and its own size:

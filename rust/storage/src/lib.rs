@@ -342,14 +342,7 @@ pub fn delete(url: &str, recursive: bool) -> Result<bool> {
 /// [`AtomicWriter`] writes to: for staging a folder that is to replace `url` as a whole
 /// ([`replace_dir`]). [`is_temp_name`] is true of its last component.
 pub fn sibling_temp(url: &str) -> Result<String> {
-    let loc = Location::parse(url)?;
-    let (Some(name), Some(parent)) = (loc.file_name(), loc.parent()) else {
-        return Err(StorageError::InvalidUrl {
-            url: url.to_string(),
-            reason: "it has no parent folder".into(),
-        });
-    };
-    Ok(parent.join(&writer::temp_name(name)).url())
+    Ok(writer::temp_beside(&Location::parse(url)?)?.url())
 }
 
 /// Whether `name` is one of the hidden temporary names [`AtomicWriter`] and [`sibling_temp`]

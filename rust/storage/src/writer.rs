@@ -66,23 +66,26 @@ pub(crate) fn temp_name(name: &str) -> String {
     format!(".{}.{}.tmp", &name[..cut], uuid::Uuid::new_v4().simple())
 }
 
+/// A hidden name beside `dest`, in the same folder and unique to this call.
+pub(crate) fn temp_beside(dest: &Location) -> Result<Location> {
+    let (Some(name), Some(parent)) = (dest.file_name(), dest.parent()) else {
+        return Err(StorageError::InvalidUrl {
+            url: dest.url(),
+            reason: "it needs a file name and a parent folder".to_string(),
+        });
+    };
+    Ok(parent.join(&temp_name(name)))
+}
+
 impl AtomicWriter {
     pub(crate) fn create(dest: Location, overwrite: bool) -> Result<AtomicWriter> {
-        let name = dest.file_name().ok_or_else(|| StorageError::InvalidUrl {
-            url: dest.url(),
-            reason: "a file to create needs a file name".to_string(),
-        })?;
-        let parent = dest.parent().ok_or_else(|| StorageError::InvalidUrl {
-            url: dest.url(),
-            reason: "a file to create needs a parent folder".to_string(),
-        })?;
+        let tmp = temp_beside(&dest)?;
         // Refuse early what commit would refuse anyway, before any bytes are produced.
         if let Some(existing) = crate::stat(&dest)?
             && (existing.is_dir || !overwrite)
         {
             return Err(StorageError::AlreadyExists { url: dest.url() });
         }
-        let tmp = parent.join(&temp_name(name));
         let mut writer = AtomicWriter {
             dest,
             tmp,
@@ -95,8 +98,11 @@ impl AtomicWriter {
         };
         match &writer.tmp {
             Location::Local { .. } => {
-                let parent_path = local::os_path(&parent);
-                fs::create_dir_all(&parent_path).map_err(|e| StorageError::local(&parent.url(), e))?;
+                // The temporary file's folder is the destination's.
+                if let Some(parent) = writer.tmp.parent() {
+                    fs::create_dir_all(local::os_path(&parent))
+                        .map_err(|e| StorageError::local(&parent.url(), e))?;
+                }
                 // create_new: the name is fresh by construction, but never clobber anything.
                 let file = fs::File::create_new(local::os_path(&writer.tmp))
                     .map_err(|e| StorageError::local(&writer.tmp.url(), e))?;

@@ -161,10 +161,30 @@ pub fn connect(
 /// connection's frame key.
 type Answer = (Hello, [u8; KEY_BYTES]);
 
-/// Runs the accepting side of one handshake.
-fn answer(stream: &mut TcpStream, secret: &[u8]) -> std::result::Result<Answer, String> {
+/// Fills `buf` from `stream` by `deadline`, however the bytes trickle in: a per-read
+/// time-out alone would let a peer sending a byte at a time hold the handshake for minutes.
+fn read_by(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the handshake took too long"));
+        }
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(&mut buf[filled..]) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Runs the accepting side of one handshake, which must be over by `deadline`.
+fn answer(stream: &mut TcpStream, secret: &[u8], deadline: Instant) -> std::result::Result<Answer, String> {
     let mut hello = [0u8; HELLO];
-    stream.read_exact(&mut hello).map_err(|e| format!("no greeting: {e}"))?;
+    read_by(stream, &mut hello, deadline).map_err(|e| format!("no greeting: {e}"))?;
     if &hello[..4] != MAGIC || hello[4] != VERSION {
         return Err("not a sparktrain data-plane greeting".into());
     }
@@ -179,7 +199,7 @@ fn answer(stream: &mut TcpStream, secret: &[u8]) -> std::result::Result<Answer, 
     reply.extend_from_slice(&proof);
     stream.write_all(&reply).map_err(|e| format!("handshake: {e}"))?;
     let mut their_mac = [0u8; MAC];
-    stream.read_exact(&mut their_mac).map_err(|e| format!("no proof: {e}"))?;
+    read_by(stream, &mut their_mac, deadline).map_err(|e| format!("no proof: {e}"))?;
     mac(secret, b"connect", &[&mine, theirs, &rank_bytes, &[index, sealing]])
         .verify_slice(&their_mac)
         .map_err(|_| "it does not know the job secret".to_string())?;
@@ -188,8 +208,11 @@ fn answer(stream: &mut TcpStream, secret: &[u8]) -> std::result::Result<Answer, 
     Ok((peer, key))
 }
 
+/// The longest one handshake may take on the accepting side.
+const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
+
 /// Handshakes answered at once; a connection beyond them is turned away at once, so a crowd
-/// of silent connections cannot hold the listener (each may take up to 5 s to fail).
+/// of silent connections cannot hold the listener (each fails within [`HANDSHAKE_WAIT`]).
 const MAX_PENDING: usize = 64;
 
 /// A connection's handshake, answered on a thread of its own.
@@ -230,10 +253,9 @@ pub fn accept(
                 busy = true;
             }
             Ok((stream, peer)) => {
-                let configure = stream
-                    .set_nonblocking(false)
-                    .and_then(|_| stream.set_read_timeout(Some(Duration::from_secs(5).min(timeout))))
-                    .and_then(|_| stream.set_write_timeout(Some(Duration::from_secs(5).min(timeout))));
+                let wait = HANDSHAKE_WAIT.min(timeout);
+                let configure =
+                    stream.set_nonblocking(false).and_then(|_| stream.set_write_timeout(Some(wait)));
                 match configure {
                     Err(e) => refused.push(CollectiveError::io(format!("configuring {peer}"), e)),
                     Ok(()) => {
@@ -241,7 +263,7 @@ pub fn accept(
                         pending += 1;
                         thread::spawn(move || {
                             let mut stream = stream;
-                            let outcome = answer(&mut stream, &secret);
+                            let outcome = answer(&mut stream, &secret, Instant::now() + wait);
                             let _ = done.send(Answered { stream, peer, outcome });
                         });
                     }

@@ -27,5 +27,5 @@ pub mod wire;
 
 pub use element::{Element, ReduceOp};
 pub use error::{CollectiveError, Result};
-pub use ring::{Communicator, Config, Connection, DEFAULT_CHUNK_BYTES, MAX_GATHER_BYTES, MAX_STREAMS};
+pub use ring::{Communicator, Config, DEFAULT_CHUNK_BYTES, MAX_GATHER_BYTES, MAX_STREAMS};
 pub use wire::Wire;

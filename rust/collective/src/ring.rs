@@ -109,10 +109,10 @@ impl<C: Connection> Link<C> {
     /// The link over `next` (to send) and `prev` (to receive), each with its frame key;
     /// frames travel in the clear unless `sealed`.
     pub(crate) fn new(next: (C, [u8; KEY_BYTES]), prev: (C, [u8; KEY_BYTES]), sealed: bool) -> Self {
-        if sealed {
-            Link { next: Sealer::new(next.0, &next.1), prev: Opener::new(prev.0, &prev.1) }
-        } else {
-            Link { next: Sealer::plain(next.0), prev: Opener::plain(prev.0) }
+        let key = |k: &[u8; KEY_BYTES]| sealed.then_some(*k);
+        Link {
+            next: Sealer::new(next.0, key(&next.1).as_ref()),
+            prev: Opener::new(prev.0, key(&prev.1).as_ref()),
         }
     }
 
@@ -435,15 +435,10 @@ impl<C: Connection> Communicator<C> {
                 send_recv(place, link, name, &(items[send].len() as u64).to_le_bytes(), &mut len)?;
                 let len = u64::from_le_bytes(len);
                 if len > place.max_gather_bytes {
-                    return Err(CollectiveError::PeerFailed {
-                        op: name.to_string(),
-                        peer: place.peer(Side::Prev),
-                        address: place.peers[place.peer(Side::Prev)].clone(),
-                        reason: format!(
-                            "it announced {len} bytes, more than the limit of {}",
-                            place.max_gather_bytes
-                        ),
-                    });
+                    let limit = place.max_gather_bytes;
+                    let e =
+                        io::Error::other(format!("it announced {len} bytes, more than the limit of {limit}"));
+                    return Err(place.error(name, Side::Prev, e));
                 }
                 let mut received = vec![0u8; len as usize];
                 send_recv(place, link, name, &items[send], &mut received)?;

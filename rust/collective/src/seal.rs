@@ -14,8 +14,8 @@
 //!
 //! Sealing costs CPU time (about 1.5× the time of a large all-reduce between two processes
 //! sharing two cores, far less where the network is the bottleneck), so a job on a network it
-//! trusts may send frames in the clear ([`Sealer::plain`], [`Opener::plain`]); the handshake
-//! still authenticates every connection, and both ends must agree.
+//! trusts may send frames in the clear (no key); the handshake still authenticates every
+//! connection, and both ends must agree.
 
 use std::io::{self, Read, Write};
 
@@ -79,14 +79,9 @@ pub struct Sealer<S> {
 }
 
 impl<S: Write> Sealer<S> {
-    /// Seals what is written to `stream` with `key`.
-    pub fn new(stream: S, key: &[u8; KEY_BYTES]) -> Self {
-        Sealer { stream, keyed: Some(Keyed::new(key)), frame: Vec::new() }
-    }
-
-    /// Writes to `stream` in the clear.
-    pub fn plain(stream: S) -> Self {
-        Sealer { stream, keyed: None, frame: Vec::new() }
+    /// Seals what is written to `stream` with `key`; without one, writes in the clear.
+    pub fn new(stream: S, key: Option<&[u8; KEY_BYTES]>) -> Self {
+        Sealer { stream, keyed: key.map(Keyed::new), frame: Vec::new() }
     }
 
     /// Sends `message`, frame by frame.
@@ -126,14 +121,9 @@ pub struct Opener<S> {
 }
 
 impl<S: Read> Opener<S> {
-    /// Opens what arrives on `stream` with `key`.
-    pub fn new(stream: S, key: &[u8; KEY_BYTES]) -> Self {
-        Opener { stream, keyed: Some(Keyed::new(key)), small: Vec::new() }
-    }
-
-    /// Reads from `stream` in the clear.
-    pub fn plain(stream: S) -> Self {
-        Opener { stream, keyed: None, small: Vec::new() }
+    /// Opens what arrives on `stream` with `key`; without one, reads it as it is.
+    pub fn new(stream: S, key: Option<&[u8; KEY_BYTES]>) -> Self {
+        Opener { stream, keyed: key.map(Keyed::new), small: Vec::new() }
     }
 
     /// Receives a message of exactly `into.len()` bytes. The bytes are written to `into`
@@ -172,7 +162,7 @@ mod tests {
     use super::*;
 
     fn sealed(key: &[u8; KEY_BYTES], messages: &[&[u8]]) -> Vec<u8> {
-        let mut sealer = Sealer::new(Vec::new(), key);
+        let mut sealer = Sealer::new(Vec::new(), Some(key));
         messages.iter().for_each(|m| sealer.send(m).unwrap());
         sealer.stream
     }
@@ -184,7 +174,7 @@ mod tests {
         let wire = sealed(&key, &[b"header: twenty-four byte", &big]);
         assert_eq!(wire.len(), 24 + big.len() + 4 * TAG_BYTES, "three frames for the big message");
         assert!(!wire.windows(11).any(|w| w == b"twenty-four"), "the plaintext is not on the wire");
-        let mut opener = Opener::new(&wire[..], &key);
+        let mut opener = Opener::new(&wire[..], Some(&key));
         let (mut header, mut body) = ([0u8; 24], vec![0u8; big.len()]);
         opener.receive(&mut header).unwrap();
         opener.receive(&mut body).unwrap();
@@ -199,7 +189,7 @@ mod tests {
         let frame = 5 + TAG_BYTES;
         let open_first = |bytes: &[u8], key: &[u8; KEY_BYTES]| {
             let mut out = [0u8; 5];
-            Opener::new(bytes, key).receive(&mut out).map(|_| out)
+            Opener::new(bytes, Some(key)).receive(&mut out).map(|_| out)
         };
         assert_eq!(&open_first(&wire, &key).unwrap(), b"first");
         let mut flipped = wire.clone();
@@ -211,12 +201,12 @@ mod tests {
         // A replay of the first frame where the second belongs.
         let mut replayed = wire[..frame].to_vec();
         replayed.extend_from_slice(&wire[..frame]);
-        let mut opener = Opener::new(&replayed[..], &key);
+        let mut opener = Opener::new(&replayed[..], Some(&key));
         let mut out = [0u8; 5];
         opener.receive(&mut out).unwrap();
         assert!(opener.receive(&mut out).is_err());
         // A message of another length than the sender's.
         let mut longer = [0u8; 6];
-        assert!(Opener::new(&wire[..], &key).receive(&mut longer).is_err());
+        assert!(Opener::new(&wire[..], Some(&key)).receive(&mut longer).is_err());
     }
 }

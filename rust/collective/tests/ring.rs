@@ -483,8 +483,9 @@ fn ring_through(flip: Option<usize>) -> (Vec<Communicator>, std::sync::Arc<std::
     (handles.into_iter().map(|h| h.join().unwrap()).collect(), seen)
 }
 
-/// The bytes rank 0 sends in the handshake, before the first sealed frame.
-const HANDSHAKE_BYTES: usize = 42 + 32;
+/// The bytes rank 0 sends in the handshake, before the first sealed frame: its 43-byte
+/// greeting and its 32-byte proof.
+const HANDSHAKE_BYTES: usize = 43 + 32;
 
 #[test]
 fn values_cross_the_network_encrypted() {

@@ -271,10 +271,9 @@ pub fn remove_partial(model_dir: &str) -> Result<Vec<String>> {
 }
 
 /// The latest checkpoint under `model_dir`, or None when there is none; its tensors must
-/// match `layout`. What an interrupted save left behind is removed first
-/// ([`remove_partial`]).
+/// match `layout`. Reading changes nothing: what an interrupted save left behind is for the
+/// next writer to remove ([`remove_partial`]), since a save may be under way right now.
 pub fn restore(model_dir: &str, layout: &Layout) -> Result<Option<Restored>> {
-    remove_partial(model_dir)?;
     let Some(index) = read_index(model_dir)? else { return Ok(None) };
     let folder = sparktrain_storage::join_url(model_dir, &index.latest);
     let manifest_url = sparktrain_storage::join_url(&folder, MANIFEST);

@@ -195,9 +195,11 @@ impl<M: Model> DataParallel<M> {
         Ok(restored.progress)
     }
 
-    /// Loads the latest checkpoint under `model_dir`, if any, into the weights and the
-    /// optimizers; returns how far that training had come. Every worker reads the same files.
+    /// Resumes from the latest checkpoint under `model_dir`, if any: what an interrupted save
+    /// left is removed, then the checkpoint is loaded into the weights and the optimizers;
+    /// returns how far that training had come. For a single worker, which writes as well.
     pub fn restore(&mut self, model_dir: &str) -> Result<Option<Progress>> {
+        checkpoint::remove_partial(model_dir)?;
         match checkpoint::restore(model_dir, &self.model.parameters().layout())? {
             Some(restored) => self.load(restored).map(Some),
             None => Ok(None),

@@ -471,6 +471,11 @@ impl Trainer {
         {
             return Ok(Some(folder.clone()));
         }
+        if self.last_checkpoint.is_none() {
+            // This chief's first save: clear what a chief killed midway left, now that no
+            // other writer can be under way (a trainer that only reads removes nothing).
+            checkpoint::remove_partial(&dir)?;
+        }
         let options = CheckpointOptions {
             max_shard_bytes: self.config.max_shard_bytes,
             keep: self.config.keep_checkpoints,

@@ -266,7 +266,7 @@ class TrainerContext:
         from sparktrain import fs
 
         folder = self.absolute_path(directory).rstrip("/")
-        fs.mkdirs(folder)
+        # Writing creates the folder when it is missing.
         fs.write_bytes(
             f"{folder}/{name}.pickle", pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL), overwrite=True
         )
@@ -280,11 +280,15 @@ class TrainerContext:
         import pickle
 
         from sparktrain import fs
+        from sparktrain.errors import PathNotFoundError
 
         data = None
         if self.is_chief:
             path = f"{self.absolute_path(directory).rstrip('/')}/{name}.pickle"
-            data = fs.read_bytes(path) if fs.exists(path) else None
+            try:
+                data = fs.read_bytes(path)
+            except PathNotFoundError:
+                data = None
         if self.num_workers > 1 and self.job_name != "evaluator":
             data = self.allgather(data if self.is_chief else b"")[0]
         # The bytes were written by this job's chief and travel only between its trainers,

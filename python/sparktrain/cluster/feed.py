@@ -80,14 +80,18 @@ class FeedServer:
                     return
 
     def _fail(self, error: Exception) -> None:
-        """Says why in the error file, then stops listening, so that readers raise it."""
+        """Says why in the error file, then stops listening, so that readers raise it. The
+        listener is closed even when the file cannot be written (a full disk is one of the
+        failures that lead here): a reader then fails to connect rather than waiting."""
         self.error = error
         folder = os.path.dirname(self.path)
         temporary = os.path.join(folder, f".{ERROR_FILE}.tmp")
-        with open(temporary, "w") as f:
-            f.write(f"{type(error).__name__}: {error}")
-        os.replace(temporary, os.path.join(folder, ERROR_FILE))
-        self._listener.close()
+        try:
+            with open(temporary, "w") as f:
+                f.write(f"{type(error).__name__}: {error}")
+            os.replace(temporary, os.path.join(folder, ERROR_FILE))
+        finally:
+            self._listener.close()
 
     def _serve_live(self, out: Any) -> None:
         first = next(self._source, None)

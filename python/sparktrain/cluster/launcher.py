@@ -44,7 +44,7 @@ from sparktrain.cluster.restarts import (
     signature,
 )
 from sparktrain.cluster.settings import JobSettings, role_names
-from sparktrain.cluster.slots import available_slots, ensure_slots
+from sparktrain.cluster.slots import ensure_slots
 from sparktrain.cluster.task import TaskResult, run_task
 from sparktrain.errors import (
     ClosedError,
@@ -319,7 +319,7 @@ class Cluster:
                     results = self._run_stage(data)
                 except BaseException as e:  # reported through wait(), or restarted
                     failure = self._generation_failure(e)
-                    if self._shut_down.is_set() or not self._restart(failure):
+                    if self._shut_down.is_set() or not self._try_restart(failure):
                         self._set_failed(failure, e)
                         return
                     continue
@@ -375,6 +375,15 @@ class Cluster:
                 self._cause_at = time.time()
             return self._cause
 
+    def _try_restart(self, failure: ClusterError) -> bool:
+        """:meth:`_restart`, where an error while restarting (Spark or the rendezvous service
+        failing) ends the job with ``failure`` rather than leaving it without an outcome."""
+        try:
+            return self._restart(failure)
+        except Exception:
+            _log.exception("%s could not be restarted; it fails with its generation's failure", self.name)
+            return False
+
     def _restart(self, failure: ClusterError) -> bool:
         """Starts the next generation after ``failure`` when a restart may cure it and one is
         left; False when the job must fail with it."""
@@ -382,6 +391,8 @@ class Cluster:
         step = self._last_step()
         now = signature(failure, step)
         why_not = incurable(failure, self._last_signature, now)
+        if why_not is None and not self._watch.is_alive():
+            why_not = "the driver no longer watches the job (see the error above)"
         if why_not is None and len(self._restarts) >= options.max_restarts:
             why_not = f"its {options.max_restarts} restarts (max_restarts) are used up"
         cause = describe(failure)
@@ -446,7 +457,7 @@ class Cluster:
             if options.min_workers is None:
                 _log.error("%s cannot restart: %s", self.name, e)
                 return None
-            fits = available_slots(self._sc) - options.num_evaluators
+            fits = e.available - options.num_evaluators
             if fits < options.min_workers:
                 _log.error("%s cannot restart with min_workers=%d: %s", self.name, options.min_workers, e)
                 return None
@@ -462,7 +473,9 @@ class Cluster:
 
     def _last_step(self) -> int | None:
         """The latest step any trainer of this generation reported."""
-        steps = [m["step"] for m in self._metrics.values() if m.get("step") is not None]
+        # A copy taken in one go: the watcher thread adds entries meanwhile.
+        reported = list(self._metrics.values())
+        steps = [m["step"] for m in reported if m.get("step") is not None]
         return max(steps) if steps else None
 
     def _spark_task_failure(self, error: BaseException) -> ClusterError:

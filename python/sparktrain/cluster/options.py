@@ -85,10 +85,12 @@ class JobOptions:
         put("max_restarts", _checks.integer("max_restarts", self.max_restarts, minimum=0))
         put("restart_backoff", _checks.seconds("restart_backoff", self.restart_backoff, allow_zero=True))
         put("min_workers", _checks.optional_integer("min_workers", self.min_workers, minimum=1))
-        if self.min_workers is not None and self.min_workers > self.num_workers:
-            raise _checks.refuse(
-                "min_workers", self.min_workers, f"must be <= num_workers={self.num_workers}"
-            )
+        _checks.check(
+            self.min_workers is None or self.min_workers <= self.num_workers,
+            "min_workers",
+            self.min_workers,
+            f"must be <= num_workers={self.num_workers}",
+        )
         put("barrier_timeout", _checks.seconds("barrier_timeout", self.barrier_timeout))
 
     @property

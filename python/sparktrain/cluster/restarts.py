@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from sparktrain.cluster.failures import FAILED, NOT_RETRYABLE, python_exception
-from sparktrain.errors import ClusterError, RendezvousTimeout, SlotsUnavailable, WorkerFailed
+from sparktrain.errors import ClusterError, RendezvousTimeout, WorkerFailed
 
 #: Restarts allowed by default: enough for a pre-empted executor or two, few enough that a
 #: job failing for a cause no restart cures ends within minutes.
@@ -88,7 +88,7 @@ def incurable(
 ) -> str | None:
     """Why no restart can cure ``failure``, or None when one may. ``previous`` and ``now`` are
     the :func:`signature` of the last generation's failure and of this one."""
-    if isinstance(failure, RendezvousTimeout | SlotsUnavailable):
+    if isinstance(failure, RendezvousTimeout):
         return "the cluster could not start every task"
     if isinstance(failure, WorkerFailed) and failure.exit_code == NOT_RETRYABLE:
         return "a restart cannot fix bad input or arguments"
@@ -98,5 +98,6 @@ def incurable(
 
 
 def backoff(restart: int, base: float) -> float:
-    """Seconds to wait before restart number ``restart`` (1 for the first)."""
-    return float(min(MAX_BACKOFF, base * 2 ** (restart - 1)))
+    """Seconds to wait before restart number ``restart`` (1 for the first): ``base``, doubling,
+    at most :data:`MAX_BACKOFF` or ``base`` itself when that is longer."""
+    return float(min(max(MAX_BACKOFF, base), base * 2 ** (restart - 1)))

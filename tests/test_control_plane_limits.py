@@ -10,6 +10,7 @@ over 127.0.0.1 and reads its resident memory from ``/proc``.
 
 from __future__ import annotations
 
+import resource
 import socket
 import subprocess
 import sys
@@ -35,8 +36,20 @@ MAX_CONNECTIONS = 2048
 MiB = 1 << 20
 
 
+def _allow_open_files(count: int) -> None:
+    """Raises this process's soft limit on open files to at least ``count`` (the service,
+    started after, inherits it): the idle-connection test holds thousands of sockets on each
+    side, more than a common default of 1024."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < count:
+        if hard != resource.RLIM_INFINITY and hard < count:
+            raise RuntimeError(f"this test needs {count} open files; the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (count, hard))
+
+
 class Service:
     def __init__(self) -> None:
+        _allow_open_files(2 * (MAX_CONNECTIONS + 452) + 256)
         self.secret = generate_secret()
         self.process = subprocess.Popen(
             [sys.executable, "-c", SERVER, self.secret],

@@ -10,60 +10,15 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-classes="$here/target/classes"
-classpath_file="$here/target/classpath.txt"
-marker="$classes/io/sparktrain/minidfs/MiniDfsLauncher.class"
-# Written after each successful build. Maven leaves unchanged outputs alone
-# (a resource edit does not recompile the class), so compare against this.
-stamp="$here/target/.build-stamp"
-
-needs_build() {
-  [[ -f "$stamp" && -f "$classpath_file" && -f "$marker" ]] || return 0
-  [[ -n "$(find "$here/pom.xml" "$here/src" -newer "$stamp" -print -quit)" ]] && return 0
-  # A cleaned ~/.m2 leaves a stale classpath behind; rebuilding re-fetches it.
-  local jar jars
-  IFS=: read -r -a jars <"$classpath_file"
-  for jar in "${jars[@]}"; do
-    [[ -f "$jar" ]] || return 0
-  done
-  return 1
-}
-
-build() {
-  command -v mvn >/dev/null || {
-    echo "start.sh: mvn not found; install Maven 3 and a JDK 17" >&2
-    exit 1
-  }
-  # Maven's own output goes to stderr: stdout is reserved for the ready line.
-  # jansi.noreset stops Maven 3.8's quiet mode from printing bare ANSI resets.
-  MAVEN_OPTS="${MAVEN_OPTS:-} -Djansi.noreset=true" \
-    mvn -q -B -Dstyle.color=never -f "$here/pom.xml" package -DskipTests 1>&2
-  touch "$stamp"
-}
-
-# cargo and pytest may both start a cluster at once; only one may build.
-locked_build_if_needed() {
-  mkdir -p "$here/target"
-  if command -v flock >/dev/null; then
-    exec 9>"$here/target/.build-lock"
-    flock 9
-  fi
-  if [[ "$1" == force ]] || needs_build; then
-    build
-  fi
-  if command -v flock >/dev/null; then
-    exec 9>&-
-  fi
-}
+marker="$here/target/classes/io/sparktrain/minidfs/MiniDfsLauncher.class"
+# shellcheck source=../maven-launcher.sh
+source "$here/../maven-launcher.sh"
 
 if [[ "${1:-}" == "--build-only" ]]; then
-  locked_build_if_needed force
+  launcher_build force
   exit 0
 fi
-
-if needs_build; then
-  locked_build_if_needed check
-fi
+launcher_build_if_needed
 
 # Small heap and serial GC: a test cluster holds little metadata and shares
 # the cores with the tests. C1 only: on a 2-core box it halved the start time
@@ -76,5 +31,5 @@ exec java \
   -Xms64m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
   -Djava.net.preferIPv4Stack=true \
   ${MINIDFS_JAVA_OPTS:-} \
-  -cp "$classes:$(cat "$classpath_file")" \
+  -cp "$(launcher_classpath)" \
   io.sparktrain.minidfs.MiniDfsLauncher "$@"

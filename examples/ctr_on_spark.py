@@ -10,7 +10,9 @@
 
 Run it with ``bash submit/run-example.sh`` (which installs what it needs and calls
 ``spark-submit``), or with ``spark-submit examples/ctr_on_spark.py --output hdfs://...`` on a
-cluster with sparktrain installed. The last line it prints starts with ``RESULT``.
+cluster with sparktrain installed (``sparktrain submit`` builds that command, see
+docs/deploy.md). The last line it prints starts with ``RESULT``; the same summary is written to
+``<output>/result.json``.
 """
 
 from __future__ import annotations
@@ -112,6 +114,8 @@ def main() -> None:
         "seconds": round(time.time() - started, 1),
     }
     print("RESULT " + json.dumps(summary), flush=True)
+    # Also next to the data: in YARN's cluster mode this driver's stdout stays in the cluster.
+    st.fs.write_bytes(f"{out}/result.json", json.dumps(summary).encode(), overwrite=True)
     spark.stop()
 
 

@@ -73,8 +73,9 @@ if $fast; then
     exit 0
 fi
 
-step "MiniDFS build (Maven)"
+step "MiniDFS and MiniYARN builds (Maven)"
 bash tests/minidfs/start.sh --build-only
+bash tests/miniyarn/start.sh --build-only
 
 step "JVM jar: Hadoop TFRecord formats (Maven, Surefire)"
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
@@ -113,7 +114,8 @@ cargo test --workspace --exclude sparktrain-python --locked
 install_wheel
 
 step "Python tests"
-pytest -q -n 2 -p no:cacheprovider -m "not chaos" "$@"
+# loadgroup: the tests of one xdist_group (the YARN module) share one worker and one cluster.
+pytest -q -n 2 --dist loadgroup -p no:cacheprovider -m "not chaos" "$@"
 
 # A process holds one SparkContext: the chaos tests' is on a standalone master of their own.
 step "Chaos tests (Spark standalone master, 3 workers)"

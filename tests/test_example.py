@@ -1,4 +1,4 @@
-"""The examples through ``spark-submit`` on a local cluster: the README's main job
+"""The examples through ``sparktrain submit`` on a local cluster: the README's main job
 (``ctr_on_spark.py``, as ``submit/run-example.sh`` runs it, minus the installation that
 ``tests/run.sh`` has done), the Keras job under sparktrain's ``TF_CONFIG`` and the NumPy job
 that trains with ``ctx.allreduce``."""
@@ -6,8 +6,6 @@ that trains with ``ctx.allreduce``."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,15 +19,12 @@ pytestmark = pytest.mark.spark
 
 
 def spark_submit(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Runs ``examples/<script>`` through spark-submit on ``local-cluster[2,1,1024]``."""
-    launcher = shutil.which("spark-submit", path=os.path.dirname(sys.executable))
-    assert launcher, "spark-submit comes with the pyspark wheel in the virtualenv"
-    command = [launcher, "--master", "local-cluster[2,1,1024]"]
-    for conf in ["spark.driver.host=127.0.0.1", "spark.driver.bindAddress=127.0.0.1", "spark.log.level=WARN"]:
-        command += ["--conf", conf]
+    """Runs ``examples/<script>`` with ``sparktrain submit`` on a local cluster of two executors
+    (``local-cluster[2,1,1024]``), as ``submit/run-example.sh`` does."""
+    command = [sys.executable, "-m", "sparktrain", "submit", "--workers", "2", "--memory", "1024m"]
+    command += ["--conf", "spark.log.level=WARN", "--time-limit", "10m"]
     command += [str(ROOT / "examples" / script), *args]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=660, cwd=cwd)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     return done
 

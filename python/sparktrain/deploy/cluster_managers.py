@@ -1,0 +1,101 @@
+"""What differs between the cluster managers a job is submitted to: how executors are sized,
+how the driver's container gets environment variables, and how an application is found in
+``spark-submit``'s output and killed from outside.
+
+Killing matters for the time limit: in YARN or Kubernetes cluster mode the driver runs in the
+cluster, so stopping ``spark-submit`` alone would leave the application running.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sparktrain.deploy.submit import SubmitSpec
+
+_YARN_APPLICATION = re.compile(r"\b(application_\d+_\d+)\b")
+_K8S_POD = re.compile(r"\bpod name: (\S+)")
+#: YARN's ``yarn application`` command, a class in the Hadoop client jar Spark ships.
+YARN_CLI = "org.apache.hadoop.yarn.client.cli.ApplicationCLI"
+#: Seconds each attempt to kill an application may take.
+KILL_TIMEOUT_S = 30.0
+
+
+def sizing(profile: str, workers: int, cores: int) -> dict[str, str]:
+    """The confs that ask the cluster manager for ``workers`` executors of ``cores`` cores (a
+    local cluster's master string carries its size instead)."""
+    if profile == "standalone":
+        # A standalone master hands out cores, not executors.
+        return {"spark.cores.max": str(workers * cores)}
+    if profile in ("yarn", "kubernetes"):
+        return {"spark.executor.instances": str(workers)}
+    return {}
+
+
+def driver_env_prefix(profile: str) -> str:
+    """The conf prefix that sets an environment variable of a driver running in the cluster."""
+    return {"yarn": "spark.yarn.appMasterEnv.", "kubernetes": "spark.kubernetes.driverEnv."}.get(
+        profile, "spark.executorEnv."
+    )
+
+
+def application_id(line: str) -> str | None:
+    """The application a line of ``spark-submit``'s output names: a YARN application id, or a
+    Kubernetes driver pod."""
+    match = _YARN_APPLICATION.search(line)
+    if match:
+        return match.group(1)
+    match = _K8S_POD.search(line)
+    return match.group(1) if match else None
+
+
+def kill(spec: SubmitSpec, application: str | None) -> str | None:
+    """Kills ``application`` on its cluster; returns how, or None when nothing outside
+    ``spark-submit`` needed killing or it could not be done (the caller stops the submit's
+    process group either way)."""
+    if application is None:
+        return None
+    if spec.profile == "yarn":
+        return _kill_yarn(application)
+    if spec.profile == "kubernetes" and spec.mode == "cluster":
+        namespace = spec.conf_value("spark.kubernetes.namespace") or "default"
+        command = [
+            spec.spark_submit or "spark-submit",
+            "--master",
+            spec.master,
+            "--kill",
+            f"{namespace}:{application}",
+        ]
+        done = _quiet(command)
+        return "spark-submit --kill" if done else None
+    return None
+
+
+def _kill_yarn(application: str) -> str | None:
+    """Through Hadoop's ``yarn`` command when there is one, else through the same YARN client
+    class run from Spark's own jars: it reads ``HADOOP_CONF_DIR`` (HA, Kerberos) as Spark does."""
+    yarn = shutil.which("yarn")
+    if yarn and _quiet([yarn, "application", "-kill", application]):
+        return "yarn application -kill"
+    from sparktrain.deploy.submit import spark_home
+
+    home = os.environ.get("SPARK_HOME") or spark_home()
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if "JAVA_HOME" in os.environ else "java"
+    if home is None:
+        return None
+    confs = [os.environ[v] for v in ("YARN_CONF_DIR", "HADOOP_CONF_DIR") if os.environ.get(v)]
+    classpath = os.pathsep.join([*confs, os.path.join(home, "jars", "*")])
+    command = [java, "-cp", classpath, YARN_CLI, "application", "-kill", application]
+    return "YARN's application client" if _quiet(command) else None
+
+
+def _quiet(command: list[str]) -> bool:
+    try:
+        done = subprocess.run(command, capture_output=True, timeout=KILL_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0

@@ -1,0 +1,490 @@
+"""``sparktrain submit``: the ``spark-submit`` command of a training job, built and run.
+
+A training job wants a Spark application of a particular shape: one task per executor (each
+executor runs one trainer), all executors up before the gang-scheduled stage starts, no dynamic
+allocation (Spark refuses barrier stages with it), thread pools sized to the executor's cores.
+:class:`SubmitSpec` turns a few job-level options into that command for a *profile* (a kind of
+cluster manager: ``local-cluster``, ``standalone``, ``yarn``, ``kubernetes``), and :func:`run`
+runs it under an enforced time limit: at the limit the application is killed, on the cluster
+too, and the command fails saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Final
+
+from sparktrain.deploy import cluster_managers
+from sparktrain.errors import InvalidArgumentError, SparktrainError
+
+#: The kinds of cluster manager a job can be submitted to.
+PROFILES: Final = ("local-cluster", "standalone", "yarn", "kubernetes")
+#: Exit status when the time limit ended the job (as ``timeout(1)`` uses).
+TIME_LIMIT_EXIT: Final = 124
+#: Seconds ``spark-submit`` gets to stop after SIGTERM before it is killed.
+STOP_GRACE_S: Final = 30.0
+#: Thread-pool variables set to the executor's cores: the engine's and the common math
+#: libraries', so a trainer uses the cores Spark gave it and no more.
+THREAD_VARIABLES: Final = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "RAYON_NUM_THREADS",
+    "TF_NUM_INTRAOP_THREADS",
+)
+#: Where a packaged GPU discovery script ends up in each container (``--files``).
+GPU_SCRIPT: Final = Path(__file__).with_name("discover_gpus.sh")
+
+_MEMORY = re.compile(r"^(\d+)([kmgt]?)b?$", re.IGNORECASE)
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?$")
+
+
+def profile_of(master: str) -> str:
+    """The profile a ``--master`` value belongs to."""
+    if master.startswith("local-cluster"):
+        return "local-cluster"
+    if master.startswith("spark://"):
+        return "standalone"
+    if master == "yarn":
+        return "yarn"
+    if master.startswith("k8s://"):
+        return "kubernetes"
+    raise InvalidArgumentError(
+        f"--master {master!r}: not a cluster (local-cluster[...], spark://HOST:PORT, yarn or "
+        "k8s://https://HOST:PORT); a training job needs executors of its own"
+    )
+
+
+def memory_mb(text: str) -> int:
+    """Spark's memory notation (``512m``, ``2g``, ``2048``: MiB) in MiB."""
+    match = _MEMORY.match(text.strip())
+    if match is None:
+        raise InvalidArgumentError(f"--memory {text!r}: use Spark's notation, e.g. 512m or 2g")
+    value, unit = int(match.group(1)), match.group(2).lower()
+    scale = {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024 * 1024}[unit]
+    return max(1, int(value * scale))
+
+
+def duration_s(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``2h`` or ``1h30m`` in seconds."""
+    match = _DURATION.match(text.strip())
+    if match is None or not any(match.groups()):
+        raise InvalidArgumentError(f"--time-limit {text!r}: use seconds or a duration like 90s, 15m, 1h30m")
+    hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise InvalidArgumentError(f"--time-limit {text!r}: must be more than 0 s")
+    return float(total)
+
+
+def key_value(option: str, text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` split once; the key must not be empty."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise InvalidArgumentError(f"{option} {text!r}: expected KEY=VALUE")
+    return key.strip(), value
+
+
+@dataclass(frozen=True)
+class SubmitSpec:
+    """One training job's submission; :meth:`command` is its ``spark-submit`` command line."""
+
+    #: The Python file to run on the driver, and its arguments.
+    entry_point: str
+    entry_args: tuple[str, ...] = ()
+    #: ``local-cluster`` (built from the sizes below), ``spark://...``, ``yarn`` or ``k8s://...``.
+    master: str = "local-cluster"
+    deploy_mode: str | None = None
+    workers: int = 2
+    cores_per_worker: int = 1
+    memory: str = "1g"
+    driver_memory: str | None = None
+    gpus_per_worker: int = 0
+    queue: str | None = None
+    archives: tuple[str, ...] = ()
+    py_files: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    conf: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    name: str | None = None
+    image: str | None = None
+    time_limit: float | None = None
+    spark_submit: str | None = None
+    #: The interpreter of a packed environment, relative to a container (``--pack``).
+    python: str | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for option, value in (("--workers", self.workers), ("--cores-per-worker", self.cores_per_worker)):
+            if value < 1:
+                raise InvalidArgumentError(f"{option} {value}: must be at least 1")
+        if self.gpus_per_worker < 0:
+            raise InvalidArgumentError(f"--gpus-per-worker {self.gpus_per_worker}: must be 0 or more")
+        memory_mb(self.memory)
+        if self.driver_memory is not None:
+            memory_mb(self.driver_memory)
+        if self.deploy_mode not in (None, "client", "cluster"):
+            raise InvalidArgumentError(f"--deploy-mode {self.deploy_mode!r}: use client or cluster")
+        if self.profile == "local-cluster" and self.mode == "cluster":
+            raise InvalidArgumentError("--deploy-mode cluster: a local cluster runs its driver here (client)")
+        if self.profile == "kubernetes" and not (
+            self.image or self.conf_value("spark.kubernetes.container.image")
+        ):
+            raise InvalidArgumentError(
+                "kubernetes: --image (the container image with sparktrain) is required"
+            )
+        if self.profile == "standalone" and self.mode == "cluster":
+            raise InvalidArgumentError(
+                "--deploy-mode cluster: Spark's standalone master does not run Python drivers in the "
+                "cluster; use client mode"
+            )
+        if self.queue is not None and self.profile != "yarn":
+            raise InvalidArgumentError(
+                f"--queue {self.queue!r}: queues are YARN's; the master is {self.master}"
+            )
+        if not self.entry_point.endswith(".py"):
+            raise InvalidArgumentError(f"entry point {self.entry_point!r}: must be a Python file (.py)")
+        if self.mode == "client" and "://" not in self.entry_point and not os.path.isfile(self.entry_point):
+            raise InvalidArgumentError(f"entry point {self.entry_point!r}: no such file")
+
+    @property
+    def profile(self) -> str:
+        return profile_of(self.master)
+
+    @property
+    def mode(self) -> str:
+        """The deploy mode: as given, else cluster on Kubernetes and client elsewhere."""
+        return self.deploy_mode or ("cluster" if self.profile == "kubernetes" else "client")
+
+    def conf_value(self, key: str) -> str | None:
+        """The last ``--conf`` value given for ``key``, or None."""
+        values = [value for k, value in self.conf if k == key]
+        return values[-1] if values else None
+
+    def confs(self) -> dict[str, str]:
+        """The Spark confs of the job, the user's ``--conf`` last (they win)."""
+        cores = str(self.cores_per_worker)
+        confs: dict[str, str] = {
+            "spark.executor.cores": cores,
+            # One task, so one trainer, per executor.
+            "spark.task.cpus": cores,
+            "spark.executor.memory": self.memory,
+            # Spark refuses barrier stages under dynamic allocation.
+            "spark.dynamicAllocation.enabled": "false",
+            # Start the job only when every executor has registered: the training stage needs
+            # a slot for each trainer at once.
+            "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+            "spark.scheduler.maxRegisteredResourcesWaitingTime": "300s",
+        }
+        if self.name:
+            confs["spark.app.name"] = self.name
+        if self.driver_memory:
+            confs["spark.driver.memory"] = self.driver_memory
+        confs.update(cluster_managers.sizing(self.profile, self.workers, self.cores_per_worker))
+        if self.profile == "local-cluster":
+            # Everything on this machine: keep every listener on loopback.
+            confs["spark.driver.host"] = "127.0.0.1"
+            confs["spark.driver.bindAddress"] = "127.0.0.1"
+        if self.queue:
+            confs["spark.yarn.queue"] = self.queue
+        if self.image:
+            confs["spark.kubernetes.container.image"] = self.image
+        if self.gpus_per_worker:
+            gpus = str(self.gpus_per_worker)
+            confs["spark.executor.resource.gpu.amount"] = gpus
+            confs["spark.task.resource.gpu.amount"] = gpus
+            confs["spark.executor.resource.gpu.discoveryScript"] = f"./{GPU_SCRIPT.name}"
+        if self.archives:
+            confs["spark.archives"] = ",".join(self.archives)
+        if self.python:
+            confs["spark.pyspark.python"] = self.python
+        for name in THREAD_VARIABLES:
+            confs[f"spark.executorEnv.{name}"] = cores
+        for key, value in self.env:
+            confs[f"spark.executorEnv.{key}"] = value
+            if self.mode == "cluster":
+                confs[cluster_managers.driver_env_prefix(self.profile) + key] = value
+        confs.update(self.conf)
+        shipped = confs.get("spark.pyspark.python", "")
+        if self.mode == "client" and shipped.startswith("./") and "spark.pyspark.driver.python" not in confs:
+            # An interpreter inside a shipped archive exists only in the containers; the driver
+            # runs here.
+            confs["spark.pyspark.driver.python"] = sys.executable
+        return confs
+
+    def resolved_master(self) -> str:
+        """The ``--master`` value: a ``local-cluster[...]`` sized from the options when the
+        profile was named without one."""
+        if self.master == "local-cluster":
+            return f"local-cluster[{self.workers},{self.cores_per_worker},{memory_mb(self.memory)}]"
+        return self.master
+
+    def command(self) -> list[str]:
+        """The ``spark-submit`` command line."""
+        command = [self.spark_submit or find_spark_submit(), "--master", self.resolved_master()]
+        command += ["--deploy-mode", self.mode]
+        files = list(self.files)
+        if self.gpus_per_worker:
+            files.append(str(GPU_SCRIPT))
+        if files:
+            command += ["--files", ",".join(files)]
+        if self.py_files:
+            command += ["--py-files", ",".join(self.py_files)]
+        for key, value in self.confs().items():
+            command += ["--conf", f"{key}={value}"]
+        return [*command, self.entry_point, *self.entry_args]
+
+    def environment(self) -> dict[str, str]:
+        """The environment ``spark-submit`` runs with: a local cluster's executors run this
+        interpreter unless a packed environment is shipped."""
+        env = {**os.environ, **self.extra_env}
+        if "SPARK_HOME" not in env:
+            # The pyspark wheel's launcher scripts look for their Spark with whatever `python3`
+            # is on PATH, which may not have pyspark: name the one this interpreter has.
+            home = spark_home()
+            if home:
+                env["SPARK_HOME"] = home
+        if self.profile == "local-cluster" and not self.python:
+            env.setdefault("PYSPARK_PYTHON", sys.executable)
+            env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        return env
+
+
+def spark_home() -> str | None:
+    """The Spark of the pyspark package this interpreter imports, if any."""
+    try:
+        import pyspark
+    except ImportError:
+        return None
+    return os.path.dirname(pyspark.__file__)
+
+
+def find_spark_submit() -> str:
+    """``$SPARK_HOME/bin/spark-submit``, else the one next to this interpreter (the pyspark
+    wheel's), else the first on ``PATH``."""
+    home = os.environ.get("SPARK_HOME")
+    candidates = [os.path.join(home, "bin", "spark-submit")] if home else []
+    candidates.append(os.path.join(os.path.dirname(sys.executable), "spark-submit"))
+    for candidate in candidates:
+        if os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which("spark-submit")
+    if found is None:
+        raise InvalidArgumentError(
+            "spark-submit not found: set SPARK_HOME, or pip install 'sparktrain[spark]' into this environment"
+        )
+    return found
+
+
+@dataclass
+class _Watch:
+    """What the submit's output told about the application, for killing it at the limit."""
+
+    application: str | None = None
+    lines: list[str] = field(default_factory=list)
+
+    def tee(self, source: IO[str], sink: IO[str]) -> None:
+        for line in source:
+            sink.write(line)
+            sink.flush()
+            if self.application is None:
+                self.application = cluster_managers.application_id(line)
+
+
+def run(spec: SubmitSpec, *, stdout: IO[str] | None = None, stderr: IO[str] | None = None) -> int:
+    """Runs the job; returns ``spark-submit``'s exit status, or :data:`TIME_LIMIT_EXIT` after
+    killing the application at the time limit (with a line on ``stderr`` saying so)."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    command = spec.command()
+    with _driver_side_environment(spec, err):
+        return _run(spec, command, out, err)
+
+
+@contextlib.contextmanager
+def _driver_side_environment(spec: SubmitSpec, err: IO[str]) -> Iterator[None]:
+    """In client mode, makes the shipped interpreter's path (``./environment/bin/python``)
+    resolve on this machine too, for as long as the job runs.
+
+    Spark runs Python on the driver's side with the executors' interpreter when it plans a
+    Python data source (``spark.read.format("tfrecord")``), from the driver's working folder,
+    where no archive is unpacked. A link from the archive's folder name to this environment
+    makes that path work here; it is removed afterwards, and an existing file is left alone."""
+    python = spec.confs().get("spark.pyspark.python", "")
+    alias = python[2:].split("/", 1)[0] if python.startswith("./") else ""
+    if spec.mode != "client" or not alias or os.path.lexists(alias):
+        yield
+        return
+    os.symlink(sys.prefix, alias)
+    err.write(
+        f"sparktrain submit: linked ./{alias} to {sys.prefix} for the driver's side while the job runs\n"
+    )
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(alias)
+
+
+def _run(spec: SubmitSpec, command: list[str], out: IO[str], err: IO[str]) -> int:
+    process = subprocess.Popen(
+        command,
+        env=spec.environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+        start_new_session=True,  # its own process group: the limit stops its children too
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    watch = _Watch()
+    readers = [
+        threading.Thread(target=watch.tee, args=(process.stdout, out), daemon=True),
+        threading.Thread(target=watch.tee, args=(process.stderr, err), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    deadline = None if spec.time_limit is None else time.monotonic() + spec.time_limit
+    try:
+        status = process.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        killed = cluster_managers.kill(spec, watch.application)
+        _stop(process)
+        for reader in readers:
+            reader.join(timeout=5)
+        what = f"application {watch.application}" if watch.application else "the application"
+        how = f" ({killed})" if killed else ""
+        err.write(
+            f"sparktrain submit: the time limit of {spec.time_limit:g} s was reached; killed {what}{how}\n"
+        )
+        err.flush()
+        return TIME_LIMIT_EXIT
+    except KeyboardInterrupt:
+        _stop(process)
+        raise
+    for reader in readers:
+        reader.join(timeout=5)
+    return status
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """SIGTERM to the submit's process group (the driver's shutdown hooks stop the
+    SparkContext), then SIGKILL after a grace period."""
+    for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def parser() -> argparse.ArgumentParser:
+    """The ``sparktrain submit`` command line."""
+    p = argparse.ArgumentParser(
+        prog="sparktrain submit",
+        description="spark-submit a training job (a Python entry point) with the confs it needs: one "
+        "trainer per executor, dynamic allocation off, thread pools sized to the cores, an enforced "
+        "time limit.",
+    )
+    p.add_argument("entry_point", help="the job's Python file")
+    p.add_argument("entry_args", nargs=argparse.REMAINDER, help="its arguments")
+    p.add_argument(
+        "--master", default="local-cluster", help="local-cluster (default), spark://, yarn, k8s://"
+    )
+    p.add_argument("--deploy-mode", choices=("client", "cluster"))
+    p.add_argument("--workers", type=int, default=2, help="trainers, one per executor (default 2)")
+    p.add_argument("--cores-per-worker", type=int, default=1, help="executor cores = task cpus (default 1)")
+    p.add_argument("--memory", default="1g", help="executor memory (default 1g)")
+    p.add_argument("--driver-memory")
+    p.add_argument("--gpus-per-worker", type=int, default=0)
+    p.add_argument("--queue", help="YARN queue")
+    p.add_argument("--archives", action="append", default=[], help="ARCHIVE[#ALIAS], repeatable")
+    p.add_argument("--pack", action="store_true", help="pack this environment and run Python from it")
+    p.add_argument("--python", help="the executors' Python, e.g. ./environment/bin/python of an archive")
+    p.add_argument("--py-files", action="append", default=[])
+    p.add_argument("--files", action="append", default=[])
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="trainers' environment")
+    p.add_argument("--name", help="the application's name")
+    p.add_argument("--image", help="Kubernetes: the container image with sparktrain")
+    p.add_argument("--time-limit", help="kill the application after this long: 3600, 90m, 1h30m")
+    p.add_argument("--spark-submit", help="the spark-submit to run (default: $SPARK_HOME's, then PATH's)")
+    p.add_argument("--dry-run", action="store_true", help="print the command and exit")
+    return p
+
+
+def spec_from_args(
+    args: argparse.Namespace, archives: Sequence[str] = (), python: str | None = None
+) -> SubmitSpec:
+    """The :class:`SubmitSpec` of parsed ``sparktrain submit`` arguments."""
+    return SubmitSpec(
+        entry_point=args.entry_point,
+        entry_args=tuple(args.entry_args),
+        master=args.master,
+        deploy_mode=args.deploy_mode,
+        workers=args.workers,
+        cores_per_worker=args.cores_per_worker,
+        memory=args.memory,
+        driver_memory=args.driver_memory,
+        gpus_per_worker=args.gpus_per_worker,
+        queue=args.queue,
+        archives=(*args.archives, *archives),
+        py_files=tuple(args.py_files),
+        files=tuple(args.files),
+        conf=tuple(key_value("--conf", c) for c in args.conf),
+        env=tuple(key_value("--env", e) for e in args.env),
+        name=args.name,
+        image=args.image,
+        time_limit=None if args.time_limit is None else duration_s(args.time_limit),
+        spark_submit=args.spark_submit,
+        python=python or args.python,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``sparktrain submit``; returns the job's exit status."""
+    args = parser().parse_args(argv)
+    try:
+        archives: list[str] = []
+        python = None
+        spec = spec_from_args(args)  # checks the options before a slow pack
+        if args.pack:
+            if args.dry_run:
+                archives, python = [f"<packed env>#{'environment'}"], "./environment/bin/python"
+            else:
+                from sparktrain.deploy.pack import pack
+
+                packed = pack(os.path.abspath(f".sparktrain-env-{os.getpid()}.tar.gz"), overwrite=True)
+                archives, python = [f"{packed.archive}#{packed.alias}"], packed.python
+            spec = spec_from_args(args, archives, python)
+        if args.dry_run:
+            print(shlex.join(spec.command()))
+            return 0
+        try:
+            return run(spec)
+        finally:
+            for archive in archives:
+                path = archive.split("#", 1)[0]
+                if os.path.basename(path).startswith(".sparktrain-env-"):
+                    os.unlink(path)
+    except SparktrainError as e:
+        print(f"sparktrain submit: {e}", file=sys.stderr)
+        return 2

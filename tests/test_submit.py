@@ -1,0 +1,151 @@
+"""``sparktrain submit``: the command it builds for each kind of cluster, its refusals, and its
+time limit on a real local cluster."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sparktrain.deploy.submit import SubmitSpec, duration_s, memory_mb
+from sparktrain.errors import InvalidArgumentError
+
+ROOT = Path(__file__).resolve().parents[1]
+ENTRY = str(ROOT / "examples" / "ctr_on_spark.py")
+
+
+def sparktrain(*args: str, timeout: float = 60, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sparktrain", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd
+    )
+
+
+def dry_run(*args: str) -> tuple[list[str], dict[str, str]]:
+    """The command ``--dry-run`` prints, and its ``--conf`` values."""
+    done = sparktrain("submit", "--dry-run", *args)
+    assert done.returncode == 0, done.stderr
+    command = shlex.split(done.stdout.strip())
+    confs = dict(command[i + 1].split("=", 1) for i, arg in enumerate(command) if arg == "--conf")
+    return command, confs
+
+
+def test_a_local_cluster_is_sized_from_the_options_and_bound_to_loopback():
+    command, confs = dry_run(
+        "--workers", "3", "--cores-per-worker", "2", "--memory", "2g", ENTRY, "--rows", "9"
+    )
+    assert command[command.index("--master") + 1] == "local-cluster[3,2,2048]"
+    assert command[command.index("--deploy-mode") + 1] == "client"
+    assert command[-3:] == [ENTRY, "--rows", "9"]
+    assert confs["spark.task.cpus"] == confs["spark.executor.cores"] == "2"  # one trainer per executor
+    assert confs["spark.dynamicAllocation.enabled"] == "false"
+    assert confs["spark.scheduler.minRegisteredResourcesRatio"] == "1.0"
+    assert confs["spark.driver.host"] == "127.0.0.1"
+    assert confs["spark.executorEnv.OMP_NUM_THREADS"] == confs["spark.executorEnv.RAYON_NUM_THREADS"] == "2"
+
+
+def test_yarn_gets_executors_a_queue_and_the_environment_in_both_containers():
+    _, confs = dry_run(
+        "--master", "yarn", "--deploy-mode", "cluster", "--workers", "4", "--queue", "training",
+        "--env", "NCCL_DEBUG=INFO", "--conf", "spark.sparktrain.collective.seal=false", ENTRY,
+    )  # fmt: skip
+    assert confs["spark.executor.instances"] == "4"
+    assert confs["spark.yarn.queue"] == "training"
+    assert confs["spark.executorEnv.NCCL_DEBUG"] == "INFO"
+    assert confs["spark.yarn.appMasterEnv.NCCL_DEBUG"] == "INFO"  # the driver's container too
+    assert confs["spark.sparktrain.collective.seal"] == "false"
+
+
+def test_kubernetes_defaults_to_cluster_mode_with_the_image_and_gpus():
+    command, confs = dry_run(
+        "--master", "k8s://https://10.0.0.1:6443", "--image", "registry.example/sparktrain:1",
+        "--workers", "8", "--gpus-per-worker", "1", "local:///opt/job/train.py",
+    )  # fmt: skip
+    assert command[command.index("--deploy-mode") + 1] == "cluster"
+    assert confs["spark.kubernetes.container.image"] == "registry.example/sparktrain:1"
+    assert confs["spark.executor.instances"] == "8"
+    assert confs["spark.executor.resource.gpu.amount"] == confs["spark.task.resource.gpu.amount"] == "1"
+    assert confs["spark.executor.resource.gpu.discoveryScript"] == "./discover_gpus.sh"
+    assert command[command.index("--files") + 1].endswith("sparktrain/deploy/discover_gpus.sh")
+
+
+def test_standalone_asks_for_cores_and_a_user_conf_wins():
+    _, confs = dry_run(
+        "--master", "spark://10.0.0.2:7077", "--workers", "3", "--cores-per-worker", "4",
+        "--conf", "spark.task.cpus=2", ENTRY,
+    )  # fmt: skip
+    assert confs["spark.cores.max"] == "12"
+    assert confs["spark.task.cpus"] == "2"
+
+
+def test_a_shipped_interpreter_keeps_the_client_drivers_own():
+    _, confs = dry_run(
+        "--master", "yarn", "--archives", "hdfs:///envs/train.tar.gz#environment",
+        "--python", "./environment/bin/python", ENTRY,
+    )  # fmt: skip
+    assert confs["spark.archives"] == "hdfs:///envs/train.tar.gz#environment"
+    assert confs["spark.pyspark.python"] == "./environment/bin/python"
+    assert os.path.samefile(confs["spark.pyspark.driver.python"], sys.executable)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--master", "local[4]"], "not a cluster"),
+        (["--master", "yarn", "--workers", "0"], "--workers 0"),
+        (["--memory", "lots"], "--memory 'lots'"),
+        (["--time-limit", "soon"], "--time-limit 'soon'"),
+        (["--queue", "q"], "queues are YARN's"),
+        (["--master", "k8s://https://h:6443"], "--image"),
+        (["--master", "spark://h:7077", "--deploy-mode", "cluster"], "standalone"),
+        (["--conf", "novalue"], "KEY=VALUE"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_runs(args, message):
+    done = sparktrain("submit", *args, ENTRY)
+    assert done.returncode == 2
+    assert message in done.stderr, done.stderr
+
+
+def test_a_missing_entry_point_is_named():
+    done = sparktrain("submit", "--dry-run", "no/such/job.py")
+    assert done.returncode == 2
+    assert "no/such/job.py" in done.stderr
+
+
+def test_sizes_and_durations_parse_as_spark_and_users_write_them():
+    assert [memory_mb(t) for t in ("512m", "2g", "2048", "1t")] == [512, 2048, 2048, 1 << 20]
+    assert [duration_s(t) for t in ("90", "90s", "15m", "2h", "1h30m")] == [90, 90, 900, 7200, 5400]
+    with pytest.raises(InvalidArgumentError, match="time-limit"):
+        duration_s("0s")
+    with pytest.raises(InvalidArgumentError, match="cluster"):
+        SubmitSpec(entry_point=ENTRY, deploy_mode="cluster")
+
+
+@pytest.mark.spark
+def test_the_time_limit_stops_a_job_that_runs_too_long(tmp_path):
+    marker = tmp_path / "started"
+    job = tmp_path / "stuck_job.py"
+    job.write_text(
+        "import pathlib, time\n"
+        "from pyspark.sql import SparkSession\n"
+        "spark = SparkSession.builder.getOrCreate()\n"
+        f"pathlib.Path({str(marker)!r}).touch()\n"
+        "spark.sparkContext.parallelize(range(2), 2).foreach(lambda _: time.sleep(3600))\n"
+    )
+    started = time.monotonic()
+    done = sparktrain(
+        "submit", "--time-limit", "40s", "--memory", "512m", str(job), timeout=300, cwd=tmp_path
+    )
+    elapsed = time.monotonic() - started
+    assert marker.exists(), done.stderr[-3000:]  # the job really ran before the limit
+    assert done.returncode == 124, done.stderr[-3000:]
+    assert "time limit of 40 s was reached" in done.stderr
+    assert elapsed < 40 + 60
+    # Nothing of the job is left: no driver, executor or Python worker still sleeping.
+    left = subprocess.run(["pgrep", "-f", str(job)], capture_output=True, text=True)
+    assert left.stdout == "", left.stdout

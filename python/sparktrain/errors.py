@@ -146,6 +146,18 @@ class SlotsUnavailable(ClusterError):
     available: int
 
 
+class ConfigurationError(ClusterError):
+    """The Spark conf cannot run a training job: dynamic allocation is on, no task fits on an
+    executor, GPUs are asked of tasks but not given to executors. Raised by ``Cluster.run``
+    before any Spark job starts. ``findings`` lists the
+    :class:`~sparktrain.deploy.doctor.Finding` objects at fault, each with its fix, and
+    ``checks`` their names (``["dynamic-allocation"]``); ``sparktrain doctor`` runs the same
+    checks and more."""
+
+    findings: list[object]
+    checks: list[str]
+
+
 class WorkerFailed(ClusterError):
     """A trainer failed: it exited non-zero, was killed, or its task stopped heart-beating.
 
@@ -206,6 +218,7 @@ __all__ = [
     "ClusterError",
     "CollectiveError",
     "CollectiveTimeout",
+    "ConfigurationError",
     "ControlPlaneError",
     "DriverUnreachable",
     "InputError",

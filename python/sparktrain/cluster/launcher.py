@@ -49,6 +49,7 @@ from sparktrain.cluster.task import TaskResult, run_task
 from sparktrain.errors import (
     ClosedError,
     ClusterError,
+    ConfigurationError,
     InvalidArgumentError,
     RendezvousTimeout,
     SlotsUnavailable,
@@ -70,6 +71,8 @@ MAX_LOGGED_WATCH_ERRORS = 20
 _log = logging.getLogger(__name__)
 #: The addresses whose plain control plane was warned about; once per address is enough.
 _warned_plain: set[str] = set()
+#: The conf warnings already logged, by Spark application: once per application is enough.
+_warned_conf: set[tuple[str, str]] = set()
 
 
 class State(enum.Enum):
@@ -105,6 +108,30 @@ def warn_if_plain(ip: str, tls: bool) -> None:
         "(spark.sparktrain.tls.cert/key/ca or Cluster.run(tls=...)).",
         ip,
     )
+
+
+def check_conf(sc: Any, conf: Any, options: JobOptions) -> None:
+    """Runs ``sparktrain doctor``'s conf checks, which start no Spark job: raises
+    :class:`~sparktrain.errors.ConfigurationError` for their errors and logs their warnings,
+    each once per Spark application."""
+    from sparktrain.deploy.doctor import conf_findings
+
+    findings = conf_findings(conf, options.num_tasks, options.gpus_per_worker, sc.master)
+    errors = [f for f in findings if f.level == "error"]
+    if errors:
+        lines = [f"- [{f.check}] {f.message}" + (f"; fix: {f.fix}" if f.fix else "") for f in errors]
+        raise ConfigurationError(
+            f"the Spark conf cannot run {options.name}:\n" + "\n".join(lines),
+            findings=errors,
+            checks=[f.check for f in errors],
+        )
+    for f in findings:
+        key = (str(sc.applicationId), f.message)
+        if f.level == "warning" and key not in _warned_conf:
+            _warned_conf.add(key)
+            _log.warning(
+                "%s [%s]: %s%s", options.name, f.check, f.message, f"; fix: {f.fix}" if f.fix else ""
+            )
 
 
 def spark_context(sc_or_session: Any) -> Any:
@@ -184,9 +211,11 @@ class Cluster:
         wait at most ``barrier_timeout`` seconds for the others.
 
         Every argument is checked here, on the driver, before any Spark job starts:
-        :class:`~sparktrain.errors.InvalidArgumentError` names the one at fault, and
+        :class:`~sparktrain.errors.InvalidArgumentError` names the one at fault,
         :class:`~sparktrain.errors.MissingDependencyError` says when pyspark (or pandas, for
-        ``input_mode="spark"``) is not installed.
+        ``input_mode="spark"``) is not installed, and
+        :class:`~sparktrain.errors.ConfigurationError` says when the Spark conf cannot run the job
+        (dynamic allocation on, GPUs the executors are not given; see ``sparktrain doctor``).
         """
         require_spark(_ENTRY_POINT, arrow_udfs=input_mode == "spark")
         options = JobOptions(
@@ -226,7 +255,9 @@ class Cluster:
         self._num_tasks = options.num_tasks
         self._roles = role_names(options.num_workers, options.num_evaluators)
         # A bad conf fails at once, not after the wait for slots.
-        conf = read_conf(sc.getConf(), options.tls, options.gpus_per_worker)
+        spark_conf = sc.getConf()
+        conf = read_conf(spark_conf, options.tls, options.gpus_per_worker)
+        check_conf(sc, spark_conf, options)
         ensure_slots(sc, self._num_tasks, SLOT_GRACE_SECONDS)
 
         host = conf.host or socket.gethostname()

@@ -1,0 +1,400 @@
+"""``sparktrain doctor`` (sparktrain.deploy.doctor) and its conf checks in ``Cluster.run``.
+
+The conf checks need no Spark: they read a dict or a SparkConf. The rest runs on real Spark:
+the shared local-cluster session, and, where a check needs a SparkContext of its own (one per
+process), a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from pyspark import SparkConf
+
+from sparktrain import fs
+from sparktrain.cluster.slots import available_slots
+from sparktrain.deploy import doctor
+from sparktrain.deploy.doctor import (
+    Finding,
+    conf_findings,
+    diagnose,
+    kerberos_finding,
+    report,
+    storage_findings,
+)
+from sparktrain.errors import ClusterError, ConfigurationError
+
+TESTS = Path(__file__).resolve().parent
+#: A folder no one can create anything in, whoever runs the tests (root included).
+UNWRITABLE = "/proc/sparktrain-doctor/out"
+
+
+def by_check(findings: list[Finding]) -> dict[str, Finding]:
+    return {f.check: f for f in findings}
+
+
+def conf(**settings: str) -> SparkConf:
+    c = SparkConf(loadDefaults=False)
+    for key, value in settings.items():
+        c.set(key.replace("_", "."), value)
+    return c
+
+
+# --- the conf checks ---------------------------------------------------------------------------
+
+
+def test_dynamic_allocation_is_an_error_on_a_cluster_and_a_warning_on_a_local_master():
+    on = {doctor.DYNAMIC_ALLOCATION_CONF: "true"}
+    [finding] = [f for f in conf_findings(on, master="yarn") if f.check == "dynamic-allocation"]
+    assert finding.level == "error"
+    assert "refuses barrier stages" in finding.message
+    assert finding.fix is not None
+    assert "spark.dynamicAllocation.enabled=false" in finding.fix
+    assert by_check(conf_findings(on, master="local[2]"))["dynamic-allocation"].level == "warning"
+    off = {doctor.DYNAMIC_ALLOCATION_CONF: "false", "spark.master": "yarn"}
+    assert by_check(conf_findings(off))["dynamic-allocation"].level == "ok"
+    # The master comes from the conf when it is not given.
+    assert by_check(conf_findings({**on, "spark.master": "k8s://https://api:6443"}))[
+        "dynamic-allocation"
+    ].level == ("error")
+
+
+def test_several_tasks_per_executor_is_a_warning_that_names_the_fix():
+    finding = by_check(conf_findings({}, num_workers=2, master="local-cluster[2,4,1024]"))["task-cpus"]
+    assert finding.level == "warning"
+    assert "4 tasks fit on one executor" in finding.message
+    assert finding.fix == "set spark.task.cpus=4 so that each executor runs one trainer"
+
+    settings = {"spark.executor.cores": "4", "spark.task.cpus": "4"}
+    assert (
+        by_check(conf_findings(settings, num_workers=2, master="spark://m:7077"))["task-cpus"].level == "ok"
+    )
+    # One trainer shares its executor with no other.
+    assert (
+        by_check(conf_findings({}, num_workers=1, master="local-cluster[2,4,1024]"))["task-cpus"].level
+        == "ok"
+    )
+    # YARN and Kubernetes executors have one core unless told otherwise.
+    assert by_check(conf_findings({}, num_workers=3, master="yarn"))["task-cpus"].level == "ok"
+    # Standalone executors take a Worker's cores: the conf alone cannot tell.
+    unknown = by_check(conf_findings({}, num_workers=3, master="spark://m:7077"))["task-cpus"]
+    assert unknown.level == "ok"
+    assert "cannot tell" in unknown.message
+    assert by_check(conf_findings({}, num_workers=3, master="local[4]"))["task-cpus"].level == "ok"
+
+
+def test_more_task_cpus_than_executor_cores_is_an_error():
+    settings = conf(spark_executor_cores="2", spark_task_cpus="3")
+    finding = by_check(conf_findings(settings, num_workers=2, master="yarn"))["task-cpus"]
+    assert finding.level == "error"
+    assert "spark.task.cpus=3 and 2 cores per executor: no task fits" in finding.message
+
+
+def test_no_gpus_asked_for_is_fine():
+    assert by_check(conf_findings(conf(), num_workers=2, master="yarn"))["gpu"] == Finding(
+        "gpu", "ok", "no GPUs requested"
+    )
+    assert by_check(conf_findings({}, gpus_per_worker=0, master="yarn"))["gpu"].level == "ok"
+
+
+def test_gpus_the_executors_are_not_given_are_an_error():
+    task = {doctor.TASK_GPU_CONF: "1"}
+    missing = by_check(conf_findings(task, master="yarn"))["gpu"]
+    assert missing.level == "error"
+    assert "spark.executor.resource.gpu.amount is not set" in missing.message
+    assert missing.fix is not None
+    assert "spark.executor.resource.gpu.amount to at least 1" in missing.fix
+
+    fewer = {
+        doctor.TASK_GPU_CONF: "2",
+        doctor.EXECUTOR_GPU_CONF: "1",
+        doctor.EXECUTOR_GPU_SCRIPT_CONF: "/gpus.sh",
+    }
+    finding = by_check(conf_findings(fewer, master="yarn"))["gpu"]
+    assert finding.level == "error"
+    assert "asks for 2 GPU(s)" in finding.message
+    assert "is 1" in finding.message
+
+    # gpus_per_worker alone, with Spark giving tasks none.
+    alone = by_check(conf_findings({}, gpus_per_worker=2, master="yarn"))["gpu"]
+    assert alone.level == "error"
+    assert alone.fix == "set spark.task.resource.gpu.amount=2"
+
+
+def test_gpus_without_a_discovery_script_depend_on_the_cluster_manager():
+    given = {doctor.TASK_GPU_CONF: "1", doctor.EXECUTOR_GPU_CONF: "2"}
+    for master in ("yarn", "k8s://https://api:6443"):
+        finding = by_check(conf_findings(given, gpus_per_worker=1, master=master))["gpu"]
+        assert finding.level == "error", master
+        assert doctor.EXECUTOR_GPU_SCRIPT_CONF in finding.message
+    # A standalone Worker may hand out addresses it found itself.
+    assert by_check(conf_findings(given, master="spark://m:7077"))["gpu"].level == "warning"
+    # Local masters need no script.
+    assert by_check(conf_findings(given, master="local-cluster[2,1,1024]"))["gpu"].level == "ok"
+    assert by_check(conf_findings({doctor.TASK_GPU_CONF: "1"}, master="local[2]"))["gpu"].level == "ok"
+    scripted = {**given, doctor.EXECUTOR_GPU_SCRIPT_CONF: "/opt/getGpusResources.sh"}
+    assert by_check(conf_findings(scripted, master="yarn"))["gpu"].level == "ok"
+    plugin = {**given, doctor.DISCOVERY_PLUGIN_CONF: "com.nvidia.spark.ExclusiveModeGpuDiscoveryPlugin"}
+    assert by_check(conf_findings(plugin, master="yarn"))["gpu"].level == "ok"
+    # Tasks sharing a GPU each get one address.
+    shared = {
+        doctor.TASK_GPU_CONF: "0.25",
+        doctor.EXECUTOR_GPU_CONF: "1",
+        doctor.EXECUTOR_GPU_SCRIPT_CONF: "/g.sh",
+    }
+    assert by_check(conf_findings(shared, gpus_per_worker=1, master="yarn"))["gpu"].level == "ok"
+
+
+def test_the_report_has_a_block_per_finding_and_counts_them():
+    text = report(
+        [
+            Finding("dynamic-allocation", "error", "it is on", "turn it off"),
+            Finding("task-cpus", "warning", "two per executor", "one per executor"),
+            Finding("storage", "ok", "/tmp/x is writable"),
+        ]
+    )
+    assert text == textwrap.dedent(
+        """\
+        ERROR    dynamic-allocation
+          it is on
+          fix: turn it off
+
+        WARNING  task-cpus
+          two per executor
+          fix: one per executor
+
+        OK       storage
+          /tmp/x is writable
+
+        1 error, 1 warning, 1 ok"""
+    )
+
+
+def test_a_configuration_error_keeps_its_findings_across_pickling():
+    finding = Finding("dynamic-allocation", "error", "it is on", "turn it off")
+    error = ConfigurationError("the conf cannot run job", findings=[finding], checks=["dynamic-allocation"])
+    assert isinstance(error, ClusterError)
+    copy = pickle.loads(pickle.dumps(error))
+    assert copy.findings == [finding]
+    assert copy.checks == ["dynamic-allocation"]
+
+
+# --- storage and Kerberos ----------------------------------------------------------------------
+
+
+def test_a_writable_folder_is_probed_and_left_as_it_was(tmp_path):
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    missing = tmp_path / "a" / "b"
+    [first, second] = storage_findings([str(existing), f"file://{missing}"])
+    assert first == Finding("storage", "ok", f"{existing} is writable and readable")
+    assert second.level == "ok"
+    assert "created for the probe and removed again" in second.message
+    assert list(existing.iterdir()) == []
+    assert list(tmp_path.iterdir()) == [existing]
+
+
+def test_a_folder_that_cannot_be_written_is_an_error_naming_it(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    [unwritable, not_a_folder] = storage_findings([UNWRITABLE, str(a_file)])
+    assert unwritable.level == "error"
+    assert unwritable.message.startswith(f"cannot write a file under {UNWRITABLE}: ")
+    assert not_a_folder == Finding("storage", "error", f"{a_file} is a file, not a folder", "give a folder")
+
+
+def test_hdfs_folders_are_probed(hdfs_url):
+    folder = f"{hdfs_url}/doctor-{uuid.uuid4().hex[:8]}"
+    [finding] = storage_findings([f"{folder}/models/run-1"])
+    assert finding.level == "ok", finding
+    assert not fs.exists(folder)
+
+
+def test_kerberos_wants_a_ticket_cache(tmp_path, monkeypatch):
+    conf_dir = tmp_path / "hadoop"
+    conf_dir.mkdir()
+    (conf_dir / "core-site.xml").write_text(
+        "<configuration><property><name>hadoop.security.authentication</name>"
+        "<value>kerberos</value></property></configuration>"
+    )
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(conf_dir))
+    # No klist on the PATH: the ticket cache file decides.
+    monkeypatch.setenv("PATH", str(tmp_path))
+    cache = tmp_path / "krb5cc_test"
+    monkeypatch.setenv("KRB5CCNAME", f"FILE:{cache}")
+    finding = kerberos_finding()
+    assert finding is not None
+    assert finding.level == "error"
+    assert str(cache) in finding.message
+    assert finding.fix is not None
+    assert "kinit" in finding.fix
+    assert "--keytab" in finding.fix
+    cache.write_bytes(b"ticket")
+    assert kerberos_finding() == Finding(
+        "kerberos", "ok", f"Hadoop uses Kerberos, and the ticket cache {cache} exists"
+    )
+    assert kerberos_finding("simple") is None
+
+
+# --- a live session ----------------------------------------------------------------------------
+
+
+def wait_for_slots(spark, count: int) -> None:
+    """Waits for the shared session's executors, which may still be starting."""
+    deadline = time.monotonic() + 60
+    while available_slots(spark.sparkContext) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} task slots after 60 s"
+        time.sleep(0.25)
+
+
+def test_diagnose_on_the_local_cluster(spark, tmp_path):
+    wait_for_slots(spark, 4)
+    out = tmp_path / "out"
+    findings = diagnose(spark, num_workers=2, paths=[str(out), UNWRITABLE])
+    checks = [f.check for f in findings]
+    assert checks == [
+        "dynamic-allocation",
+        "task-cpus",
+        "gpu",
+        "slots",
+        "executor-versions",
+        "storage",
+        "storage",
+    ]
+    found = by_check(findings[:5])
+    assert found["dynamic-allocation"].level == "ok"
+    # local-cluster[2,2,1024] with one CPU per task: two trainers may share an executor.
+    assert found["task-cpus"].level == "warning"
+    assert found["task-cpus"].fix == "set spark.task.cpus=2 so that each executor runs one trainer"
+    assert found["slots"] == Finding(
+        "slots", "ok", "2 trainer(s) fit: 4 task slot(s) on 2 executor(s) (spark.task.cpus=1)"
+    )
+    versions = found["executor-versions"]
+    assert versions.level == "ok", versions
+    assert f"Python {'.'.join(map(str, sys.version_info[:3]))}" in versions.message
+    import sparktrain
+
+    assert f"sparktrain {sparktrain.__version__}" in versions.message
+    assert "4 task(s)" in versions.message
+    assert findings[5].level == "ok"
+    assert not out.exists()
+    assert findings[6].level == "error"
+    assert UNWRITABLE in findings[6].message
+
+
+def test_diagnose_counts_the_slots_a_job_lacks(spark):
+    wait_for_slots(spark, 4)
+    slots = by_check(diagnose(spark, num_workers=5, slot_wait=0))["slots"]
+    assert slots.level == "error"
+    assert slots.message.startswith(
+        "5 trainer(s) need 5 task slot(s) at once, but the cluster has 4 task slot(s) on 2 executor(s)"
+    )
+
+
+def _run_python(
+    code: str, env: dict[str, str] | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=TESTS,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.spark
+def test_cluster_run_refuses_dynamic_allocation_before_any_spark_job():
+    # A SparkContext of its own, with dynamic allocation on: one process holds one context.
+    result = _run_python(
+        """
+        import json, time
+        from harness.spark import local_cluster_session
+        from sparktrain import Cluster
+        from sparktrain.errors import ConfigurationError
+
+        spark = local_cluster_session("doctor-dynamic", conf={"spark.dynamicAllocation.enabled": "true"})
+        started = time.monotonic()
+        try:
+            Cluster.run(spark, lambda args, ctx: None, num_workers=2, name="dynamic")
+        except ConfigurationError as e:
+            tracker = spark.sparkContext.statusTracker()
+            print(json.dumps({
+                "checks": e.checks,
+                "message": str(e),
+                "seconds": time.monotonic() - started,
+                "jobs": list(tracker.getJobIdsForGroup("dynamic-g0")) + list(tracker.getJobIdsForGroup(None)),
+            }))
+        spark.stop()
+        """
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    assert outcome["checks"] == ["dynamic-allocation"]
+    assert outcome["message"].startswith("the Spark conf cannot run dynamic:\n- [dynamic-allocation] ")
+    assert "spark.dynamicAllocation.enabled=false" in outcome["message"]
+    # Neither a Spark job nor the 20 s wait for task slots came first.
+    assert outcome["jobs"] == []
+    assert outcome["seconds"] < 10
+
+
+def _doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return _run_python(
+        f"import sys; from sparktrain.cli import main; sys.exit(main({['doctor', *args]!r}))", env=env
+    )
+
+
+LOOPBACK = ["--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1"]
+
+
+@pytest.mark.spark
+def test_the_command_exits_with_0_when_all_is_well(tmp_path):
+    result = _doctor(
+        "--master", "local-cluster[1,1,1024]", *LOOPBACK, "--conf", "spark.ui.enabled=false",
+        "--workers", "1", "--path", f"file://{tmp_path}/out",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "OK       executor-versions" in result.stdout
+    assert f"file://{tmp_path}/out is writable and readable" in result.stdout
+    assert result.stdout.rstrip().endswith("0 errors, 0 warnings, 6 ok")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.spark
+def test_the_command_exits_with_1_on_errors_and_names_them(tmp_path):
+    # Executors whose Python finds a sparktrain that cannot be imported, as where none is installed.
+    shadow = tmp_path / "shadow" / "sparktrain"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named sparktrain here')\n")
+    python = tmp_path / "python"
+    python.write_text(
+        f'#!/bin/sh\nPYTHONPATH={shadow.parent}${{PYTHONPATH:+:$PYTHONPATH}} exec {sys.executable} "$@"\n'
+    )
+    python.chmod(0o755)
+    result = _doctor(
+        "--master", "local[1]", *LOOPBACK, "--conf", "spark.ui.enabled=false", "--path", UNWRITABLE,
+        env={"PYSPARK_PYTHON": str(python)},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr[-3000:]
+    assert "ERROR    executor-versions" in result.stdout
+    assert "sparktrain cannot be imported on the executors of" in result.stdout
+    assert "sparktrain pack" in result.stdout
+    assert f"cannot write a file under {UNWRITABLE}" in result.stdout
+    assert result.stdout.rstrip().endswith("2 errors, 0 warnings, 4 ok")
+
+
+def test_bad_options_exit_with_2_before_spark_starts(capsys):
+    assert doctor.main(["--workers", "0"]) == 2
+    assert "0 is less than 1" in capsys.readouterr().err
+    assert doctor.main(["--conf", "spark.master"]) == 2
+    assert "--conf 'spark.master' is not KEY=VALUE" in capsys.readouterr().err

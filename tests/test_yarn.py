@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import uuid
@@ -28,6 +30,19 @@ EXAMPLE = str(ROOT / "examples" / "ctr_on_spark.py")
 
 # One YARN for the module, on one pytest worker: a second would compete for the two cores.
 pytestmark = [pytest.mark.spark, pytest.mark.hdfs, pytest.mark.yarn, pytest.mark.xdist_group("yarn")]
+
+
+def _cannot_host() -> str | None:
+    """Why this machine cannot start a MiniYARNCluster, or None."""
+    for tool in ("java", "mvn"):
+        if shutil.which(tool) is None:
+            return f"{tool} not found: the MiniYARNCluster launcher needs a JDK 17 and Maven"
+    return None
+
+
+# Skipped with the reason on a machine without a JDK or Maven; never in CI, which has both.
+if _cannot_host() and os.environ.get("CI") != "true":
+    pytestmark.append(pytest.mark.skip(reason=str(_cannot_host())))
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +190,31 @@ def test_the_time_limit_kills_the_application_on_yarn(yarn, tmp_path):
         timeout=120,
     )
     assert "Final-State : KILLED" in status.stdout, status.stdout + status.stderr
+
+
+def test_the_doctor_checks_a_yarn_application_and_its_hdfs_paths(yarn, hdfs_url, tmp_path):
+    home = spark_home()
+    blocker = f"{hdfs_url}/yarn/{uuid.uuid4().hex}"
+    st.fs.write_bytes(blocker, b"a file where the job wants a folder")
+    command = [sys.executable, "-m", "sparktrain", "doctor", "--master", "yarn", "--workers", "2"]
+    for conf in (
+        f"spark.yarn.jars=local:{home}/jars/*",
+        "spark.executor.instances=2",
+        "spark.executor.memory=512m",
+        "spark.driver.host=127.0.0.1",
+        "spark.executorEnv.SPARK_LOCAL_IP=127.0.0.1",
+    ):
+        command += ["--conf", conf]
+    command += ["--path", f"{hdfs_url}/yarn/doctor", "--path", f"{blocker}/models"]
+    # A session built in Python (not by spark-submit) gives executors PYSPARK_PYTHON's interpreter.
+    env = {**yarn_env(yarn), "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=400, cwd=tmp_path, env=env)
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    report = done.stdout
+    # The live application: two executors of one slot each, the same Python and sparktrain.
+    for check in ("dynamic-allocation", "slots", "executor-versions"):
+        assert re.search(rf"^OK +{check}$", report, re.MULTILINE), report
+    # One path takes the probe and is left as it was; the one under a file is the error.
+    assert re.search(r"^ERROR +storage$", report, re.MULTILINE), report
+    assert f"{blocker}/models" in report, report
+    assert not st.fs.exists(f"{hdfs_url}/yarn/doctor")

@@ -396,13 +396,13 @@ def _executor_versions(sc: Any, slots: int, timeout: float) -> Finding:
             f"a Spark job asking executors for their versions failed: {spark_error_summary(text) or e!r}",
             _PACK_FIX,
         )
-    broken = sorted({(host, problem) for host, _, version, _, problem in rows if version is None})
+    broken = sorted({(host, exe, problem) for host, _, version, exe, problem in rows if version is None})
     if broken:
-        where = ", ".join(sorted({host for host, _ in broken}))
+        where = ", ".join(sorted({f"{host} ({exe})" for host, exe, _ in broken}))
         return Finding(
             check,
             "error",
-            f"sparktrain cannot be imported on the executors of {where}: {broken[0][1]}",
+            f"sparktrain cannot be imported on the executors of {where}: {broken[0][2]}",
             _PACK_FIX,
         )
     seen = sorted({(tuple(py), str(version), exe) for _, py, version, exe, _ in rows})

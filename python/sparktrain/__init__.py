@@ -11,6 +11,7 @@ Modules:
 - :mod:`sparktrain.tfrecord`: TFRecord files to and from Arrow, on local paths and HDFS.
 - :mod:`sparktrain.fs`: file-system operations on local paths, ``hdfs://`` and ``viewfs://``.
 - :mod:`sparktrain.errors`: the exceptions sparktrain raises.
+- :mod:`sparktrain.deploy`: the ``sparktrain`` command: ``submit``, ``pack`` and ``doctor``.
 """
 
 from __future__ import annotations

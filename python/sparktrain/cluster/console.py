@@ -7,6 +7,7 @@ stdout, stderr lines to stderr). In a terminal or a notebook, the chief's latest
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import TextIO
@@ -14,7 +15,7 @@ from typing import TextIO
 
 def _interactive(stream: TextIO) -> bool:
     try:
-        from IPython import get_ipython  # type: ignore[import-not-found]
+        from IPython import get_ipython  # type: ignore[import-not-found, unused-ignore]
 
         if get_ipython() is not None:
             return True
@@ -24,8 +25,14 @@ def _interactive(stream: TextIO) -> bool:
 
 
 def _number(value: float) -> str:
+    """A metric as the progress line shows it: ``nan`` and ``inf`` as such, whole numbers and
+    numbers of 1,000 or more with thousands separators and no exponent, others to 4 digits."""
+    if not math.isfinite(value):
+        return str(value)
     if value == int(value) and abs(value) < 1e15:
         return f"{int(value):,}"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
     return f"{value:.4g}"
 
 
@@ -58,7 +65,7 @@ class Console:
         """A ``ctx.report`` from task ``rank``; the chief's become the progress line."""
         if not self._progress or rank != 0:
             return
-        parts = ["[sparktrain]"]
+        parts: list[str] = []
         if step is not None:
             parts.append(f"step {step:,}")
             now = time.monotonic()
@@ -66,7 +73,7 @@ class Console:
                 parts.append(f"{(step - self._last_step[1]) / (now - self._last_step[0]):.1f} steps/s")
             self._last_step = (now, step)
         parts += [f"{name} {_number(value)}" for name, value in metrics.items()]
-        sys.stderr.write("\r\x1b[2K" + " | ".join(parts))
+        sys.stderr.write("\r\x1b[2K[sparktrain] " + " | ".join(parts))
         sys.stderr.flush()
         self._progress_shown = True
 

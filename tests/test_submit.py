@@ -3,6 +3,7 @@ time limit on a real local cluster."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -70,6 +71,7 @@ def test_kubernetes_defaults_to_cluster_mode_with_the_image_and_gpus():
     assert confs["spark.executor.instances"] == "8"
     assert confs["spark.executor.resource.gpu.amount"] == confs["spark.task.resource.gpu.amount"] == "1"
     assert confs["spark.executor.resource.gpu.discoveryScript"] == "./discover_gpus.sh"
+    assert confs["spark.executor.resource.gpu.vendor"] == "nvidia.com"
     assert command[command.index("--files") + 1].endswith("sparktrain/deploy/discover_gpus.sh")
 
 
@@ -149,3 +151,20 @@ def test_the_time_limit_stops_a_job_that_runs_too_long(tmp_path):
     # Nothing of the job is left: no driver, executor or Python worker still sleeping.
     left = subprocess.run(["pgrep", "-f", str(job)], capture_output=True, text=True)
     assert left.stdout == "", left.stdout
+
+
+@pytest.mark.spark
+def test_a_standalone_master_runs_a_job_with_one_trainer_per_worker(tmp_path):
+    from harness.standalone import StandaloneCluster
+
+    with StandaloneCluster(workers=2, cores_per_worker=2) as cluster:
+        done = sparktrain(
+            "submit", "--master", cluster.master_url, "--workers", "2", "--cores-per-worker", "2",
+            "--memory", "768m", "--python", sys.executable, "--conf", "spark.driver.host=127.0.0.1",
+            "--time-limit", "5m", str(ROOT / "examples" / "numpy_sgd_on_spark.py"), "--rows", "4000",
+            "--steps", "50", timeout=400, cwd=tmp_path,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    assert result["workers"] == 2
+    assert result["identical"] is True

@@ -20,10 +20,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
@@ -45,6 +46,8 @@ THREAD_VARIABLES: Final = (
     "RAYON_NUM_THREADS",
     "TF_NUM_INTRAOP_THREADS",
 )
+#: The file name ``--pack`` gives the archive (each container unpacks it under the alias).
+PACKED_NAME: Final = "sparktrain-env.tar.gz"
 #: Where a packaged GPU discovery script ends up in each container (``--files``).
 GPU_SCRIPT: Final = Path(__file__).with_name("discover_gpus.sh")
 
@@ -125,7 +128,6 @@ class SubmitSpec:
     spark_submit: str | None = None
     #: The interpreter of a packed environment, relative to a container (``--pack``).
     python: str | None = None
-    extra_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for option, value in (("--workers", self.workers), ("--cores-per-worker", self.cores_per_worker)):
@@ -157,7 +159,8 @@ class SubmitSpec:
             )
         if not self.entry_point.endswith(".py"):
             raise InvalidArgumentError(f"entry point {self.entry_point!r}: must be a Python file (.py)")
-        if self.mode == "client" and "://" not in self.entry_point and not os.path.isfile(self.entry_point):
+        if ":" not in self.entry_point and not os.path.isfile(self.entry_point):
+            # A local file, which spark-submit reads (client mode) or uploads (cluster mode).
             raise InvalidArgumentError(f"entry point {self.entry_point!r}: no such file")
 
     @property
@@ -207,6 +210,9 @@ class SubmitSpec:
             confs["spark.executor.resource.gpu.amount"] = gpus
             confs["spark.task.resource.gpu.amount"] = gpus
             confs["spark.executor.resource.gpu.discoveryScript"] = f"./{GPU_SCRIPT.name}"
+            if self.profile == "kubernetes":
+                # The device plugin's resource name, which Spark asks the pods for.
+                confs["spark.executor.resource.gpu.vendor"] = "nvidia.com"
         if self.archives:
             confs["spark.archives"] = ",".join(self.archives)
         if self.python:
@@ -250,7 +256,7 @@ class SubmitSpec:
     def environment(self) -> dict[str, str]:
         """The environment ``spark-submit`` runs with: a local cluster's executors run this
         interpreter unless a packed environment is shipped."""
-        env = {**os.environ, **self.extra_env}
+        env = dict(os.environ)
         if "SPARK_HOME" not in env:
             # The pyspark wheel's launcher scripts look for their Spark with whatever `python3`
             # is on PATH, which may not have pyspark: name the one this interpreter has.
@@ -294,7 +300,6 @@ class _Watch:
     """What the submit's output told about the application, for killing it at the limit."""
 
     application: str | None = None
-    lines: list[str] = field(default_factory=list)
 
     def tee(self, source: IO[str], sink: IO[str]) -> None:
         for line in source:
@@ -463,28 +468,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``sparktrain submit``; returns the job's exit status."""
     args = parser().parse_args(argv)
     try:
-        archives: list[str] = []
-        python = None
         spec = spec_from_args(args)  # checks the options before a slow pack
-        if args.pack:
+        if not args.pack:
             if args.dry_run:
-                archives, python = [f"<packed env>#{'environment'}"], "./environment/bin/python"
-            else:
-                from sparktrain.deploy.pack import pack
-
-                packed = pack(os.path.abspath(f".sparktrain-env-{os.getpid()}.tar.gz"), overwrite=True)
-                archives, python = [f"{packed.archive}#{packed.alias}"], packed.python
-            spec = spec_from_args(args, archives, python)
+                print(shlex.join(spec.command()))
+                return 0
+            return run(spec)
         if args.dry_run:
+            spec = spec_from_args(args, ["<packed env>#environment"], "./environment/bin/python")
             print(shlex.join(spec.command()))
             return 0
-        try:
-            return run(spec)
-        finally:
-            for archive in archives:
-                path = archive.split("#", 1)[0]
-                if os.path.basename(path).startswith(".sparktrain-env-"):
-                    os.unlink(path)
+        from sparktrain.deploy.pack import pack
+
+        with tempfile.TemporaryDirectory(prefix="sparktrain-submit-") as scratch:
+            packed = pack(os.path.join(scratch, PACKED_NAME), overwrite=True)
+            return run(spec_from_args(args, [f"{packed.archive}#{packed.alias}"], packed.python))
     except SparktrainError as e:
         print(f"sparktrain submit: {e}", file=sys.stderr)
         return 2

@@ -9,3 +9,7 @@
 
 All three are also subcommands of the ``sparktrain`` console script (see :mod:`sparktrain.cli`).
 """
+
+from sparktrain.deploy import doctor, pack, submit
+
+__all__ = ["doctor", "pack", "submit"]

@@ -175,3 +175,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  --conf {key}={value}")
     print(f"or: sparktrain submit --archives {packed.archive}#{packed.alias} --python {packed.python} ...")
     return 0
+
+
+__all__ = ["DEFAULT_ALIAS", "PackedEnv", "current_env", "main", "pack"]

@@ -486,3 +486,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SparktrainError as e:
         print(f"sparktrain submit: {e}", file=sys.stderr)
         return 2
+
+
+__all__ = [
+    "PROFILES",
+    "TIME_LIMIT_EXIT",
+    "SubmitSpec",
+    "duration_s",
+    "find_spark_submit",
+    "key_value",
+    "main",
+    "memory_mb",
+    "parser",
+    "profile_of",
+    "run",
+    "spark_home",
+    "spec_from_args",
+]

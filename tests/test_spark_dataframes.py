@@ -309,6 +309,8 @@ def test_partition_by_writes_spark_style_folders(spark, out_dir: str) -> None:
 
 
 def test_the_data_source_api(spark, out_dir: str) -> None:
+    # A new session has only the data sources Spark finds by itself: nothing registers here.
+    spark = spark.newSession()
     df = spark.createDataFrame([(i, f"s{i}", [i, i]) for i in range(25)], "id long, s string, v array<long>")
     df.repartition(2).write.format("tfrecord").mode("overwrite").option("compression", "gzip").save(out_dir)
     parts = [f for f in fs.ls(out_dir) if "part-" in f.path]

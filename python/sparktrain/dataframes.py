@@ -259,8 +259,7 @@ def read_dataframe(
     record_type = record_type_of(_checks.optional_text("record_type", record_type))
     if compression is not None:
         compression_of(_checks.instance("compression", compression, str, "None, 'GZIP' or 'ZLIB'"))
-    register(spark)
-    reader = spark.read.format("tfrecord").option("recordType", record_type)
+    reader = spark.read.format(register(spark)).option("recordType", record_type)
     if compression:
         reader = reader.option("compression", compression)
     if skip_corrupt:

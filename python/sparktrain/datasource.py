@@ -1,6 +1,7 @@
 """The ``tfrecord`` Spark data source, on PySpark's Python data source API.
 
-After :func:`register` (done on ``import sparktrain.tfrecord`` when a session is active)::
+In every classic session (PySpark finds it through :mod:`pyspark_sparktrain`; :func:`register`
+does it by hand, for Spark Connect)::
 
     df = spark.read.format("tfrecord").load("hdfs://nn:9000/data/train")
     df.write.format("tfrecord").mode("overwrite").option("compression", "gzip").save(path)
@@ -218,6 +219,68 @@ class TFRecordDataSource(DataSource):
         return TFRecordWriter(WriteJob(o.path.rstrip("/"), o.record_type, o.compression), overwrite)
 
 
-def register(spark: SparkSession) -> None:
-    """Makes ``format("tfrecord")`` available in ``spark``."""
-    spark.dataSource.register(TFRecordDataSource)
+class SparktrainTFRecordDataSource(TFRecordDataSource):
+    """The same source under the name no other library claims: ``format("sparktrain.tfrecord")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return OWN_FORMAT
+
+
+#: The format name that is always sparktrain's: the jar's file format when the session has the
+#: jar, else this module's source. ``tfrecord`` may belong to another library's jar.
+OWN_FORMAT = "sparktrain.tfrecord"
+
+#: The class that makes ``format("sparktrain.tfrecord")`` resolve to the jar's file format.
+JVM_FORMAT_CLASS = "sparktrain.tfrecord.DefaultSource"
+
+
+def has_jvm_format(spark: SparkSession) -> bool:
+    """Whether ``spark``'s driver JVM has sparktrain's TFRecord file format (the jar is on
+    ``spark.jars``). False for Spark Connect sessions, which have no JVM in this process."""
+    context = getattr(spark, "sparkContext", None)
+    jvm = getattr(context, "_jvm", None) if context is not None else None
+    if jvm is None:
+        return False
+    from py4j.protocol import Py4JError
+
+    try:
+        # Spark's own lookup loads data sources through the thread's context class loader,
+        # which is where spark.jars lands.
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName(JVM_FORMAT_CLASS, False, loader)
+    except Py4JError:
+        return False
+    return True
+
+
+def register(spark: SparkSession) -> str:
+    """Makes ``format("sparktrain.tfrecord")`` resolve in ``spark``, and ``format("tfrecord")``
+    unless another library's JVM source holds that name; returns ``"sparktrain.tfrecord"``.
+
+    Needed only for Spark Connect and for sessions whose executors' Python lacks sparktrain: in
+    classic sessions PySpark finds ``format("tfrecord")`` by itself (:mod:`pyspark_sparktrain`),
+    and the jar, when loaded, provides both names."""
+    if has_jvm_format(spark):
+        return OWN_FORMAT
+    from pyspark.errors import AnalysisException
+
+    for source in (SparktrainTFRecordDataSource, TFRecordDataSource):
+        if _python_source_exists(spark, source.name()):
+            continue  # registering again works but logs a warning on every call
+        try:
+            spark.dataSource.register(source)
+        except AnalysisException as e:
+            if e.getCondition() != "DATA_SOURCE_ALREADY_EXISTS" or source is SparktrainTFRecordDataSource:
+                raise
+            _log.info("format('tfrecord') is another library's in this session; use %r", OWN_FORMAT)
+    return OWN_FORMAT
+
+
+def _python_source_exists(spark: SparkSession, name: str) -> bool:
+    """Whether a Python data source named ``name`` is registered in ``spark`` (statically or by
+    hand); False where this process cannot ask (Spark Connect)."""
+    jsession = getattr(spark, "_jsparkSession", None)
+    if jsession is None:
+        return False
+    return bool(jsession.sessionState().dataSourceManager().dataSourceExists(name))

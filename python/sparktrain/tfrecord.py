@@ -1,8 +1,8 @@
 """TFRecord files to and from Arrow and Spark DataFrames, on local paths and HDFS.
 
 Spark: :func:`write` writes a DataFrame or RDD from Spark tasks; :func:`read_dataframe` and
-``spark.read.format("tfrecord")`` read one (:func:`register` adds the format to a session, which
-importing this module does for the active one). The Spark type table is in
+``spark.read.format("tfrecord")`` read one (every session finds the format by itself;
+:func:`register` adds it to a Spark Connect session). The Spark type table is in
 :mod:`sparktrain.spark_types`.
 
 All work (framing, CRC-32C, compression, ``tf.train.Example`` encoding and decoding, file I/O)
@@ -254,25 +254,14 @@ class RecordReader(Iterator[bytes]):
         return None
 
 
-def register(spark: SparkSession) -> None:
-    """Adds the ``tfrecord`` format to ``spark.read`` and ``df.write`` of this session."""
+def register(spark: SparkSession) -> str:
+    """Makes ``format("sparktrain.tfrecord")`` (always sparktrain's) and ``format("tfrecord")``
+    (unless another library's jar holds that name) resolve in ``spark``; returns the first.
+    Classic sessions find both without it; Spark Connect sessions need it."""
     require_spark("sparktrain.tfrecord.register")
     from sparktrain.datasource import register as register_source
 
-    register_source(spark)
-
-
-def _register_with_active_session() -> None:
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
-        return
-    session = SparkSession.getActiveSession()
-    if session is not None:
-        register(session)
-
-
-_register_with_active_session()
+    return register_source(spark)
 
 
 __all__ = [

@@ -12,6 +12,7 @@ Modules:
 - :mod:`sparktrain.fs`: file-system operations on local paths, ``hdfs://`` and ``viewfs://``.
 - :mod:`sparktrain.errors`: the exceptions sparktrain raises.
 - :mod:`sparktrain.deploy`: the ``sparktrain`` command: ``submit``, ``pack`` and ``doctor``.
+- :func:`jar_path`: the jar the wheel carries (the JVM TFRecord format), for ``spark.jars``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,21 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sparktrain import errors, fs, tfrecord, training
     from sparktrain.cluster import Cluster
+    from sparktrain.jvm import jar_path
     from sparktrain.prediction import predict
     from sparktrain.training import train
 
-__all__ = ["Cluster", "__version__", "errors", "fs", "predict", "tfrecord", "train", "training"]
+__all__ = [
+    "Cluster",
+    "__version__",
+    "errors",
+    "fs",
+    "jar_path",
+    "predict",
+    "tfrecord",
+    "train",
+    "training",
+]
 
 _SUBMODULES = {"cluster", "errors", "fs", "prediction", "tfos", "tfrecord", "training"}
 
@@ -39,6 +51,10 @@ def __getattr__(name: str) -> Any:
         from sparktrain.cluster import Cluster
 
         return Cluster
+    if name == "jar_path":
+        from sparktrain.jvm import jar_path
+
+        return jar_path
     if name == "train":
         from sparktrain.training import train
 

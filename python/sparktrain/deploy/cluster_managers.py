@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from typing import TYPE_CHECKING
@@ -26,10 +27,10 @@ KILL_TIMEOUT_S = 30.0
 
 
 def sizing(profile: str, workers: int, cores: int) -> dict[str, str]:
-    """The confs that ask the cluster manager for ``workers`` executors of ``cores`` cores (a
-    local cluster's master string carries its size instead)."""
-    if profile == "standalone":
-        # A standalone master hands out cores, not executors.
+    """The confs that ask the cluster manager for ``workers`` executors of ``cores`` cores."""
+    if profile in ("standalone", "local-cluster"):
+        # A standalone master (a local cluster runs one) hands out cores, not executors. The
+        # maximum is also what minRegisteredResourcesRatio waits for: without it, nothing.
         return {"spark.cores.max": str(workers * cores)}
     if profile in ("yarn", "kubernetes"):
         return {"spark.executor.instances": str(workers)}
@@ -37,10 +38,9 @@ def sizing(profile: str, workers: int, cores: int) -> dict[str, str]:
 
 
 def driver_env_prefix(profile: str) -> str:
-    """The conf prefix that sets an environment variable of a driver running in the cluster."""
-    return {"yarn": "spark.yarn.appMasterEnv.", "kubernetes": "spark.kubernetes.driverEnv."}.get(
-        profile, "spark.executorEnv."
-    )
+    """The conf prefix that sets an environment variable of a driver running in the cluster
+    (YARN or Kubernetes: the only profiles with a cluster deploy mode for Python)."""
+    return {"yarn": "spark.yarn.appMasterEnv.", "kubernetes": "spark.kubernetes.driverEnv."}[profile]
 
 
 def application_id(line: str) -> str | None:
@@ -53,26 +53,41 @@ def application_id(line: str) -> str | None:
     return match.group(1) if match else None
 
 
-def kill(spec: SubmitSpec, application: str | None) -> str | None:
+def runs_outside_submit(spec: SubmitSpec) -> bool:
+    """Whether the application outlives a stopped ``spark-submit``: on YARN (whose client may
+    have returned after submitting) and in Kubernetes cluster mode."""
+    return spec.profile == "yarn" or (spec.profile == "kubernetes" and spec.mode == "cluster")
+
+
+def kill(spec: SubmitSpec, application: str | None, spark_submit: str) -> str | None:
     """Kills ``application`` on its cluster; returns how, or None when nothing outside
     ``spark-submit`` needed killing or it could not be done (the caller stops the submit's
-    process group either way)."""
-    if application is None:
+    process group either way). ``spark_submit`` is the one that submitted it."""
+    if application is None or not runs_outside_submit(spec):
         return None
     if spec.profile == "yarn":
         return _kill_yarn(application)
-    if spec.profile == "kubernetes" and spec.mode == "cluster":
-        namespace = spec.conf_value("spark.kubernetes.namespace") or "default"
-        command = [
-            spec.spark_submit or "spark-submit",
-            "--master",
-            spec.master,
-            "--kill",
-            f"{namespace}:{application}",
-        ]
-        done = _quiet(command)
-        return "spark-submit --kill" if done else None
-    return None
+    done = _quiet(_kubernetes_kill_command(spec, application, spark_submit), spec.environment())
+    return "spark-submit --kill" if done else None
+
+
+def manual_kill(spec: SubmitSpec, application: str) -> str:
+    """The command a user runs to kill ``application`` by hand."""
+    if spec.profile == "yarn":
+        return f"yarn application -kill {application}"
+    return shlex.join(_kubernetes_kill_command(spec, application, "spark-submit"))
+
+
+def _kubernetes_kill_command(spec: SubmitSpec, application: str, spark_submit: str) -> list[str]:
+    # The same Kubernetes client settings as the submission (context, namespace, credentials).
+    confs = [
+        arg
+        for key, value in spec.confs().items()
+        if key.startswith("spark.kubernetes.")
+        for arg in ("--conf", f"{key}={value}")
+    ]
+    namespace = spec.confs().get("spark.kubernetes.namespace", "default")
+    return [spark_submit, "--master", spec.master, *confs, "--kill", f"{namespace}:{application}"]
 
 
 def _kill_yarn(application: str) -> str | None:
@@ -93,9 +108,9 @@ def _kill_yarn(application: str) -> str | None:
     return "YARN's application client" if _quiet(command) else None
 
 
-def _quiet(command: list[str]) -> bool:
+def _quiet(command: list[str], env: dict[str, str] | None = None) -> bool:
     try:
-        done = subprocess.run(command, capture_output=True, timeout=KILL_TIMEOUT_S, check=False)
+        done = subprocess.run(command, capture_output=True, timeout=KILL_TIMEOUT_S, check=False, env=env)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0

@@ -12,4 +12,8 @@ addresses=$(nvidia-smi --query-gpu=index --format=csv,noheader | tr -d ' ')
 if [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]]; then
     addresses=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES")
 fi
+if [[ -z "$addresses" ]]; then
+    printf '{"name": "gpu", "addresses": []}\n'
+    exit 0
+fi
 printf '{"name": "gpu", "addresses": [%s]}\n' "$(sed 's/.*/"&"/' <<<"$addresses" | paste -sd, -)"

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from sparktrain._deps import require
-from sparktrain.errors import InvalidArgumentError
+from sparktrain.errors import ConfigurationError, InvalidArgumentError
 
 #: The extra that installs both packers.
 PACK_EXTRA: Final = "deploy"
@@ -117,12 +117,13 @@ def pack(
 
     with tempfile.TemporaryDirectory(prefix="sparktrain-pack-") as scratch:
         local = os.path.join(scratch, "env.tar.gz") if remote else target
-        if kind == "conda":
-            conda_pack = require("conda_pack", extra=PACK_EXTRA, needed_by="sparktrain pack (conda env)")
-            conda_pack.pack(prefix=prefix, output=local, force=True, compress_level=compress_level)
-        else:
-            venv_pack = require("venv_pack", extra=PACK_EXTRA, needed_by="sparktrain pack (virtualenv)")
-            venv_pack.pack(prefix=prefix, output=local, force=True, compress_level=compress_level)
+        packer_name = "conda_pack" if kind == "conda" else "venv_pack"
+        packer = require(packer_name, extra=PACK_EXTRA, needed_by=f"sparktrain pack ({kind} env)")
+        try:
+            packer.pack(prefix=prefix, output=local, force=True, compress_level=compress_level)
+        except Exception as e:
+            # The packers raise their own errors (files changed by hand, editable installs...).
+            raise ConfigurationError(f"{packer_name} could not pack {prefix}: {e}") from e
         if remote:
             # One copy through sparktrain's own storage layer: no Hadoop client needed here.
             fs.write_bytes(target, Path(local).read_bytes(), overwrite=overwrite)

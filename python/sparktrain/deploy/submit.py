@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import re
 import shlex
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import IO, Final
 
 from sparktrain.deploy import cluster_managers
-from sparktrain.errors import InvalidArgumentError, SparktrainError
+from sparktrain.errors import ConfigurationError, InvalidArgumentError, SparktrainError
 
 #: The kinds of cluster manager a job can be submitted to.
 PROFILES: Final = ("local-cluster", "standalone", "yarn", "kubernetes")
@@ -50,9 +51,13 @@ THREAD_VARIABLES: Final = (
 PACKED_NAME: Final = "sparktrain-env.tar.gz"
 #: Where a packaged GPU discovery script ends up in each container (``--files``).
 GPU_SCRIPT: Final = Path(__file__).with_name("discover_gpus.sh")
+#: The same script in the Kubernetes image (submit/kubernetes/Dockerfile puts it there).
+IMAGE_GPU_SCRIPT: Final = "/opt/sparktrain/discover_gpus.sh"
 
-_MEMORY = re.compile(r"^(\d+)([kmgt]?)b?$", re.IGNORECASE)
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?$")
+_LOCAL_CLUSTER = re.compile(r"^local-cluster\[(\d+),(\d+),(\d+)\]$")
+_MEMORY = re.compile(r"^(\d+)([kmgt]?)(b?)$", re.IGNORECASE)
+# Every part but the last carries its unit: "1h30" is not a duration (1h30m or 1h30s?).
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$|^(\d+)$")
 
 
 def profile_of(master: str) -> str:
@@ -71,23 +76,39 @@ def profile_of(master: str) -> str:
     )
 
 
-def memory_mb(text: str) -> int:
-    """Spark's memory notation (``512m``, ``2g``, ``2048``: MiB) in MiB."""
+def local_cluster_size(master: str) -> tuple[int, int, int] | None:
+    """``(workers, cores, MiB)`` of a ``local-cluster[N,C,M]`` master; None for any other."""
+    match = _LOCAL_CLUSTER.match(master.replace(" ", ""))
+    if match is None:
+        return None
+    workers, cores, memory = (int(g) for g in match.groups())
+    return workers, cores, memory
+
+
+def memory_mb(text: str, option: str = "--memory") -> int:
+    """Spark's memory notation (``512m``, ``2g``, ``2048``: MiB; ``b`` alone: bytes) in MiB,
+    rounded up; ``option`` names the option in the error."""
     match = _MEMORY.match(text.strip())
     if match is None:
-        raise InvalidArgumentError(f"--memory {text!r}: use Spark's notation, e.g. 512m or 2g")
-    value, unit = int(match.group(1)), match.group(2).lower()
-    scale = {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024 * 1024}[unit]
-    return max(1, int(value * scale))
+        raise InvalidArgumentError(f"{option} {text!r}: use Spark's notation, e.g. 512m or 2g")
+    value, unit, byte_suffix = int(match.group(1)), match.group(2).lower(), match.group(3)
+    if not unit and byte_suffix:
+        unit = "b"
+    scale = {"b": 1 / 2**20, "k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024 * 1024}[unit]
+    if value == 0:
+        raise InvalidArgumentError(f"{option} {text!r}: must be more than 0")
+    return max(1, math.ceil(value * scale))
 
 
 def duration_s(text: str) -> float:
     """``90``, ``90s``, ``15m``, ``2h`` or ``1h30m`` in seconds."""
     match = _DURATION.match(text.strip())
     if match is None or not any(match.groups()):
-        raise InvalidArgumentError(f"--time-limit {text!r}: use seconds or a duration like 90s, 15m, 1h30m")
-    hours, minutes, seconds = (int(g or 0) for g in match.groups())
-    total = hours * 3600 + minutes * 60 + seconds
+        raise InvalidArgumentError(
+            f"--time-limit {text!r}: use seconds, or a unit on every part: 90s, 15m, 1h30m"
+        )
+    hours, minutes, seconds, bare = (int(g or 0) for g in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds + bare
     if total <= 0:
         raise InvalidArgumentError(f"--time-limit {text!r}: must be more than 0 s")
     return float(total)
@@ -137,7 +158,14 @@ class SubmitSpec:
             raise InvalidArgumentError(f"--gpus-per-worker {self.gpus_per_worker}: must be 0 or more")
         memory_mb(self.memory)
         if self.driver_memory is not None:
-            memory_mb(self.driver_memory)
+            memory_mb(self.driver_memory, "--driver-memory")
+        sized = local_cluster_size(self.master)
+        if sized is not None and sized != (self.workers, self.cores_per_worker, memory_mb(self.memory)):
+            raise InvalidArgumentError(
+                f"--master {self.master} asks for {sized[0]} workers of {sized[1]} cores and {sized[2]} MiB, "
+                f"but the options say {self.workers} of {self.cores_per_worker} cores and "
+                f"{memory_mb(self.memory)} MiB: give one or make them agree"
+            )
         if self.deploy_mode not in (None, "client", "cluster"):
             raise InvalidArgumentError(f"--deploy-mode {self.deploy_mode!r}: use client or cluster")
         if self.profile == "local-cluster" and self.mode == "cluster":
@@ -148,6 +176,18 @@ class SubmitSpec:
             raise InvalidArgumentError(
                 "kubernetes: --image (the container image with sparktrain) is required"
             )
+        if self.profile == "kubernetes" and not self.conf_value("spark.kubernetes.file.upload.path"):
+            local = [
+                path.split("#", 1)[0]
+                for path in (self.entry_point, *self.archives, *self.py_files, *self.files)
+                if "://" not in path
+            ]
+            if local:
+                raise InvalidArgumentError(
+                    f"kubernetes: {', '.join(local)} on this machine cannot reach the pods without "
+                    "--conf spark.kubernetes.file.upload.path=<a folder both sides reach>; or use "
+                    "local:// paths inside the image"
+                )
         if self.profile == "standalone" and self.mode == "cluster":
             raise InvalidArgumentError(
                 "--deploy-mode cluster: Spark's standalone master does not run Python drivers in the "
@@ -211,6 +251,8 @@ class SubmitSpec:
             confs["spark.task.resource.gpu.amount"] = gpus
             confs["spark.executor.resource.gpu.discoveryScript"] = f"./{GPU_SCRIPT.name}"
             if self.profile == "kubernetes":
+                # Spark runs the script before a pod fetches --files: it must be in the image.
+                confs["spark.executor.resource.gpu.discoveryScript"] = IMAGE_GPU_SCRIPT
                 # The device plugin's resource name, which Spark asks the pods for.
                 confs["spark.executor.resource.gpu.vendor"] = "nvidia.com"
         if self.archives:
@@ -224,10 +266,10 @@ class SubmitSpec:
             if self.mode == "cluster":
                 confs[cluster_managers.driver_env_prefix(self.profile) + key] = value
         confs.update(self.conf)
-        shipped = confs.get("spark.pyspark.python", "")
-        if self.mode == "client" and shipped.startswith("./") and "spark.pyspark.driver.python" not in confs:
-            # An interpreter inside a shipped archive exists only in the containers; the driver
-            # runs here.
+        if self.mode == "client" and "spark.pyspark.driver.python" not in confs:
+            # The driver runs here, under this interpreter (the one with sparktrain); without
+            # this Spark would start the entry point with whatever `python3` is on PATH, or with
+            # an interpreter inside a shipped archive, which exists only in the containers.
             confs["spark.pyspark.driver.python"] = sys.executable
         return confs
 
@@ -242,14 +284,19 @@ class SubmitSpec:
         """The ``spark-submit`` command line."""
         command = [self.spark_submit or find_spark_submit(), "--master", self.resolved_master()]
         command += ["--deploy-mode", self.mode]
-        files = list(self.files)
-        if self.gpus_per_worker:
+        confs = self.confs()
+        # --files and --jars would replace the conf of the same meaning: merge them into it.
+        files = [*_listed(confs.pop("spark.files", "")), *self.files]
+        if self.gpus_per_worker and self.profile != "kubernetes":
             files.append(str(GPU_SCRIPT))
         if files:
             command += ["--files", ",".join(files)]
+        jars = [*_listed(confs.pop("spark.jars", "")), *bundled_jar()]
+        if jars:
+            command += ["--jars", ",".join(jars)]
         if self.py_files:
             command += ["--py-files", ",".join(self.py_files)]
-        for key, value in self.confs().items():
+        for key, value in confs.items():
             command += ["--conf", f"{key}={value}"]
         return [*command, self.entry_point, *self.entry_args]
 
@@ -263,10 +310,28 @@ class SubmitSpec:
             home = spark_home()
             if home:
                 env["SPARK_HOME"] = home
-        if self.profile == "local-cluster" and not self.python:
-            env.setdefault("PYSPARK_PYTHON", sys.executable)
+        if self.profile == "local-cluster":
+            # Everything on this machine: workers and executors listen on loopback too.
             env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            if not self.python:
+                env.setdefault("PYSPARK_PYTHON", sys.executable)
         return env
+
+
+def _listed(value: str) -> list[str]:
+    return [item for item in value.split(",") if item.strip()]
+
+
+def bundled_jar() -> list[str]:
+    """sparktrain's jar (the JVM TFRecord format) as a one-item list, or an empty one when this
+    build has none; every job gets it."""
+    from sparktrain.errors import PathNotFoundError
+    from sparktrain.jvm import jar_path
+
+    try:
+        return [jar_path()]
+    except PathNotFoundError:
+        return []
 
 
 def spark_home() -> str | None:
@@ -302,11 +367,14 @@ class _Watch:
     application: str | None = None
 
     def tee(self, source: IO[str], sink: IO[str]) -> None:
+        # Reads to the end whatever happens to the sink: a reader that stopped would let the
+        # pipe fill up and block spark-submit.
         for line in source:
-            sink.write(line)
-            sink.flush()
             if self.application is None:
                 self.application = cluster_managers.application_id(line)
+            with contextlib.suppress(OSError, ValueError):
+                sink.write(line)
+                sink.flush()
 
 
 def run(spec: SubmitSpec, *, stdout: IO[str] | None = None, stderr: IO[str] | None = None) -> int:
@@ -330,30 +398,78 @@ def _driver_side_environment(spec: SubmitSpec, err: IO[str]) -> Iterator[None]:
     makes that path work here; it is removed afterwards, and an existing file is left alone."""
     python = spec.confs().get("spark.pyspark.python", "")
     alias = python[2:].split("/", 1)[0] if python.startswith("./") else ""
-    if spec.mode != "client" or not alias or os.path.lexists(alias):
+    if spec.mode != "client" or not alias:
         yield
         return
-    os.symlink(sys.prefix, alias)
+    if os.path.lexists(alias):
+        if not os.path.exists(python):
+            err.write(
+                f"sparktrain submit: warning: ./{alias} exists but has no {python[2 + len(alias) :]}; "
+                "Python data sources planned on the driver's side will fail to start\n"
+            )
+        yield
+        return
+    try:
+        os.symlink(sys.prefix, alias)
+    except OSError as e:
+        raise ConfigurationError(
+            f"cannot link ./{alias} to {sys.prefix} for the driver's side of {python}: {e}"
+        ) from e
     err.write(
         f"sparktrain submit: linked ./{alias} to {sys.prefix} for the driver's side while the job runs\n"
     )
     try:
         yield
     finally:
+        # Only the link made here, in case something replaced it meanwhile.
         with contextlib.suppress(OSError):
-            os.unlink(alias)
+            if os.path.islink(alias) and os.readlink(alias) == sys.prefix:
+                os.unlink(alias)
+
+
+class _Stopped(Exception):
+    """A signal asked ``sparktrain submit`` to stop the job."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, _frame: object) -> None:
+    raise _Stopped(signum)
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """Turns SIGTERM, SIGHUP and SIGINT into :class:`_Stopped` while the job runs: the job runs
+    in a process group of its own, which a signal to this one would not reach."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; its caller handles signals then
+        return
+    stopping = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    previous = {sig: signal.signal(sig, _raise_stopped) for sig in stopping}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _run(spec: SubmitSpec, command: list[str], out: IO[str], err: IO[str]) -> int:
-    process = subprocess.Popen(
-        command,
-        env=spec.environment(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        bufsize=1,
-        start_new_session=True,  # its own process group: the limit stops its children too
-    )
+    try:
+        process = subprocess.Popen(
+            command,
+            env=spec.environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            # Spark's and the job's output may be in any encoding: never fail on it.
+            encoding="utf-8",
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,  # its own process group: stopping it stops its children too
+        )
+    except OSError as e:
+        raise ConfigurationError(f"cannot run {command[0]}: {e.strerror or e}") from e
     assert process.stdout is not None
     assert process.stderr is not None
     watch = _Watch()
@@ -365,25 +481,42 @@ def _run(spec: SubmitSpec, command: list[str], out: IO[str], err: IO[str]) -> in
         reader.start()
     deadline = None if spec.time_limit is None else time.monotonic() + spec.time_limit
     try:
-        status = process.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        with _stop_on_signals():
+            status = process.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        # A negative status is the signal that ended spark-submit: report it as a shell would.
+        return status if status >= 0 else 128 - status
     except subprocess.TimeoutExpired:
-        killed = cluster_managers.kill(spec, watch.application)
-        _stop(process)
+        why = f"the time limit of {spec.time_limit:g} s was reached"
+        _stop_job(spec, command[0], process, watch, err, why)
+        return TIME_LIMIT_EXIT
+    except _Stopped as stopped:
+        _stop_job(spec, command[0], process, watch, err, f"{stopped} received")
+        return 128 + stopped.signum
+    finally:
         for reader in readers:
             reader.join(timeout=5)
-        what = f"application {watch.application}" if watch.application else "the application"
-        how = f" ({killed})" if killed else ""
-        err.write(
-            f"sparktrain submit: the time limit of {spec.time_limit:g} s was reached; killed {what}{how}\n"
+
+
+def _stop_job(
+    spec: SubmitSpec, spark_submit: str, process: subprocess.Popen[str], watch: _Watch, err: IO[str], why: str
+) -> None:
+    """Kills the application on its cluster (where it runs beyond spark-submit) and stops the
+    submit's process group, then says on ``err`` what was done, or what is left to do."""
+    killed = cluster_managers.kill(spec, watch.application, spark_submit)
+    _stop(process)
+    what = f"application {watch.application}" if watch.application else "the application"
+    if killed:
+        done = f"killed {what} ({killed})"
+    elif watch.application and cluster_managers.runs_outside_submit(spec):
+        done = (
+            f"could not kill {what} on the cluster: stop it with "
+            f"{cluster_managers.manual_kill(spec, watch.application)}"
         )
+    else:
+        done = f"stopped {what}"
+    with contextlib.suppress(OSError, ValueError):
+        err.write(f"sparktrain submit: {why}; {done}\n")
         err.flush()
-        return TIME_LIMIT_EXIT
-    except KeyboardInterrupt:
-        _stop(process)
-        raise
-    for reader in readers:
-        reader.join(timeout=5)
-    return status
 
 
 def _stop(process: subprocess.Popen[str]) -> None:
@@ -415,9 +548,10 @@ def parser() -> argparse.ArgumentParser:
         "--master", default="local-cluster", help="local-cluster (default), spark://, yarn, k8s://"
     )
     p.add_argument("--deploy-mode", choices=("client", "cluster"))
-    p.add_argument("--workers", type=int, default=2, help="trainers, one per executor (default 2)")
-    p.add_argument("--cores-per-worker", type=int, default=1, help="executor cores = task cpus (default 1)")
-    p.add_argument("--memory", default="1g", help="executor memory (default 1g)")
+    # No defaults here: a local-cluster[N,C,M] master gives them (spec_from_args).
+    p.add_argument("--workers", type=int, help="trainers, one per executor (default 2)")
+    p.add_argument("--cores-per-worker", type=int, help="executor cores = task cpus (default 1)")
+    p.add_argument("--memory", help="executor memory (default 1g)")
     p.add_argument("--driver-memory")
     p.add_argument("--gpus-per-worker", type=int, default=0)
     p.add_argument("--queue", help="YARN queue")
@@ -439,15 +573,18 @@ def parser() -> argparse.ArgumentParser:
 def spec_from_args(
     args: argparse.Namespace, archives: Sequence[str] = (), python: str | None = None
 ) -> SubmitSpec:
-    """The :class:`SubmitSpec` of parsed ``sparktrain submit`` arguments."""
+    """The :class:`SubmitSpec` of parsed ``sparktrain submit`` arguments. The sizes not given
+    come from a ``local-cluster[N,C,M]`` master, else from the defaults (2 workers, 1 core, 1g)."""
+    sized = local_cluster_size(args.master)
+    workers, cores, memory = (sized[0], sized[1], f"{sized[2]}m") if sized else (2, 1, "1g")
     return SubmitSpec(
         entry_point=args.entry_point,
         entry_args=tuple(args.entry_args),
         master=args.master,
         deploy_mode=args.deploy_mode,
-        workers=args.workers,
-        cores_per_worker=args.cores_per_worker,
-        memory=args.memory,
+        workers=workers if args.workers is None else args.workers,
+        cores_per_worker=cores if args.cores_per_worker is None else args.cores_per_worker,
+        memory=memory if args.memory is None else args.memory,
         driver_memory=args.driver_memory,
         gpus_per_worker=args.gpus_per_worker,
         queue=args.queue,

@@ -60,6 +60,7 @@ ruff check python tests examples
 ruff format --check python tests examples
 
 if $fast; then
+    export SPARKTRAIN_SKIP_JAR=1 # no Maven here: the wheel carries the jar only if one was built
     step "Rust tests without HDFS"
     rust_tests_without_hdfs
 

@@ -398,4 +398,4 @@ def test_bad_options_exit_with_2_before_spark_starts(capsys):
     assert doctor.main(["--workers", "0"]) == 2
     assert "0 is less than 1" in capsys.readouterr().err
     assert doctor.main(["--conf", "spark.master"]) == 2
-    assert "--conf 'spark.master' is not KEY=VALUE" in capsys.readouterr().err
+    assert "--conf 'spark.master': expected KEY=VALUE" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 """The ``tfrecord`` Spark data source, on PySpark's Python data source API.
 
-In every classic session (PySpark finds it through :mod:`pyspark_sparktrain`; :func:`register`
-does it by hand, for Spark Connect)::
+In every classic session (PySpark finds it through :mod:`pyspark_sparktrain`, and
+``sparktrain.tfrecord``, the name no other library claims, through
+:mod:`pyspark_sparktrain_tfrecord`; :func:`register` does it by hand, for Spark Connect)::
 
     df = spark.read.format("tfrecord").load("hdfs://nn:9000/data/train")
     df.write.format("tfrecord").mode("overwrite").option("compression", "gzip").save(path)
@@ -15,6 +16,9 @@ Options (case-insensitive):
   executor log; by default a damaged record fails the read naming the file and byte offset;
 - one input partition per file;
 - ``batchSize`` (read): rows per Arrow batch handed to Spark (32768 by default).
+
+Spark writes Python data sources in ``append`` and ``overwrite`` mode only;
+:func:`sparktrain.tfrecord.write` has all four modes.
 
 The schema is the one given to ``spark.read.schema(...)``, or one inferred from a sample spread
 over all files plus the ``col=value/`` partition columns of the folders. Only the schema's

@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+from sparktrain._deps import require_spark
+from sparktrain.cluster.conf import TASK_GPU_CONF, task_gpus
 from sparktrain.errors import SparktrainError
 
 #: How serious a finding is: ``error`` fails a training job, ``warning`` slows or endangers it.
@@ -52,8 +54,7 @@ DYNAMIC_ALLOCATION_CONF: Final = "spark.dynamicAllocation.enabled"
 #: Spark's confs of the cores each task takes, and each executor has.
 TASK_CPUS_CONF: Final = "spark.task.cpus"
 EXECUTOR_CORES_CONF: Final = "spark.executor.cores"
-#: Spark's confs of GPUs: per task, per executor, and how an executor finds its own.
-TASK_GPU_CONF: Final = "spark.task.resource.gpu.amount"
+#: Spark's confs of GPUs per executor, and how an executor finds its own (per task: TASK_GPU_CONF).
 EXECUTOR_GPU_CONF: Final = "spark.executor.resource.gpu.amount"
 EXECUTOR_GPU_SCRIPT_CONF: Final = "spark.executor.resource.gpu.discoveryScript"
 #: A plugin that finds resources instead of a discovery script (RAPIDS ships one).
@@ -228,8 +229,7 @@ def _gpus(conf: Any, master: str | None, gpus_per_worker: int | None) -> Finding
     wanted = gpus_per_worker or 0
     if task_amount <= 0 and wanted == 0:
         return Finding(check, "ok", "no GPUs requested")
-    # A fraction (tasks sharing a GPU) still hands each task one GPU address.
-    per_task = max(1, math.ceil(task_amount)) if task_amount > 0 else 0
+    per_task = task_gpus(conf)
     if wanted > per_task:
         return Finding(
             check,
@@ -681,14 +681,15 @@ def main(argv: Sequence[str]) -> int:
         args = parser.parse_args(list(argv))
     except SystemExit as e:  # --help, or options argparse refused (it printed why)
         return e.code if isinstance(e.code, int) else 2
-    confs: dict[str, str] = {}
-    for item in args.conf:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            parser.print_usage(sys.stderr)
-            print(f"sparktrain doctor: --conf {item!r} is not KEY=VALUE", file=sys.stderr)
-            return 2
-        confs[key.strip()] = value
+    from sparktrain.deploy.submit import key_value
+
+    try:
+        confs = dict(key_value("--conf", item) for item in args.conf)
+        require_spark("sparktrain doctor")
+    except SparktrainError as e:
+        parser.print_usage(sys.stderr)
+        print(f"sparktrain doctor: {e}", file=sys.stderr)
+        return 2
 
     from pyspark import SparkContext
     from pyspark.sql import SparkSession

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from pyspark import SparkConf
 
+from harness.processes import run_in_group
 from sparktrain import fs
 from sparktrain.cluster.slots import available_slots
 from sparktrain.deploy import doctor
@@ -31,7 +32,7 @@ from sparktrain.deploy.doctor import (
     report,
     storage_findings,
 )
-from sparktrain.errors import ClusterError, ConfigurationError
+from sparktrain.errors import ClusterError, ConfigurationError, StorageError
 
 TESTS = Path(__file__).resolve().parent
 #: A folder no one can create anything in, whoever runs the tests (root included).
@@ -212,6 +213,18 @@ def test_a_folder_that_cannot_be_written_is_an_error_naming_it(tmp_path):
     assert not_a_folder == Finding("storage", "error", f"{a_file} is a file, not a folder", "give a folder")
 
 
+def test_a_probe_that_fails_half_way_leaves_nothing_behind(tmp_path, monkeypatch):
+    def unreadable(path: str) -> bytes:
+        raise StorageError(f"cannot read {path}: injected failure", path=path)
+
+    monkeypatch.setattr(fs, "read_bytes", unreadable)
+    [finding] = storage_findings([str(tmp_path / "new" / "models")])
+    assert finding.level == "error"
+    assert "injected failure" in finding.message
+    # The probe file was written, and the two folders made for it: all removed again.
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_hdfs_folders_are_probed(hdfs_url):
     folder = f"{hdfs_url}/doctor-{uuid.uuid4().hex[:8]}"
     [finding] = storage_findings([f"{folder}/models/run-1"])
@@ -301,14 +314,14 @@ def test_diagnose_counts_the_slots_a_job_lacks(spark):
 
 
 def _run_python(
-    code: str, env: dict[str, str] | None = None, timeout: float = 240
+    code: str, env: dict[str, str] | None = None, timeout: float = 400
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    """``python -c code`` in a process group of its own, which a test that runs too long stops
+    whole: the interpreter, its Spark JVM and a local cluster's workers and executors."""
+    return run_in_group(
         [sys.executable, "-c", textwrap.dedent(code)],
         cwd=TESTS,
         env={**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})},
-        capture_output=True,
-        text=True,
         timeout=timeout,
     )
 
@@ -361,7 +374,7 @@ LOOPBACK = ["--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bin
 def test_the_command_exits_with_0_when_all_is_well(tmp_path):
     result = _doctor(
         "--master", "local-cluster[1,1,1024]", *LOOPBACK, "--conf", "spark.ui.enabled=false",
-        "--workers", "1", "--path", f"file://{tmp_path}/out",
+        "--workers", "1", "--wait", "180", "--path", f"file://{tmp_path}/out",
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert "OK       executor-versions" in result.stdout
@@ -383,7 +396,8 @@ def test_the_command_exits_with_1_on_errors_and_names_them(tmp_path):
     )
     python.chmod(0o755)
     result = _doctor(
-        "--master", "local[1]", *LOOPBACK, "--conf", "spark.ui.enabled=false", "--path", UNWRITABLE,
+        "--master", "local[1]", *LOOPBACK, "--conf", "spark.ui.enabled=false", "--wait", "180",
+        "--path", UNWRITABLE,
         env={"PYSPARK_PYTHON": str(python)},
     )  # fmt: skip
     assert result.returncode == 1, result.stdout + result.stderr[-3000:]
@@ -399,3 +413,33 @@ def test_bad_options_exit_with_2_before_spark_starts(capsys):
     assert "0 is less than 1" in capsys.readouterr().err
     assert doctor.main(["--conf", "spark.master"]) == 2
     assert "--conf 'spark.master': expected KEY=VALUE" in capsys.readouterr().err
+    assert doctor.main(["--wait", "-1"]) == 2
+    assert "'-1': must be 0 seconds or more, and finite" in capsys.readouterr().err
+
+
+def test_without_pyspark_the_command_says_what_to_install():
+    # An interpreter where `import pyspark` fails, as where it is not installed.
+    result = _run_python(
+        "import sys; sys.modules['pyspark'] = None\n"
+        "from sparktrain.cli import main; sys.exit(main(['doctor', '--workers', '2']))"
+    )
+    assert result.returncode == 2, result.stderr
+    assert "sparktrain doctor needs pyspark: pip install 'sparktrain[spark]'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_cluster_run_warns_of_each_conf_check_once_per_application(caplog):
+    from types import SimpleNamespace
+
+    from sparktrain.cluster.launcher import check_conf
+    from sparktrain.cluster.options import JobOptions
+
+    # Four cores per executor and one per task: trainers may share an executor (a warning).
+    sc = SimpleNamespace(applicationId=f"app-{uuid.uuid4().hex}", master="local-cluster[2,4,1024]")
+    for workers in (2, 3):
+        options = JobOptions(main_fun=lambda args, ctx: None, name=f"job{workers}", num_workers=workers)
+        check_conf(sc, {}, options)
+    assert [r.getMessage().split(":", 1)[0] for r in caplog.records] == ["job2 [task-cpus]"]
+    # Another application is warned again.
+    check_conf(SimpleNamespace(applicationId="app-other", master=sc.master), {}, options)
+    assert len(caplog.records) == 2

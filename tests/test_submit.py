@@ -3,19 +3,23 @@ time limit on a real local cluster."""
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from sparktrain.deploy.submit import SubmitSpec, duration_s, memory_mb
+from harness.processes import finish, start_in_group
+from sparktrain.deploy.submit import GPU_SCRIPT, SubmitSpec, _Watch, duration_s, memory_mb
 from sparktrain.errors import InvalidArgumentError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,31 +27,34 @@ ENTRY = str(ROOT / "examples" / "ctr_on_spark.py")
 
 
 def start(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """``python -m sparktrain ARGS`` in a process group of its own, so that a test that fails
-    can stop it and everything it started."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "sparktrain", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,
-    )
+    """``python -m sparktrain ARGS`` in a process group of its own."""
+    return start_in_group([sys.executable, "-m", "sparktrain", *args], cwd=cwd, env=env)
 
 
-def finish(process: subprocess.Popen[str], timeout: float) -> subprocess.CompletedProcess[str]:
+def sparktrain(
+    *args: str, timeout: float = 60, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return finish(start(*args, cwd=cwd, env=env), timeout)
+
+
+def fake_spark_submit(folder: Path, script: str) -> Path:
+    """A bash script in ``folder`` standing in for spark-submit (``--spark-submit``): what
+    ``sparktrain submit`` does around a job (its output, stopping it, its exit status) is
+    tested with it in a second, without Spark."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "spark-submit"
+    path.write_text("#!/usr/bin/env bash\n" + textwrap.dedent(script))
+    path.chmod(0o755)
+    return path
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended (a zombie has)."""
     try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        out, err = process.communicate()
-        pytest.fail(f"sparktrain ran past {timeout} s; its stderr ends with:\n{err[-3000:]}")
-    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
-
-
-def sparktrain(*args: str, timeout: float = 60, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return finish(start(*args, cwd=cwd), timeout)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def processes_with(marker: str) -> list[str]:
@@ -156,6 +163,13 @@ def test_a_shipped_interpreter_keeps_the_client_drivers_own():
         (["--master", "spark://h:7077", "--deploy-mode", "cluster"], "standalone"),
         (["--conf", "novalue"], "KEY=VALUE"),
         (["--master", "local-cluster[3,1,1024]", "--workers", "2"], "asks for 3 workers"),
+        (["--master", "local-cluster[3,1]"], "local-cluster[WORKERS,CORES,MiB]"),
+        (["--memory", "0"], "--memory '0': must be more than 0"),
+        (["--driver-memory", "2 GB"], "--driver-memory '2 GB'"),
+        (["--time-limit", "1h30"], "a unit on every part"),
+        (["--archives", "env.tar.gz#env/sub"], "--archives 'env.tar.gz#env/sub'"),
+        (["--archives", "a.tar.gz#x#y"], "takes one '#'"),
+        (["--name", " "], "--name ' '"),
     ],
 )
 def test_bad_options_are_refused_before_anything_runs(args, message):
@@ -207,6 +221,237 @@ def test_a_spark_submit_that_does_not_run_is_named(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+def test_kubernetes_cluster_mode_needs_an_upload_folder_for_what_is_on_this_machine():
+    k8s = ["--master", "k8s://https://10.0.0.1:6443", "--image", "registry.example/sparktrain:1"]
+    # --pack makes a local archive: refused before anything is packed, dry run or not.
+    for dry in ([], ["--dry-run"]):
+        done = sparktrain("submit", *k8s, *dry, "--pack", "local:///opt/app/train.py")
+        assert done.returncode == 2, done.stderr
+        assert "the --pack archive on this machine cannot reach the pods" in done.stderr
+        assert "spark.kubernetes.file.upload.path" in done.stderr
+        assert "Traceback" not in done.stderr
+    upload = ["--conf", "spark.kubernetes.file.upload.path=s3a://bucket/uploads"]
+    _, confs = dry_run(*k8s, *upload, "--pack", "local:///opt/app/train.py")
+    assert confs["spark.archives"] == "<packed env>#environment"
+    assert confs["spark.pyspark.python"] == "./environment/bin/python"
+    assert "spark.pyspark.driver.python" not in confs  # the driver's pod has the archive's
+    # In client mode the driver runs here and serves the entry point itself.
+    _, confs = dry_run(*k8s, "--deploy-mode", "client", ENTRY)
+    assert os.path.samefile(confs["spark.pyspark.driver.python"], sys.executable)
+
+
+def test_output_in_any_encoding_goes_through_and_never_blocks_the_job(tmp_path):
+    fake = fake_spark_submit(
+        tmp_path,
+        r"""
+        # More than a pipe holds (64 KiB) on each stream, in bytes that are not UTF-8.
+        head -c 300000 /dev/zero | tr '\0' '\377'
+        head -c 300000 /dev/zero | tr '\0' '\376' >&2
+        echo
+        echo finished
+        """,
+    )
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    done = sparktrain("submit", "--spark-submit", str(fake), ENTRY, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "finished"
+    assert done.stdout.count("\ufffd") == 300000
+    assert done.stderr.count("\ufffd") == 300000
+
+
+def test_the_output_reader_drains_the_pipe_when_its_sink_fails():
+    class Closed(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError(errno.EPIPE, "Broken pipe")
+
+    source = io.StringIO(
+        "INFO Client: Submitted application application_1700000000000_0002\n" + "x\n" * 10000
+    )
+    watch = _Watch()
+    watch.tee(source, Closed())
+    assert source.read() == ""  # read to the end: spark-submit never blocks on a full pipe
+    assert watch.application == "application_1700000000000_0002"
+
+
+@pytest.mark.parametrize(("script", "status"), [("exit 3", 3), ("kill -KILL $$", 128 + signal.SIGKILL)])
+def test_the_exit_status_is_spark_submits_as_a_shell_reports_it(tmp_path, script, status):
+    fake = fake_spark_submit(tmp_path, script)
+    done = sparktrain("submit", "--spark-submit", str(fake), ENTRY)
+    assert done.returncode == status, done.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP, signal.SIGTERM])
+def test_a_signal_to_submit_stops_spark_submit_and_its_children(tmp_path, sig):
+    pids = tmp_path / "pids"
+    fake = fake_spark_submit(
+        tmp_path,
+        f"""
+        sleep 600 &
+        echo "$$ $!" > {pids}.new
+        mv {pids}.new {pids}
+        wait
+        """,
+    )
+    process = start("submit", "--spark-submit", str(fake), ENTRY)
+    deadline = time.monotonic() + 30
+    while not pids.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pids.exists(), finish(process, timeout=30).stderr
+    process.send_signal(sig)  # to sparktrain alone: spark-submit runs in a session of its own
+    done = finish(process, timeout=60)
+    assert done.returncode == 128 + sig, done.stderr
+    assert f"sparktrain submit: {sig.name} received; stopped the application" in done.stderr
+    assert "Traceback" not in done.stderr
+    deadline = time.monotonic() + 10
+    left = [int(pid) for pid in pids.read_text().split()]
+    while any(running(pid) for pid in left) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in left if running(pid)]
+
+
+YARN_APPLICATION = "application_1700000000000_0042"
+
+
+@pytest.mark.parametrize("killed", [True, False])
+def test_at_the_time_limit_submit_says_whether_it_killed_the_yarn_application(tmp_path, killed):
+    fake = fake_spark_submit(
+        tmp_path,
+        f"""
+        echo "INFO Client: Submitted application {YARN_APPLICATION}" >&2
+        exec sleep 600
+        """,
+    )
+    # Hadoop's `yarn` command, and a `java` for the fallback through Spark's jars, that
+    # record their call and succeed or fail as the test wants.
+    tools = tmp_path / "tools"
+    (tools / "bin").mkdir(parents=True)
+    calls = tmp_path / "calls"
+    for tool in ("yarn", "bin/java"):
+        (tools / tool).write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexit {0 if killed else 1}\n')
+        (tools / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}", "JAVA_HOME": str(tools)}
+    done = sparktrain(
+        "submit", "--master", "yarn", "--spark-submit", str(fake), "--time-limit", "2", ENTRY, env=env
+    )
+    assert done.returncode == 124, done.stderr
+    said = done.stderr.splitlines()[-1]
+    if killed:
+        assert said == (
+            "sparktrain submit: the time limit of 2 s was reached; "
+            f"killed application {YARN_APPLICATION} (yarn application -kill)"
+        )
+        assert calls.read_text().splitlines() == [f"application -kill {YARN_APPLICATION}"]
+    else:
+        assert said == (
+            "sparktrain submit: the time limit of 2 s was reached; could not kill application "
+            f"{YARN_APPLICATION} on the cluster: stop it with yarn application -kill {YARN_APPLICATION}"
+        )
+        # Both ways were tried: `yarn`, then YARN's client class on java.
+        [yarn_call, java_call] = calls.read_text().splitlines()
+        assert yarn_call == f"application -kill {YARN_APPLICATION}"
+        assert java_call.endswith(f"ApplicationCLI application -kill {YARN_APPLICATION}")
+
+
+def test_at_the_time_limit_a_kubernetes_driver_is_killed_with_the_submissions_settings(tmp_path):
+    kill_args = tmp_path / "kill-args"
+    fake = fake_spark_submit(
+        tmp_path,
+        f"""
+        if [[ " $* " == *" --kill "* ]]; then
+            echo "$@" > {kill_args}
+            exit 0
+        fi
+        echo "LoggingPodStatusWatcherImpl: State changed, new state: pod name: train-7-driver" >&2
+        exec sleep 600
+        """,
+    )
+    master = "k8s://https://10.0.0.1:6443"
+    done = sparktrain(
+        "submit", "--master", master, "--image", "registry.example/sparktrain:1",
+        "--conf", "spark.kubernetes.namespace=ml", "--conf", "spark.kubernetes.context=prod",
+        "--spark-submit", str(fake), "--time-limit", "2", "local:///opt/app/train.py",
+    )  # fmt: skip
+    assert done.returncode == 124, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "sparktrain submit: the time limit of 2 s was reached; "
+        "killed application train-7-driver (spark-submit --kill)"
+    )
+    # The same spark-submit (the fake one recorded its arguments), master and Kubernetes confs.
+    args = kill_args.read_text().split()
+    assert args[:2] == ["--master", master]
+    assert args[-2:] == ["--kill", "ml:train-7-driver"]
+    assert "spark.kubernetes.context=prod" in args
+    assert "spark.kubernetes.container.image=registry.example/sparktrain:1" in args
+
+
+def test_client_mode_links_the_shipped_environment_only_where_nothing_else_is(tmp_path):
+    fake = fake_spark_submit(
+        tmp_path / "tools",
+        """
+        readlink environment || echo "not a link"
+        if [[ -x environment/bin/python ]]; then echo "has python"; fi
+        exit 0
+        """,
+    )
+    job = tmp_path / "job"
+    job.mkdir()
+    shipped = ["--master", "yarn", "--spark-submit", str(fake), "--python", "./environment/bin/python"]
+    shipped += ["--archives", "hdfs:///envs/train.tar.gz#environment", ENTRY]
+    link = job / "environment"
+
+    done = sparktrain("submit", *shipped, cwd=job)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [sys.prefix, "has python"]  # while the job ran
+    assert f"linked ./environment to {sys.prefix}" in done.stderr
+    assert not os.path.lexists(link)  # removed afterwards
+
+    # A link to this environment left by a submit that was killed: reused, then removed.
+    link.symlink_to(sys.prefix)
+    done = sparktrain("submit", *shipped, cwd=job)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [sys.prefix, "has python"]
+    assert not os.path.lexists(link)
+
+    # Anything else is the user's: left alone, with a warning that says what follows.
+    link.mkdir()
+    (link / "data.txt").write_text("mine")
+    done = sparktrain("submit", *shipped, cwd=job)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["not a link"]
+    assert "warning: ./environment exists and is not a link to" in done.stderr
+    assert "which has no bin/python" in done.stderr
+    assert (link / "data.txt").read_text() == "mine"
+
+    # A working folder where no link can be made (not even by root): named, and nothing runs.
+    done = sparktrain("submit", *shipped, cwd=Path("/proc"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"sparktrain submit: cannot link ./environment to {sys.prefix}")
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("listing", "visible", "addresses"),
+    [
+        ('printf "0\\n1\\n"', None, ["0", "1"]),
+        ('printf "0\\n1\\n"', "1", ["1"]),
+        ('echo "No devices were found"; exit 6', None, []),  # a driver, but no GPU
+        ("true", None, []),
+    ],
+)
+def test_the_gpu_discovery_script_prints_sparks_resource_json(tmp_path, listing, visible, addresses):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\n{listing}\n")
+    smi.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    env["PATH"] = f"{tmp_path}:{env['PATH']}"
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    done = subprocess.run(["bash", str(GPU_SCRIPT)], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"name": "gpu", "addresses": addresses}
+
+
 def test_a_missing_entry_point_is_named():
     done = sparktrain("submit", "--dry-run", "no/such/job.py")
     assert done.returncode == 2
@@ -214,7 +459,8 @@ def test_a_missing_entry_point_is_named():
 
 
 def test_sizes_and_durations_parse_as_spark_and_users_write_them():
-    assert [memory_mb(t) for t in ("512m", "2g", "2048", "1t", "3145728b")] == [512, 2048, 2048, 1 << 20, 3]
+    assert [memory_mb(t) for t in ("512m", "2g", "2gb", "2048", "1t")] == [512, 2048, 2048, 2048, 1 << 20]
+    assert [memory_mb(t) for t in ("3145728b", "512b")] == [3, 1]  # bytes, rounded up to MiB
     assert [duration_s(t) for t in ("90", "90s", "15m", "2h", "1h30m")] == [90, 90, 900, 7200, 5400]
     with pytest.raises(InvalidArgumentError, match="time-limit"):
         duration_s("0s")

@@ -22,6 +22,7 @@ import pytest
 
 import sparktrain as st
 from harness.miniyarn import MiniYarn
+from harness.processes import run_in_group
 from sparktrain.deploy.cluster_managers import YARN_CLI
 from sparktrain.deploy.submit import spark_home
 
@@ -54,7 +55,10 @@ def yarn(hdfs_url: str) -> Iterator[MiniYarn]:
 @pytest.fixture(scope="module")
 def user_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A user's virtualenv: the sparktrain wheel and what its executors need (no pyspark, which
-    Spark ships itself), plus the packer. Same versions as this environment's."""
+    Spark ships itself), plus the packer. Same versions as this environment's: pip takes them
+    from its cache when it downloaded them before. Offline, point pip at a folder of their
+    wheels through its own variables (PIP_NO_INDEX=1, PIP_FIND_LINKS=<folder>), which this
+    install inherits."""
     wheels = sorted((ROOT / "target" / "wheels").glob("sparktrain-*.whl"))
     assert wheels, "tests/run.sh builds the wheel (submit/install.sh) before the tests"
     prefix = tmp_path_factory.mktemp("user") / "env"
@@ -84,10 +88,15 @@ def submit(
     command += ["--workers", "2", "--memory", "512m", "--driver-memory", "768m"]
     command += ["--conf", f"spark.yarn.jars=local:{home}/jars/*", "--conf", "spark.log.level=WARN"]
     command += ["--env", "SPARK_LOCAL_IP=127.0.0.1", *args]
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=yarn_env(yarn)
-    )
-    return done
+    return run_cli(command, cwd=cwd, env=yarn_env(yarn), timeout=timeout)
+
+
+def run_cli(
+    command: list[str], *, cwd: Path, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``command`` (the sparktrain CLI) in a process group of its own, which a test that runs
+    too long stops whole: the CLI, spark-submit and a client-mode driver with its JVM."""
+    return run_in_group(command, cwd=cwd, env=env, timeout=timeout)
 
 
 def explain(done: subprocess.CompletedProcess[str], yarn: MiniYarn) -> str:
@@ -196,6 +205,7 @@ def test_the_doctor_checks_a_yarn_application_and_its_hdfs_paths(yarn, hdfs_url,
     blocker = f"{hdfs_url}/yarn/{uuid.uuid4().hex}"
     st.fs.write_bytes(blocker, b"a file where the job wants a folder")
     command = [sys.executable, "-m", "sparktrain", "doctor", "--master", "yarn", "--workers", "2"]
+    command += ["--wait", "180"]  # executors may take long to start on a busy machine
     for conf in (
         f"spark.yarn.jars=local:{home}/jars/*",
         "spark.executor.instances=2",
@@ -207,7 +217,7 @@ def test_the_doctor_checks_a_yarn_application_and_its_hdfs_paths(yarn, hdfs_url,
     command += ["--path", f"{hdfs_url}/yarn/doctor", "--path", f"{blocker}/models"]
     # A session built in Python (not by spark-submit) gives executors PYSPARK_PYTHON's interpreter.
     env = {**yarn_env(yarn), "PYSPARK_PYTHON": sys.executable}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=400, cwd=tmp_path, env=env)
+    done = run_cli(command, cwd=tmp_path, env=env, timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
     report = done.stdout
     # The live application: two executors of one slot each, the same Python and sparktrain.

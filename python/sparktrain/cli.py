@@ -38,5 +38,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sparktrain: unknown command {args[0]!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(entry[0])
-    status: int = module.main(args[1:])
+    try:
+        status: int = module.main(args[1:])
+    except KeyboardInterrupt:
+        # Ctrl-C while packing or starting Spark, not during a job (submit stops its job
+        # itself): nothing is left running, so a line rather than a traceback.
+        print(f"sparktrain {args[0]}: interrupted", file=sys.stderr)
+        return 130
     return status

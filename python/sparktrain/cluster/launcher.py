@@ -71,7 +71,8 @@ MAX_LOGGED_WATCH_ERRORS = 20
 _log = logging.getLogger(__name__)
 #: The addresses whose plain control plane was warned about; once per address is enough.
 _warned_plain: set[str] = set()
-#: The conf warnings already logged, by Spark application: once per application is enough.
+#: The conf checks already warned about, as (Spark application, check): once per application
+#: is enough, even where the message differs from one job to the next (its counts do).
 _warned_conf: set[tuple[str, str]] = set()
 
 
@@ -126,7 +127,7 @@ def check_conf(sc: Any, conf: Any, options: JobOptions) -> None:
             checks=[f.check for f in errors],
         )
     for f in findings:
-        key = (str(sc.applicationId), f.message)
+        key = (str(sc.applicationId), f.check)
         if f.level == "warning" and key not in _warned_conf:
             _warned_conf.add(key)
             _log.warning(

@@ -71,22 +71,24 @@ def kill(spec: SubmitSpec, application: str | None, spark_submit: str) -> str | 
     return "spark-submit --kill" if done else None
 
 
-def manual_kill(spec: SubmitSpec, application: str) -> str:
-    """The command a user runs to kill ``application`` by hand."""
+def manual_kill(spec: SubmitSpec, application: str, spark_submit: str) -> str:
+    """The command a user runs to kill ``application`` by hand; ``spark_submit`` is the one
+    that submitted it."""
     if spec.profile == "yarn":
         return f"yarn application -kill {application}"
-    return shlex.join(_kubernetes_kill_command(spec, application, "spark-submit"))
+    return shlex.join(_kubernetes_kill_command(spec, application, spark_submit))
 
 
 def _kubernetes_kill_command(spec: SubmitSpec, application: str, spark_submit: str) -> list[str]:
     # The same Kubernetes client settings as the submission (context, namespace, credentials).
+    submitted = spec.confs()
     confs = [
         arg
-        for key, value in spec.confs().items()
+        for key, value in submitted.items()
         if key.startswith("spark.kubernetes.")
         for arg in ("--conf", f"{key}={value}")
     ]
-    namespace = spec.confs().get("spark.kubernetes.namespace", "default")
+    namespace = submitted.get("spark.kubernetes.namespace", "default")
     return [spark_submit, "--master", spec.master, *confs, "--kill", f"{namespace}:{application}"]
 
 

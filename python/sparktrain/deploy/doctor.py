@@ -518,20 +518,26 @@ def _probe_path(path: str) -> Finding:
             created = [folder]
             while (parent := _parent(created[-1])) != created[-1] and not fs.exists(parent):
                 created.append(parent)
-        probe = f"{folder.rstrip('/')}/.sparktrain-doctor-{uuid.uuid4().hex}"
-        data = b"sparktrain doctor probe\n"
+    except SparktrainError as e:
+        return Finding(check, "error", f"cannot look at {path}: {e}", fix)
+    probe = f"{folder.rstrip('/')}/.sparktrain-doctor-{uuid.uuid4().hex}"
+    data = b"sparktrain doctor probe\n"
+    failure: SparktrainError | None = None
+    read = b""
+    try:
         fs.write_bytes(probe, data)
         read = fs.read_bytes(probe)
     except SparktrainError as e:
-        return Finding(check, "error", f"cannot write a file under {path}: {e}", fix)
-    leftovers: list[str] = []
-    for target in [probe, *created]:
-        try:
-            fs.delete(target, recursive=False)
-        except SparktrainError:
-            leftovers.append(target)  # someone else's files appeared there meanwhile, or no rights
+        failure = e
+    # Whatever failed, what the probe made is removed: the file, and the folders it created.
+    leftovers = _remove_probe([probe, *created])
+    left = f"; it could not remove {', '.join(leftovers)}" if leftovers else ""
+    if failure is not None:
+        return Finding(check, "error", f"cannot write a file under {path}: {failure}{left}", fix)
     if read != data:
-        return Finding(check, "error", f"{path}: a probe file read back differs from what was written", fix)
+        return Finding(
+            check, "error", f"{path}: a probe file read back differs from what was written{left}", fix
+        )
     if leftovers:
         return Finding(
             check,
@@ -541,6 +547,27 @@ def _probe_path(path: str) -> Finding:
         )
     made = " (created for the probe and removed again)" if created else ""
     return Finding(check, "ok", f"{path} is writable and readable{made}")
+
+
+def _remove_probe(targets: Sequence[str]) -> list[str]:
+    """Removes each of ``targets`` (the probe file, then the folders made for it, deepest
+    first) that exists; returns those that could not be removed."""
+    from sparktrain import fs
+
+    leftovers = []
+    for target in targets:
+        try:
+            fs.delete(target, recursive=False)  # a folder that is not empty stays, and is named
+        except SparktrainError:
+            # Someone else's files appeared there meanwhile, or no right to remove it; or it
+            # was never made. Named unless it is known not to be there.
+            try:
+                still_there = fs.exists(target)
+            except SparktrainError:
+                still_there = True
+            if still_there:
+                leftovers.append(target)
+    return leftovers
 
 
 # --- Kerberos --------------------------------------------------------------------------------
@@ -637,7 +664,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparktrain doctor",
         description="Checks a Spark application and its storage for what would make a training job "
-        "fail, and says how to fix each finding. Exits with 1 when any check finds an error.",
+        "fail, and says how to fix each finding. Exits with 1 when any check finds an error, 2 when "
+        "the options are refused.",
     )
     parser.add_argument("--master", help="Spark master URL (default: spark-defaults, as pyspark picks it)")
     parser.add_argument(
@@ -651,12 +679,22 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", default="sparktrain-doctor", help="the Spark application's name")
     parser.add_argument(
         "--wait",
-        type=float,
+        type=_seconds,
         default=DEFAULT_SLOT_WAIT,
         metavar="SECONDS",
         help=f"how long to wait for executors to register (default {DEFAULT_SLOT_WAIT:g})",
     )
     return parser
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < math.inf:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text!r}: must be 0 seconds or more, and finite")
+    return value
 
 
 def _count(minimum: int) -> Any:

@@ -28,6 +28,8 @@ from sparktrain.errors import ConfigurationError, InvalidArgumentError
 PACK_EXTRA: Final = "deploy"
 #: The folder name the archive is unpacked under in every container (``archive#alias``).
 DEFAULT_ALIAS: Final = "environment"
+#: Spark's conf of the driver's interpreter.
+DRIVER_PYTHON_CONF: Final = "spark.pyspark.driver.python"
 
 EnvKind = Literal["venv", "conda"]
 
@@ -44,6 +46,11 @@ class PackedEnv:
     alias: str = DEFAULT_ALIAS
 
     @property
+    def shipped(self) -> str:
+        """``ARCHIVE#ALIAS``, as ``--archives`` and ``spark.archives`` take it."""
+        return f"{self.archive}#{self.alias}"
+
+    @property
     def python(self) -> str:
         """The interpreter inside the unpacked archive, relative to a container's folder."""
         return f"./{self.alias}/bin/python"
@@ -52,12 +59,28 @@ class PackedEnv:
         """The Spark confs that ship the archive and run Python from it.
 
         ``spark.archives`` unpacks it in every executor (and, in cluster mode, the driver's
-        container); in client mode the driver runs where it is submitted, so it keeps this
-        machine's interpreter."""
-        confs = {"spark.archives": f"{self.archive}#{self.alias}", "spark.pyspark.python": self.python}
-        if deploy_mode == "client":
-            confs["spark.pyspark.driver.python"] = sys.executable
-        return confs
+        container); in client mode the driver keeps this machine's interpreter
+        (:func:`driver_python_confs`)."""
+        return {
+            "spark.archives": self.shipped,
+            "spark.pyspark.python": self.python,
+            **driver_python_confs(deploy_mode),
+        }
+
+
+def driver_python_confs(deploy_mode: str) -> dict[str, str]:
+    """The driver's interpreter in ``deploy_mode``. In client mode the driver runs on this
+    machine, under this interpreter (the one with sparktrain): without the conf Spark would
+    start it with ``spark.pyspark.python``, which may be an interpreter inside a shipped
+    archive that exists only in the containers, or else whatever ``python3`` is on ``PATH``.
+    In cluster mode the driver's container has the executors' Python: nothing to add."""
+    return {DRIVER_PYTHON_CONF: sys.executable} if deploy_mode == "client" else {}
+
+
+def plain_folder_name(name: str) -> bool:
+    """Whether ``name`` can be the ALIAS of ``ARCHIVE#ALIAS``: one folder, and nothing that
+    Spark's ``#`` or its comma-separated lists would split."""
+    return name not in ("", ".", "..") and not any(c in name for c in "/#,")
 
 
 def current_env() -> tuple[str, EnvKind]:
@@ -98,11 +121,19 @@ def pack(
             raise InvalidArgumentError(f"prefix={prefix!r}: no bin/python there; not a Python environment")
         kind = "conda" if (Path(prefix) / "conda-meta").is_dir() else "venv"
     _check_has_sparktrain(prefix)
-    if not alias or "/" in alias or "#" in alias:
-        raise InvalidArgumentError(f"alias={alias!r}: must be a plain folder name")
+    if not plain_folder_name(alias):
+        raise InvalidArgumentError(
+            f"alias={alias!r} (--alias): must be a plain folder name, without '/', '#' or ','"
+        )
     target = output or f"{Path(prefix).name}.tar.gz"
     if not target.endswith((".tar.gz", ".tgz")):
-        raise InvalidArgumentError(f"output={target!r}: must end with .tar.gz or .tgz")
+        raise InvalidArgumentError(f"output={target!r} (--output): must end with .tar.gz or .tgz")
+    if "#" in target or "," in target:
+        # spark.archives is a comma-separated list of ARCHIVE#ALIAS.
+        raise InvalidArgumentError(
+            f"output={target!r} (--output): a '#' or ',' in it would break spark.archives "
+            "(ARCHIVE#ALIAS, comma-separated); choose another name"
+        )
     remote = "://" in target and not target.startswith("file://")
     if not remote:
         target = os.path.abspath(target.removeprefix("file://"))
@@ -140,7 +171,8 @@ def _check_has_sparktrain(prefix: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``sparktrain pack``: packs, then prints the archive and the confs that use it."""
+    """``sparktrain pack``: packs, then prints the archive and the confs that use it; returns 0,
+    or 2 (with the reason on stderr) when the options are refused or the packing fails."""
     parser = argparse.ArgumentParser(
         prog="sparktrain pack",
         description="Pack the current virtualenv or conda env (with sparktrain) into an archive for "
@@ -167,15 +199,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except SparktrainError as e:
         print(f"sparktrain pack: {e}", file=sys.stderr)
-        return 1
+        return 2
     print(f"packed the {packed.kind} into {packed.archive}")
     if packed.kind == "venv":
         print(f"(its bin/python links to {sys.base_prefix}: every node needs that Python at that path)")
     print("use it with:")
     for key, value in packed.confs(args.deploy_mode).items():
         print(f"  --conf {key}={value}")
-    print(f"or: sparktrain submit --archives {packed.archive}#{packed.alias} --python {packed.python} ...")
+    print(f"or: sparktrain submit --archives {packed.shipped} --python {packed.python} ...")
     return 0
 
 
-__all__ = ["DEFAULT_ALIAS", "PackedEnv", "current_env", "main", "pack"]
+__all__ = [
+    "DEFAULT_ALIAS",
+    "DRIVER_PYTHON_CONF",
+    "PackedEnv",
+    "current_env",
+    "driver_python_confs",
+    "main",
+    "pack",
+    "plain_folder_name",
+]

@@ -27,17 +27,21 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Any, Final
+from urllib.parse import urlsplit
 
 from sparktrain.deploy import cluster_managers
+from sparktrain.deploy.pack import PackedEnv, current_env, driver_python_confs, pack, plain_folder_name
 from sparktrain.errors import ConfigurationError, InvalidArgumentError, SparktrainError
 
-#: The kinds of cluster manager a job can be submitted to.
-PROFILES: Final = ("local-cluster", "standalone", "yarn", "kubernetes")
 #: Exit status when the time limit ended the job (as ``timeout(1)`` uses).
 TIME_LIMIT_EXIT: Final = 124
 #: Seconds ``spark-submit`` gets to stop after SIGTERM before it is killed.
 STOP_GRACE_S: Final = 30.0
+#: Seconds between looks at a running job for a stopping signal or the time limit.
+POLL_S: Final = 0.5
+#: The signals that stop a running job (a scheduler's, a closed terminal's, Ctrl-C).
+STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 #: Thread-pool variables set to the executor's cores: the engine's and the common math
 #: libraries', so a trainer uses the cores Spark gave it and no more.
 THREAD_VARIABLES: Final = (
@@ -49,6 +53,9 @@ THREAD_VARIABLES: Final = (
 )
 #: The file name ``--pack`` gives the archive (each container unpacks it under the alias).
 PACKED_NAME: Final = "sparktrain-env.tar.gz"
+#: What stands for that archive until it is made: in ``--dry-run``'s command, and in the
+#: checks that run before the pack.
+PACK_PLACEHOLDER: Final = "<packed env>"
 #: Where a packaged GPU discovery script ends up in each container (``--files``).
 GPU_SCRIPT: Final = Path(__file__).with_name("discover_gpus.sh")
 #: The same script in the Kubernetes image (submit/kubernetes/Dockerfile puts it there).
@@ -160,6 +167,11 @@ class SubmitSpec:
         if self.driver_memory is not None:
             memory_mb(self.driver_memory, "--driver-memory")
         sized = local_cluster_size(self.master)
+        if self.profile == "local-cluster" and self.master != "local-cluster" and sized is None:
+            raise InvalidArgumentError(
+                f"--master {self.master!r}: use local-cluster (sized by --workers, --cores-per-worker "
+                "and --memory) or local-cluster[WORKERS,CORES,MiB]"
+            )
         if sized is not None and sized != (self.workers, self.cores_per_worker, memory_mb(self.memory)):
             raise InvalidArgumentError(
                 f"--master {self.master} asks for {sized[0]} workers of {sized[1]} cores and {sized[2]} MiB, "
@@ -176,11 +188,23 @@ class SubmitSpec:
             raise InvalidArgumentError(
                 "kubernetes: --image (the container image with sparktrain) is required"
             )
-        if self.profile == "kubernetes" and not self.conf_value("spark.kubernetes.file.upload.path"):
+        if (
+            self.profile == "kubernetes"
+            and self.mode == "cluster"
+            and not self.conf_value("spark.kubernetes.file.upload.path")
+        ):
+            # The driver's pod fetches the job's files from the upload folder, where spark-submit
+            # puts them; without one, Spark fails in the pod. (In client mode the driver, here,
+            # serves them to the executors itself.)
+            shipped = [
+                self.entry_point,
+                *(item.split("#", 1)[0] for item in _listed(",".join(self.archives))),
+                *_listed(",".join((*self.py_files, *self.files))),
+            ]
             local = [
-                path.split("#", 1)[0]
-                for path in (self.entry_point, *self.archives, *self.py_files, *self.files)
-                if "://" not in path
+                "the --pack archive" if path == PACK_PLACEHOLDER else path
+                for path in shipped
+                if urlsplit(path).scheme in ("", "file")  # as Spark decides what to upload
             ]
             if local:
                 raise InvalidArgumentError(
@@ -196,6 +220,17 @@ class SubmitSpec:
         if self.queue is not None and self.profile != "yarn":
             raise InvalidArgumentError(
                 f"--queue {self.queue!r}: queues are YARN's; the master is {self.master}"
+            )
+        for item in _listed(",".join(self.archives)):
+            _, sep, alias = item.partition("#")
+            if sep and not plain_folder_name(alias):
+                raise InvalidArgumentError(
+                    f"--archives {item!r}: ARCHIVE#ALIAS takes one '#', then a plain folder name "
+                    "(no '/', '#' or ',') to unpack the archive under"
+                )
+        if self.name is not None and not self.name.strip():
+            raise InvalidArgumentError(
+                f"--name {self.name!r}: the application needs a name; leave --name out for the script's"
             )
         if not self.entry_point.endswith(".py"):
             raise InvalidArgumentError(f"entry point {self.entry_point!r}: must be a Python file (.py)")
@@ -266,11 +301,8 @@ class SubmitSpec:
             if self.mode == "cluster":
                 confs[cluster_managers.driver_env_prefix(self.profile) + key] = value
         confs.update(self.conf)
-        if self.mode == "client" and "spark.pyspark.driver.python" not in confs:
-            # The driver runs here, under this interpreter (the one with sparktrain); without
-            # this Spark would start the entry point with whatever `python3` is on PATH, or with
-            # an interpreter inside a shipped archive, which exists only in the containers.
-            confs["spark.pyspark.driver.python"] = sys.executable
+        for key, value in driver_python_confs(self.mode).items():
+            confs.setdefault(key, value)
         return confs
 
     def resolved_master(self) -> str:
@@ -378,8 +410,10 @@ class _Watch:
 
 
 def run(spec: SubmitSpec, *, stdout: IO[str] | None = None, stderr: IO[str] | None = None) -> int:
-    """Runs the job; returns ``spark-submit``'s exit status, or :data:`TIME_LIMIT_EXIT` after
-    killing the application at the time limit (with a line on ``stderr`` saying so)."""
+    """Runs the job; returns ``spark-submit``'s exit status (128 + N when a signal N ended it),
+    :data:`TIME_LIMIT_EXIT` after stopping the job at the time limit, or 128 + N after stopping
+    it for a signal N (SIGTERM, SIGHUP, SIGINT) to this process; each stop says on ``stderr``
+    what it did."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     command = spec.command()
@@ -395,106 +429,137 @@ def _driver_side_environment(spec: SubmitSpec, err: IO[str]) -> Iterator[None]:
     Spark runs Python on the driver's side with the executors' interpreter when it plans a
     Python data source (``spark.read.format("tfrecord")``), from the driver's working folder,
     where no archive is unpacked. A link from the archive's folder name to this environment
-    makes that path work here; it is removed afterwards, and an existing file is left alone."""
+    makes that path work here. Only a link to this environment is made, reused or removed:
+    anything else already there is left alone, with a warning."""
     python = spec.confs().get("spark.pyspark.python", "")
-    alias = python[2:].split("/", 1)[0] if python.startswith("./") else ""
-    if spec.mode != "client" or not alias:
+    alias, _, inside = python.removeprefix("./").partition("/") if python.startswith("./") else ("", "", "")
+    if spec.mode != "client" or not alias or not inside:
         yield
         return
-    if os.path.lexists(alias):
-        if not os.path.exists(python):
-            err.write(
-                f"sparktrain submit: warning: ./{alias} exists but has no {python[2 + len(alias) :]}; "
-                "Python data sources planned on the driver's side will fail to start\n"
+    if os.path.lexists(alias) and not _our_link(alias):
+        broken = "" if os.path.exists(python) else f", which has no {inside}: they will fail to start"
+        _say(
+            err,
+            f"warning: ./{alias} exists and is not a link to {sys.prefix}, so it is left as it is; Python "
+            f"data sources planned on the driver's side run {python} from it{broken}",
+        )
+        yield
+        return
+    if not os.path.lexists(alias):
+        if not os.path.exists(os.path.join(sys.prefix, inside)):
+            _say(
+                err,
+                f"warning: {sys.prefix} has no {inside}, so ./{alias} is not linked to it; Python data "
+                f"sources planned on the driver's side, which run {python}, will fail to start",
             )
-        yield
-        return
-    try:
-        os.symlink(sys.prefix, alias)
-    except OSError as e:
-        raise ConfigurationError(
-            f"cannot link ./{alias} to {sys.prefix} for the driver's side of {python}: {e}"
-        ) from e
-    err.write(
-        f"sparktrain submit: linked ./{alias} to {sys.prefix} for the driver's side while the job runs\n"
-    )
+            yield
+            return
+        try:
+            os.symlink(sys.prefix, alias)
+        except OSError as e:
+            raise ConfigurationError(
+                f"cannot link ./{alias} to {sys.prefix} for the driver's side of {python}: {e}"
+            ) from e
+        _say(err, f"linked ./{alias} to {sys.prefix} for the driver's side while the job runs")
+    # else: the link an earlier submit left when it was killed before removing it, reused.
     try:
         yield
     finally:
-        # Only the link made here, in case something replaced it meanwhile.
+        # Only a link to this environment: something else may have replaced it meanwhile.
         with contextlib.suppress(OSError):
-            if os.path.islink(alias) and os.readlink(alias) == sys.prefix:
+            if _our_link(alias):
                 os.unlink(alias)
 
 
-class _Stopped(Exception):
-    """A signal asked ``sparktrain submit`` to stop the job."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
+def _our_link(path: str) -> bool:
+    """Whether ``path`` is the link :func:`_driver_side_environment` makes."""
+    return os.path.islink(path) and os.readlink(path) == sys.prefix
 
 
-def _raise_stopped(signum: int, _frame: object) -> None:
-    raise _Stopped(signum)
+def _say(err: IO[str], message: str) -> None:
+    # The job's own output goes to the same stream: a closed one must not stop the stop.
+    with contextlib.suppress(OSError, ValueError):
+        err.write(f"sparktrain submit: {message}\n")
+        err.flush()
 
 
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    """Turns SIGTERM, SIGHUP and SIGINT into :class:`_Stopped` while the job runs: the job runs
-    in a process group of its own, which a signal to this one would not reach."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread may set handlers; its caller handles signals then
-        return
-    stopping = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
-    previous = {sig: signal.signal(sig, _raise_stopped) for sig in stopping}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
+class _StopSignals:
+    """While the job runs, records SIGTERM, SIGHUP and SIGINT instead of letting them end this
+    process: the job runs in a process group of its own, which a signal to this one does not
+    reach, so it must be stopped before this process exits. The first signal is the one the
+    exit status reports; more of them (a second Ctrl-C) do not cut short the stop, which is
+    bounded. Only the main thread can set handlers: elsewhere nothing is recorded, and the
+    caller's own handling applies."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._record)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+    def _record(self, signum: int, _frame: object) -> None:
+        if self.received is None:
+            self.received = signum
 
 
 def _run(spec: SubmitSpec, command: list[str], out: IO[str], err: IO[str]) -> int:
-    try:
-        process = subprocess.Popen(
-            command,
-            env=spec.environment(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            # Spark's and the job's output may be in any encoding: never fail on it.
-            encoding="utf-8",
-            errors="replace",
-            bufsize=1,
-            start_new_session=True,  # its own process group: stopping it stops its children too
-        )
-    except OSError as e:
-        raise ConfigurationError(f"cannot run {command[0]}: {e.strerror or e}") from e
-    assert process.stdout is not None
-    assert process.stderr is not None
-    watch = _Watch()
-    readers = [
-        threading.Thread(target=watch.tee, args=(process.stdout, out), daemon=True),
-        threading.Thread(target=watch.tee, args=(process.stderr, err), daemon=True),
-    ]
-    for reader in readers:
-        reader.start()
-    deadline = None if spec.time_limit is None else time.monotonic() + spec.time_limit
-    try:
-        with _stop_on_signals():
-            status = process.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
-        # A negative status is the signal that ended spark-submit: report it as a shell would.
-        return status if status >= 0 else 128 - status
-    except subprocess.TimeoutExpired:
-        why = f"the time limit of {spec.time_limit:g} s was reached"
-        _stop_job(spec, command[0], process, watch, err, why)
-        return TIME_LIMIT_EXIT
-    except _Stopped as stopped:
-        _stop_job(spec, command[0], process, watch, err, f"{stopped} received")
-        return 128 + stopped.signum
-    finally:
+    # The handlers are in place from before spark-submit starts until the job is stopped: a
+    # signal in between must not end this process and leave the job running.
+    with _StopSignals() as signals:
+        try:
+            process = subprocess.Popen(
+                command,
+                env=spec.environment(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                # Spark's and the job's output may be in any encoding: never fail on it.
+                encoding="utf-8",
+                errors="replace",
+                bufsize=1,
+                start_new_session=True,  # its own process group: stopping it stops its children too
+            )
+        except OSError as e:
+            raise ConfigurationError(
+                f"cannot run {command[0]}: {e.strerror or e}; name a spark-submit that runs with "
+                "--spark-submit or SPARK_HOME"
+            ) from e
+        assert process.stdout is not None
+        assert process.stderr is not None
+        watch = _Watch()
+        readers = [
+            threading.Thread(target=watch.tee, args=(process.stdout, out), daemon=True),
+            threading.Thread(target=watch.tee, args=(process.stderr, err), daemon=True),
+        ]
         for reader in readers:
-            reader.join(timeout=5)
+            reader.start()
+        deadline = None if spec.time_limit is None else time.monotonic() + spec.time_limit
+        try:
+            while True:
+                try:
+                    status = process.wait(timeout=POLL_S)
+                    # A negative status is the signal that ended spark-submit: as a shell says it.
+                    return status if status >= 0 else 128 - status
+                except subprocess.TimeoutExpired:
+                    pass
+                if signals.received is not None:
+                    name = signal.Signals(signals.received).name
+                    _stop_job(spec, command[0], process, watch, err, f"{name} received")
+                    return 128 + signals.received
+                if deadline is not None and time.monotonic() >= deadline:
+                    why = f"the time limit of {spec.time_limit:g} s was reached"
+                    _stop_job(spec, command[0], process, watch, err, why)
+                    return TIME_LIMIT_EXIT
+        finally:
+            for reader in readers:
+                reader.join(timeout=5)
 
 
 def _stop_job(
@@ -507,16 +572,19 @@ def _stop_job(
     what = f"application {watch.application}" if watch.application else "the application"
     if killed:
         done = f"killed {what} ({killed})"
-    elif watch.application and cluster_managers.runs_outside_submit(spec):
+    elif not cluster_managers.runs_outside_submit(spec):
+        done = f"stopped {what}"
+    elif watch.application:
         done = (
             f"could not kill {what} on the cluster: stop it with "
-            f"{cluster_managers.manual_kill(spec, watch.application)}"
+            f"{cluster_managers.manual_kill(spec, watch.application, spark_submit)}"
         )
     else:
-        done = f"stopped {what}"
-    with contextlib.suppress(OSError, ValueError):
-        err.write(f"sparktrain submit: {why}; {done}\n")
-        err.flush()
+        done = (
+            "stopped spark-submit before it named the application: if it had reached the cluster, "
+            "it may still run there"
+        )
+    _say(err, f"{why}; {done}")
 
 
 def _stop(process: subprocess.Popen[str]) -> None:
@@ -602,31 +670,32 @@ def spec_from_args(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``sparktrain submit``; returns the job's exit status."""
+    """``sparktrain submit``; returns the job's exit status, or 2 when sparktrain refused the
+    options or could not pack the environment or start ``spark-submit``."""
     args = parser().parse_args(argv)
     try:
-        spec = spec_from_args(args)  # checks the options before a slow pack
         if not args.pack:
-            if args.dry_run:
-                print(shlex.join(spec.command()))
-                return 0
-            return run(spec)
+            spec = spec_from_args(args)
+        else:
+            # Until the archive is made its placeholder stands in, so that every check (the
+            # Kubernetes upload folder's too) runs before the slow pack.
+            _, kind = current_env()
+            placeholder = PackedEnv(PACK_PLACEHOLDER, kind)
+            spec = spec_from_args(args, [placeholder.shipped], placeholder.python)
         if args.dry_run:
-            spec = spec_from_args(args, ["<packed env>#environment"], "./environment/bin/python")
             print(shlex.join(spec.command()))
             return 0
-        from sparktrain.deploy.pack import pack
-
+        if not args.pack:
+            return run(spec)
         with tempfile.TemporaryDirectory(prefix="sparktrain-submit-") as scratch:
             packed = pack(os.path.join(scratch, PACKED_NAME), overwrite=True)
-            return run(spec_from_args(args, [f"{packed.archive}#{packed.alias}"], packed.python))
+            return run(spec_from_args(args, [packed.shipped], packed.python))
     except SparktrainError as e:
         print(f"sparktrain submit: {e}", file=sys.stderr)
         return 2
 
 
 __all__ = [
-    "PROFILES",
     "TIME_LIMIT_EXIT",
     "SubmitSpec",
     "bundled_jar",

@@ -1,14 +1,20 @@
 """Spark DataFrames and RDDs to TFRecord datasets, and back.
 
-Writing runs as Spark tasks: ``mapInArrow`` hands each task its Arrow batches, and the Rust
-writer streams them straight to the output URL (``hdfs://``, ``file://``, a bare path). No row
-reaches the driver and no row is touched by Python. Reading goes through the ``tfrecord`` data
-source (:mod:`sparktrain.datasource`).
+Writing runs as Spark tasks, in one of two ways that give the same records. Where the session
+has sparktrain's jar (``spark.jars``; ``sparktrain submit`` adds it), the jar's file format
+encodes Spark's rows in the executors' JVMs, and the files it writes are published by the same
+commit as the other way's. Otherwise ``mapInArrow`` hands each task its Arrow batches, and the
+Rust writer streams them straight to the output URL (``hdfs://``, ``file://``, a bare path).
+Either way no row reaches the driver. Reading goes through the format name
+``sparktrain.tfrecord``: the jar's format, else the Python data source
+(:mod:`sparktrain.datasource`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import posixpath
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -37,6 +43,36 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 MODES = ("errorifexists", "overwrite", "append", "ignore")
+#: Which implementation ``write`` and ``read_dataframe`` use: the jar's when the session has it
+#: (``auto``), or the one named.
+ENGINES = ("auto", "jvm", "python")
+#: The session's default for ``engine="auto"`` (``spark.conf.set(ENGINE_CONF, "python")``).
+ENGINE_CONF = "spark.sparktrain.tfrecord.engine"
+
+
+def _engine_of(engine: object, spark: SparkSession) -> str:
+    """``"jvm"`` or ``"python"``: the implementation ``engine`` asks for in ``spark``; ``auto``
+    takes the session's :data:`ENGINE_CONF`, else the jar's where the session has it."""
+    from sparktrain.datasource import has_jvm_format
+
+    name = _checks.text("engine", engine).lower()
+    if name == "auto":
+        configured = spark.conf.get(ENGINE_CONF, "auto")
+        name = (configured or "auto").lower()
+        if name not in ENGINES:
+            raise _checks.refuse(ENGINE_CONF, configured, f"must be one of {', '.join(ENGINES)}")
+    if name not in ENGINES:
+        raise _checks.refuse("engine", engine, f"must be one of {', '.join(ENGINES)}")
+    if name == "python":
+        return name
+    if has_jvm_format(spark):
+        return "jvm"
+    if name == "jvm":
+        raise InvalidArgumentError(
+            "engine='jvm' needs sparktrain's jar in the session: "
+            "SparkSession.builder.config('spark.jars', sparktrain.jar_path())"
+        )
+    return "python"
 
 
 @dataclass(frozen=True)
@@ -116,6 +152,7 @@ def write(
     record_type: str = "Example",
     partition_by: str | Sequence[str] | None = None,
     num_files: int | None = None,
+    engine: str = "auto",
 ) -> WriteResult:
     """Writes a DataFrame (or an RDD) as a folder of TFRecord files, from Spark tasks.
 
@@ -134,7 +171,12 @@ def write(
     serialized records (``bytes``, e.g. ``tf.train.Example.SerializeToString()``), which are
     written as they are.
 
-    The files are ``part-<task>-<job id>.tfrecord[.gz]``; ``_SUCCESS`` is written after every
+    ``engine`` is ``"auto"`` (the jar's format where the session has the jar, else the Python
+    writer), ``"jvm"`` or ``"python"``; both write the same records, and both publish only when
+    every task succeeded, so a failed job leaves no file and, with ``overwrite``, the old ones.
+
+    The files are ``part-<task>-<job id>.tfrecord[.gz]`` (the Python writer) or Spark's
+    ``part-<task>-<uuid>-c000.tfrecord[.gz]`` (the jar's); ``_SUCCESS`` is written after every
     task succeeded. Returns the files written and the row count.
     """
     require_spark("sparktrain.tfrecord.write")
@@ -171,9 +213,12 @@ def write(
 
         data = SparkSession.builder.getOrCreate().createDataFrame(records)
 
-    # Only a DataFrame's write runs through mapInArrow, which needs pandas.
-    require_spark("sparktrain.tfrecord.write", arrow_udfs=True)
     df = cast("DataFrame", data)
+    if _engine_of(engine, df.sparkSession) == "jvm":
+        check_writable(df.schema, record_type, columns)
+        return _write_jvm(df, job, mode, num_files)
+    # Only the Python writer runs through mapInArrow, which needs pandas.
+    require_spark("sparktrain.tfrecord.write", arrow_udfs=True)
     check_writable(df.schema, record_type, columns)
     if num_files:
         df = df.repartition(num_files)
@@ -183,8 +228,68 @@ def write(
     return _run(job, mode, tasks.collect, path, df.sparkSession.sparkContext)
 
 
+def _write_jvm(df: DataFrame, job: WriteJob, mode: str, num_files: int | None) -> WriteResult:
+    """Writes ``df`` with the jar's file format into a private folder of ``job``'s staging
+    area, as the output of one task, then publishes it with the same job commit as the Python
+    writer: the root sees the files only when the whole write succeeded."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from sparktrain.datasource import OWN_FORMAT
+
+    observation = Observation(f"sparktrain-write-{job.job_id}")
+    df = df.observe(observation, F.count(F.lit(1)).alias("rows"))
+    if num_files:
+        df = df.repartition(num_files)
+    writer = (
+        df.write.format(OWN_FORMAT)
+        .mode("overwrite")  # of the private folder alone
+        .option("recordType", job.record_type)
+        # The job commit below writes the root's _SUCCESS; a second one would collide with it.
+        .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+    )
+    if job.compression:
+        writer = writer.option("compression", job.compression)
+    if job.partition_by:
+        writer = writer.partitionBy(*job.partition_by)
+    native = job.native()
+    sc = df.sparkSession.sparkContext
+    group = f"sparktrain-write-{job.job_id}"
+    try:
+        with _job_group(sc, group, job.root):
+            writer.save(native.setup_task(0, 0))
+        native.commit_task(0, 0)
+        files = job.commit([0], overwrite=mode == "overwrite")
+    except BaseException:
+        _settle(sc, group)
+        job.abort()
+        raise
+    # Hadoop's local file system writes a hidden checksum file beside each file, which the
+    # Python writer does not; dropping them makes the two writers' folders alike.
+    checksums = [f for f in files if posixpath.basename(f).startswith(".") and f.endswith(".crc")]
+    for checksum in checksums:
+        fs.delete(checksum)
+    files = [f for f in files if f not in set(checksums)]
+    rows = int(observation.get["rows"])
+    _log.info("wrote %d rows in %d files to %s (JVM)", rows, len(files), job.root)
+    return WriteResult(job.root, files, rows)
+
+
 #: Spark's thread-local properties that a job group sets, restored after the write.
 _GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+
+
+@contextlib.contextmanager
+def _job_group(sc: Any, group: str, path: str) -> Iterator[None]:
+    """Runs the block's Spark jobs in job group ``group`` (which :func:`_settle` can cancel),
+    then restores the thread's previous group."""
+    previous = {key: sc.getLocalProperty(key) for key in _GROUP_PROPERTIES}
+    sc.setJobGroup(group, f"sparktrain: write {path}", interruptOnCancel=True)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            sc.setLocalProperty(key, value)
 
 
 def _settle(sc: Any, group: str, patience: float = 30.0) -> None:
@@ -211,10 +316,9 @@ def _run(job: WriteJob, mode: str, tasks: Any, path: str, sc: Any) -> WriteResul
     """Runs the tasks in a job group of their own, then commits the job; on any failure, waits
     for the group's remaining tasks to stop and aborts the job."""
     group = f"sparktrain-write-{job.job_id}"
-    previous = {key: sc.getLocalProperty(key) for key in _GROUP_PROPERTIES}
-    sc.setJobGroup(group, f"sparktrain: write {path}", interruptOnCancel=True)
     try:
-        results = tasks()
+        with _job_group(sc, group, path):
+            results = tasks()
         expected = max((r[0] for r in results), default=-1) + 1
         seen = {r[0] for r in results}
         if seen != set(range(expected)):
@@ -229,9 +333,6 @@ def _run(job: WriteJob, mode: str, tasks: Any, path: str, sc: Any) -> WriteResul
         time.sleep(2.5)
         job.abort()
         raise
-    finally:
-        for key, value in previous.items():
-            sc.setLocalProperty(key, value)
     rows = sum(r[2] for r in results)
     _log.info("wrote %d rows in %d files to %s", rows, len(files), path)
     return WriteResult(path, files, rows)
@@ -245,11 +346,14 @@ def read_dataframe(
     record_type: str = "Example",
     compression: str | None = None,
     skip_corrupt: bool = False,
+    engine: str = "auto",
 ) -> DataFrame:
     """Reads a TFRecord folder, file or glob as a DataFrame, through the ``tfrecord`` data
     source (``spark.read.format("tfrecord")``). Without ``schema`` one is inferred from a sample
     spread over all files, plus the ``col=value/`` partition columns of the folders. Only the
-    schema's columns are decoded: give a schema with fewer columns to read less."""
+    schema's columns are decoded: give a schema with fewer columns to read less. ``engine`` is
+    ``"auto"`` (the jar's format where the session has the jar, else the Python source),
+    ``"jvm"`` or ``"python"``."""
     require_spark("sparktrain.tfrecord.read_dataframe")
     from sparktrain.datasource import register
 
@@ -259,7 +363,12 @@ def read_dataframe(
     record_type = record_type_of(_checks.optional_text("record_type", record_type))
     if compression is not None:
         compression_of(_checks.instance("compression", compression, str, "None, 'GZIP' or 'ZLIB'"))
-    reader = spark.read.format(register(spark)).option("recordType", record_type)
+    own = register(spark)
+    if _engine_of(engine, spark) == "python":
+        from sparktrain.datasource import PYTHON_FORMAT
+
+        own = PYTHON_FORMAT
+    reader = spark.read.format(own).option("recordType", record_type)
     if compression:
         reader = reader.option("compression", compression)
     if skip_corrupt:

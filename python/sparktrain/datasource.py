@@ -231,9 +231,21 @@ class SparktrainTFRecordDataSource(TFRecordDataSource):
         return OWN_FORMAT
 
 
+class PythonTFRecordDataSource(TFRecordDataSource):
+    """This module's source under a name the jar does not answer to, for choosing the Python
+    implementation in a session that has the jar (``read_dataframe(engine="python")``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return PYTHON_FORMAT
+
+
 #: The format name that is always sparktrain's: the jar's file format when the session has the
 #: jar, else this module's source. ``tfrecord`` may belong to another library's jar.
 OWN_FORMAT = "sparktrain.tfrecord"
+
+#: The name of this module's source alone, registered by :func:`register`.
+PYTHON_FORMAT = "sparktrain.tfrecord.python"
 
 #: The class that makes ``format("sparktrain.tfrecord")`` resolve to the jar's file format.
 JVM_FORMAT_CLASS = "sparktrain.tfrecord.DefaultSource"
@@ -261,21 +273,23 @@ def has_jvm_format(spark: SparkSession) -> bool:
 def register(spark: SparkSession) -> str:
     """Makes ``format("sparktrain.tfrecord")`` resolve in ``spark``, and ``format("tfrecord")``
     unless another library's JVM source holds that name; returns ``"sparktrain.tfrecord"``.
+    Also registers ``"sparktrain.tfrecord.python"``, the Python implementation alone.
 
     Needed only for Spark Connect and for sessions whose executors' Python lacks sparktrain: in
     classic sessions PySpark finds ``format("tfrecord")`` by itself (:mod:`pyspark_sparktrain`),
     and the jar, when loaded, provides both names."""
-    if has_jvm_format(spark):
-        return OWN_FORMAT
     from pyspark.errors import AnalysisException
 
-    for source in (SparktrainTFRecordDataSource, TFRecordDataSource):
+    sources: tuple[type[TFRecordDataSource], ...] = (PythonTFRecordDataSource,)
+    if not has_jvm_format(spark):
+        sources += (SparktrainTFRecordDataSource, TFRecordDataSource)
+    for source in sources:
         if _python_source_exists(spark, source.name()):
             continue  # registering again works but logs a warning on every call
         try:
             spark.dataSource.register(source)
         except AnalysisException as e:
-            if e.getCondition() != "DATA_SOURCE_ALREADY_EXISTS" or source is SparktrainTFRecordDataSource:
+            if e.getCondition() != "DATA_SOURCE_ALREADY_EXISTS" or source is not TFRecordDataSource:
                 raise
             _log.info("format('tfrecord') is another library's in this session; use %r", OWN_FORMAT)
     return OWN_FORMAT

@@ -21,7 +21,9 @@ public enum CorruptionKind {
    * The first header of the stream is not a TFRecord header: the file is something else, or is
    * compressed and was read without decompressing it.
    */
-  NOT_TFRECORD("not_tfrecord", "not a TFRecord file");
+  NOT_TFRECORD("not_tfrecord", "not a TFRecord file"),
+  /** A header claims a record longer than the reader's limit (the Spark file format's reader). */
+  RECORD_TOO_LONG("record_too_long", "record longer than the limit");
 
   private final String id;
   private final String description;

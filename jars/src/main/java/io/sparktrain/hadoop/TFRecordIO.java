@@ -142,19 +142,22 @@ public final class TFRecordIO {
     return Sniffed.UNKNOWN;
   }
 
-  static void putLong(byte[] b, int at, long v) {
+  /** Writes {@code v} little-endian into {@code b[at, at + 8)}. */
+  public static void putLong(byte[] b, int at, long v) {
     for (int i = 0; i < 8; i++) {
       b[at + i] = (byte) (v >>> (8 * i));
     }
   }
 
-  static void putInt(byte[] b, int at, int v) {
+  /** Writes {@code v} little-endian into {@code b[at, at + 4)}. */
+  public static void putInt(byte[] b, int at, int v) {
     for (int i = 0; i < 4; i++) {
       b[at + i] = (byte) (v >>> (8 * i));
     }
   }
 
-  static long getLong(byte[] b, int at) {
+  /** Reads a little-endian long from {@code b[at, at + 8)}. */
+  public static long getLong(byte[] b, int at) {
     long v = 0;
     for (int i = 7; i >= 0; i--) {
       v = (v << 8) | (b[at + i] & 0xff);
@@ -162,7 +165,8 @@ public final class TFRecordIO {
     return v;
   }
 
-  static int getInt(byte[] b, int at) {
+  /** Reads a little-endian int from {@code b[at, at + 4)}. */
+  public static int getInt(byte[] b, int at) {
     return (b[at] & 0xff)
         | (b[at + 1] & 0xff) << 8
         | (b[at + 2] & 0xff) << 16

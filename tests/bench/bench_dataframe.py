@@ -1,15 +1,20 @@
-"""DataFrame ⇄ TFRecord benchmark on Spark: sparktrain against TensorFlowOnSpark's path and a
-hand-written mapPartitions job, on the same 1M-row Criteo-like DataFrame, in one run.
+"""DataFrame ⇄ TFRecord benchmark on Spark: sparktrain's two paths against TensorFlowOnSpark's
+path, a hand-written mapPartitions job, and Spark's own Parquet and Avro formats, on the same
+1M-row Criteo-like DataFrame, in one run.
 
 On ``local-cluster[2,1,1024]`` (two executors, one core each), the DataFrame is read from the
 same 8 Parquet files by every contender (that read is part of every timing), then:
 
-  write (a) sparktrain: ``sparktrain.tfrecord.write(df, path)`` (mapInArrow → Rust writer);
+  write (h) sparktrain's JVM format: ``df.write.format("tfrecord")`` (the jar's FileFormat);
+        (i) Spark's Parquet writer; (j) Spark's Avro writer (``spark-avro`` from Maven Central);
+        (a) sparktrain: ``sparktrain.tfrecord.write(df, path, engine="python")`` (mapInArrow →
+            Rust writer);
         (b) mapPartitions: one ``tf.train.Example`` per row, ``tf.io.TFRecordWriter`` per partition;
         (c) TFoS: ``dfutil.saveAsTFRecords``'s path: TFoS's per-row ``toTFExample`` and
             ``saveAsNewAPIHadoopFile`` with the jar's ``TFRecordFileOutputFormat`` (TFoS names a
             class from TensorFlow's ecosystem jar, which is not on Maven Central);
-  read  (d) sparktrain: ``read_dataframe`` with the schema inferred;
+  read  (k) sparktrain's JVM format, schema inferred; (l) Parquet; (m) Avro;
+        (d) sparktrain: ``read_dataframe(engine="python")`` with the schema inferred;
         (e) TFoS: ``dfutil.loadTFRecords``'s path: ``newAPIHadoopFile`` with the jar's
             ``TFRecordFileInputFormat``, TFoS's per-row ``fromTFExample``, ``createDataFrame``.
 
@@ -20,6 +25,8 @@ prints rows/s and the ratios. The peers need TensorFlowOnSpark in the virtualenv
 
     .venv/bin/pip install -r tests/bench/requirements-peers.txt
     .venv/bin/python tests/bench/bench_dataframe.py [--rows 1000000] [--repeat 3] [--peer-repeat 1]
+
+The Avro jar is fetched with Maven (the pyspark version, else 4.0.1, the newest 4.x there).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -95,6 +103,29 @@ def count_records(path: str) -> int:
     return sum(sum(1 for _ in tfrecord.RecordReader(f.path)) for f in fs.expand_inputs(path))
 
 
+def avro_jar() -> str:
+    """spark-avro for this Spark, from Maven Central (or Maven's local repository)."""
+    import pyspark
+
+    folder = tempfile.mkdtemp(prefix="bench-avro-")
+    for version in dict.fromkeys([pyspark.__version__, "4.0.1"]):
+        artifact = f"org.apache.spark:spark-avro_2.13:{version}"
+        done = subprocess.run(
+            ["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={artifact}", f"-DoutputDirectory={folder}"],
+            capture_output=True,
+            check=False,
+        )
+        if done.returncode == 0:
+            return f"{folder}/spark-avro_2.13-{version}.jar"
+    sys.exit("spark-avro is not on Maven Central for this Spark, nor 4.0.1")
+
+
+def bytes_per_row(path: str, rows: int) -> float:
+    from sparktrain import fs
+
+    return sum(f.size for f in fs.expand_inputs(path)) / rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -110,11 +141,12 @@ def main() -> None:
 
     from sparktrain import tfrecord
 
-    spark = local_cluster_session("sparktrain-bench-dataframe")
+    spark = local_cluster_session("sparktrain-bench-dataframe", jars=(avro_jar(),))
     # One input partition per Parquet file: Spark would otherwise pack the small files together.
     spark.conf.set("spark.sql.files.openCostInBytes", str(1 << 30))
     rows = args.rows
     results: dict[str, tuple[float, int]] = {}
+    sizes: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         source = f"{tmp}/source"
         os.makedirs(source)
@@ -142,9 +174,37 @@ def main() -> None:
             rows,
         )
 
+        # Spark's own formats and sparktrain's JVM format: the same DataFrame, the same cluster.
+        jvm, parquet, avro = f"{tmp}/jvm-format", f"{tmp}/parquet", f"{tmp}/avro"
+        for label, fmt, out in (
+            ("(h) write: sparktrain JVM format", "tfrecord", jvm),
+            ("(i) write: Spark Parquet", "parquet", parquet),
+            ("(j) write: Spark Avro", "avro", avro),
+        ):
+            seconds = median_time(
+                lambda f=fmt, o=out: df().write.format(f).mode("overwrite").save(o), args.repeat
+            )
+            results[label] = (seconds, spark.read.format(fmt).load(out).count())
+            sizes[label] = bytes_per_row(out, rows)
+        for label, fmt, out in (
+            ("(k) read: sparktrain JVM format", "tfrecord", jvm),
+            ("(l) read: Spark Parquet", "parquet", parquet),
+            ("(m) read: Spark Avro", "avro", avro),
+        ):
+            seconds = median_time(
+                lambda f=fmt, o=out: (
+                    spark.read.format(f).load(o).write.format("noop").mode("overwrite").save()
+                ),
+                args.repeat,
+            )
+            results[label] = (seconds, rows)
+
         ours = f"{tmp}/sparktrain"
-        seconds = median_time(lambda: tfrecord.write(df(), ours, mode="overwrite"), args.repeat)
-        results["(a) write: sparktrain.tfrecord.write"] = (seconds, count_records(ours))
+        seconds = median_time(
+            lambda: tfrecord.write(df(), ours, mode="overwrite", engine="python"), args.repeat
+        )
+        results["(a) write: sparktrain.tfrecord.write, Python engine"] = (seconds, count_records(ours))
+        sizes["(a) write: sparktrain.tfrecord.write, Python engine"] = bytes_per_row(ours, rows)
 
         by_hand = f"{tmp}/mappartitions"
 
@@ -172,10 +232,11 @@ def main() -> None:
         results["(c) write: TFoS dfutil.saveAsTFRecords path"] = (seconds, count_records(tfos))
 
         def our_read() -> None:
-            tfrecord.read_dataframe(spark, ours).write.format("noop").mode("overwrite").save()
+            frame = tfrecord.read_dataframe(spark, ours, engine="python")
+            frame.write.format("noop").mode("overwrite").save()
 
         seconds = median_time(our_read, args.repeat)
-        results["(d) read: sparktrain.tfrecord.read_dataframe"] = (seconds, rows)
+        results["(d) read: read_dataframe, Python engine"] = (seconds, rows)
 
         def tfos_read() -> None:
             sc = spark.sparkContext
@@ -210,11 +271,11 @@ def main() -> None:
                         break
             return out
 
-        samples = [first_records(p) for p in (ours, by_hand, tfos)]
-        shared = set(samples[0]) & set(samples[1]) & set(samples[2])
+        samples = [first_records(p) for p in (ours, by_hand, tfos, jvm)]
+        shared = set.intersection(*(set(s) for s in samples))
         assert shared, "no common sample rows"
         for key in shared:
-            assert samples[0][key] == samples[1][key] == samples[2][key], key
+            assert all(s[key] == samples[0][key] for s in samples), key
 
     spark.stop()
     print(
@@ -222,18 +283,24 @@ def main() -> None:
         f"{len(DENSE)} float, {len(SPARSE)} int64; "
         f"sparktrain median of {args.repeat}, peers of {args.peer_repeat}"
     )
-    print(f"{'work':52} {'seconds':>8} {'rows/s':>10}")
+    print(f"{'work':52} {'seconds':>8} {'rows/s':>10} {'bytes/row':>10}")
     rate = {}
-    for name, (seconds, n) in results.items():
+    for name, (seconds, n) in sorted(results.items()):
         assert n == rows, (name, n)
-        rate[name] = rows / seconds
-        print(f"{name:52} {seconds:>8.2f} {rows / seconds:>10,.0f}")
-    ours_w, hand_w, tfos_w = (rate[n] for n in results if n.startswith(("(a)", "(b)", "(c)")))
-    ours_r, tfos_r = (rate[n] for n in results if n.startswith(("(d)", "(e)")))
+        rate[name[:3]] = rows / seconds
+        size = f"{sizes[name]:.1f}" if name in sizes else ""
+        print(f"{name:52} {seconds:>8.2f} {rows / seconds:>10,.0f} {size:>10}")
+    print(f"JVM format write / Parquet write: {rate['(h)'] / rate['(i)']:.2f}x (target >= 1.0)")
+    print(f"JVM format write / Avro write: {rate['(h)'] / rate['(j)']:.2f}x (target >= 1.5)")
+    print(f"JVM format read / Parquet read: {rate['(k)'] / rate['(l)']:.2f}x (target >= 0.8)")
+    print(f"JVM format write / TFoS path: {rate['(h)'] / rate['(c)']:.1f}x (target >= 50)")
+    print(f"JVM format read / TFoS path: {rate['(k)'] / rate['(e)']:.1f}x")
+    ours_w, hand_w, tfos_w = rate["(a)"], rate["(b)"], rate["(c)"]
+    ours_r, tfos_r = rate["(d)"], rate["(e)"]
     print(f"write ratio sparktrain / TFoS path: {ours_w / tfos_w:.1f}x")
     print(f"write ratio sparktrain / mapPartitions: {ours_w / hand_w:.1f}x")
     print(f"read ratio sparktrain / TFoS path: {ours_r / tfos_r:.1f}x")
-    ceiling = rate["(g) floor: scan + mapInArrow handing batches to Python"]
+    ceiling = rate["(g)"]
     print(f"ceiling of any mapInArrow writer / TFoS path: {ceiling / tfos_w:.1f}x")
 
 

@@ -36,9 +36,12 @@ def sparktrain_jar() -> Path:
     return jar
 
 
-def local_cluster_session(app_name: str, cores: int = 1, conf: dict[str, str] | None = None) -> SparkSession:
-    """A new session on two executors with ``cores`` cores and 1 GiB each, plus ``conf``;
-    executors run this interpreter (``PYSPARK_PYTHON``), so they import the same sparktrain."""
+def local_cluster_session(
+    app_name: str, cores: int = 1, conf: dict[str, str] | None = None, jars: tuple[str, ...] = ()
+) -> SparkSession:
+    """A new session on two executors with ``cores`` cores and 1 GiB each, plus ``conf`` and
+    ``jars`` beside sparktrain's; executors run this interpreter (``PYSPARK_PYTHON``), so they
+    import the same sparktrain."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -48,7 +51,7 @@ def local_cluster_session(app_name: str, cores: int = 1, conf: dict[str, str] | 
     session = (
         builder.master(f"local-cluster[2,{cores},1024]")
         .appName(app_name)
-        .config("spark.jars", str(sparktrain_jar()))
+        .config("spark.jars", ",".join([str(sparktrain_jar()), *jars]))
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.enabled", "false")

@@ -43,13 +43,13 @@ final class ExampleDecoder {
   private final NameIndex featureIndex;
   private final NameIndex featureListIndex;
   private final boolean sequence;
-  private final String message;
+  /** {@link #noteEntry} as a visitor, made once rather than once per record. */
+  private final FeatureMaps.Visitor entryVisitor = this::noteEntry;
   private final RawValues values = new RawValues();
   private int generation;
 
   ExampleDecoder(StructType schema, boolean sequence) {
     this.sequence = sequence;
-    this.message = sequence ? "tf.train.SequenceExample" : "tf.train.Example";
     FeatureTypes.checkReadable(schema, sequence ? RecordType.SEQUENCE_EXAMPLE : RecordType.EXAMPLE);
     java.util.List<Column> f = new java.util.ArrayList<>();
     java.util.List<Column> fl = new java.util.ArrayList<>();
@@ -87,28 +87,9 @@ final class ExampleDecoder {
   void decode(byte[] b, int offset, int length, InternalRow row, String path, long recordOffset) {
     generation++;
     try {
-      Wire.Cursor c = new Wire.Cursor(b, offset, length);
-      while (c.hasMore()) {
-        int key = c.key();
-        int field = key >>> 3;
-        int wire = key & 7;
-        if (field == 1 || (field == 2 && sequence)) {
-          if (wire != Wire.LEN) {
-            throw Wire.unexpected(field, wire);
-          }
-          int n = c.length();
-          if (field == 1) {
-            mapEntries(b, c.pos, n, featureIndex, features);
-          } else {
-            mapEntries(b, c.pos, n, featureListIndex, featureLists);
-          }
-          c.pos += n;
-        } else {
-          c.skip(wire);
-        }
-      }
+      FeatureMaps.walk(b, offset, length, sequence, entryVisitor);
     } catch (Wire.WireException e) {
-      throw new BadRecordException(path, recordOffset, null, "is not a valid " + message + ": " + e.getMessage());
+      throw FeatureMaps.invalid(path, recordOffset, sequence, e);
     }
     Column current = null;
     try {
@@ -123,62 +104,24 @@ final class ExampleDecoder {
     } catch (ValueReader.Conflict e) {
       throw new BadRecordException(path, recordOffset, current.name, e.getMessage());
     } catch (Wire.WireException e) {
-      throw new BadRecordException(path, recordOffset, null, "is not a valid " + message + ": " + e.getMessage());
+      throw FeatureMaps.invalid(path, recordOffset, sequence, e);
     }
   }
 
   /**
-   * Notes, for each entry of a map body ({@code Features.feature} or {@code
-   * FeatureLists.feature_list}) that names a column, where its value is; later entries win.
+   * Notes, for a map entry ({@code Features.feature} or {@code FeatureLists.feature_list}) that
+   * names a column, where its value is; later entries win. Values are parsed only afterwards,
+   * once per column, so a feature repeated or not asked for costs no decoding.
    */
-  private void mapEntries(byte[] b, int offset, int length, NameIndex index, Column[] columns)
-      throws Wire.WireException {
-    Wire.Cursor c = new Wire.Cursor(b, offset, length);
-    while (c.hasMore()) {
-      int key = c.key();
-      if (key >>> 3 != 1) {
-        c.skip(key & 7);
-        continue;
-      }
-      if ((key & 7) != Wire.LEN) {
-        throw Wire.unexpected(1, key & 7);
-      }
-      int entryLength = c.length();
-      Wire.Cursor entry = new Wire.Cursor(b, c.pos, entryLength);
-      c.pos += entryLength;
-      // A missing key or value is empty, as protocol buffers default them.
-      int nameStart = 0;
-      int nameLength = 0;
-      int valueStart = 0;
-      int valueLength = 0;
-      while (entry.hasMore()) {
-        int k = entry.key();
-        int field = k >>> 3;
-        int wire = k & 7;
-        if (field == 1 || field == 2) {
-          if (wire != Wire.LEN) {
-            throw Wire.unexpected(field, wire);
-          }
-          int n = entry.length();
-          if (field == 1) {
-            nameStart = entry.pos;
-            nameLength = n;
-          } else {
-            valueStart = entry.pos;
-            valueLength = n;
-          }
-          entry.pos += n;
-        } else {
-          entry.skip(wire);
-        }
-      }
-      int col = index.find(b, nameStart, nameLength);
-      if (col >= 0) {
-        Column column = columns[col];
-        column.generation = generation;
-        column.start = valueStart;
-        column.length = valueLength;
-      }
+  private void noteEntry(
+      boolean featureList, byte[] b, int nameStart, int nameLength, int valueStart, int valueLength) {
+    NameIndex index = featureList ? featureListIndex : featureIndex;
+    int col = index.find(b, nameStart, nameLength);
+    if (col >= 0) {
+      Column column = (featureList ? featureLists : features)[col];
+      column.generation = generation;
+      column.start = valueStart;
+      column.length = valueLength;
     }
   }
 
@@ -208,19 +151,9 @@ final class ExampleDecoder {
     }
     java.util.List<ArrayData> steps = new java.util.ArrayList<>();
     Wire.Cursor c = new Wire.Cursor(b, col.start, col.length);
-    while (c.hasMore()) {
-      int key = c.key();
-      if (key >>> 3 != 1) {
-        c.skip(key & 7);
-        continue;
-      }
-      if ((key & 7) != Wire.LEN) {
-        throw Wire.unexpected(1, key & 7);
-      }
-      int n = c.length();
-      int start = c.pos;
-      c.pos += n;
-      if (!values.loadFeature(b, start, n)) {
+    while (c.nextField(1) != 0) {
+      Wire.Cursor step = c.body();
+      if (!values.loadFeature(b, step.pos, step.remaining())) {
         values.kind = col.reader.kind;
         values.count = 0;
       }

@@ -38,6 +38,8 @@ final class SchemaInference {
   private final Map<String, Stats> featureLists = new TreeMap<>();
   private final RawValues values = new RawValues();
   private long records;
+  /** {@link #observeEntry} as a visitor, made once rather than once per record. */
+  private final FeatureMaps.Visitor entryVisitor = this::observeEntry;
 
   SchemaInference(RecordType recordType) {
     this.recordType = recordType;
@@ -54,74 +56,25 @@ final class SchemaInference {
 
   /** Takes one record into account; a malformed one fails naming the file and offset. */
   void observe(byte[] b, int offset, int length, String path, long recordOffset) {
+    boolean sequence = recordType == RecordType.SEQUENCE_EXAMPLE;
     try {
-      Wire.Cursor c = new Wire.Cursor(b, offset, length);
-      while (c.hasMore()) {
-        int key = c.key();
-        int field = key >>> 3;
-        int wire = key & 7;
-        boolean lists = field == 2 && recordType == RecordType.SEQUENCE_EXAMPLE;
-        if (field == 1 || lists) {
-          if (wire != Wire.LEN) {
-            throw Wire.unexpected(field, wire);
-          }
-          int n = c.length();
-          forEachEntry(b, c.pos, n, lists);
-          c.pos += n;
-        } else {
-          c.skip(wire);
-        }
-      }
+      FeatureMaps.walk(b, offset, length, sequence, entryVisitor);
     } catch (Wire.WireException e) {
-      String message =
-          recordType == RecordType.SEQUENCE_EXAMPLE ? "tf.train.SequenceExample" : "tf.train.Example";
-      throw new BadRecordException(path, recordOffset, null, "is not a valid " + message + ": " + e.getMessage());
+      throw FeatureMaps.invalid(path, recordOffset, sequence, e);
     }
     records++;
   }
 
-  private void forEachEntry(byte[] b, int offset, int length, boolean lists) throws Wire.WireException {
-    Wire.Cursor c = new Wire.Cursor(b, offset, length);
-    while (c.hasMore()) {
-      int key = c.key();
-      if (key >>> 3 != 1) {
-        c.skip(key & 7);
-        continue;
-      }
-      if ((key & 7) != Wire.LEN) {
-        throw Wire.unexpected(1, key & 7);
-      }
-      int n = c.length();
-      Wire.Cursor entry = new Wire.Cursor(b, c.pos, n);
-      c.pos += n;
-      String name = "";
-      int valueStart = 0;
-      int valueLength = 0;
-      while (entry.hasMore()) {
-        int k = entry.key();
-        int field = k >>> 3;
-        if (field == 1 || field == 2) {
-          if ((k & 7) != Wire.LEN) {
-            throw Wire.unexpected(field, k & 7);
-          }
-          int m = entry.length();
-          if (field == 1) {
-            // Invalid UTF-8 in a name is replaced, as Rust's from_utf8_lossy does.
-            name = new String(b, entry.pos, m, StandardCharsets.UTF_8);
-          } else {
-            valueStart = entry.pos;
-            valueLength = m;
-          }
-          entry.pos += m;
-        } else {
-          entry.skip(k & 7);
-        }
-      }
-      if (lists) {
-        observeFeatureList(name, b, valueStart, valueLength);
-      } else {
-        observeFeature(name, b, valueStart, valueLength);
-      }
+  /** Observes one map entry's value under its name. */
+  private void observeEntry(
+      boolean featureList, byte[] b, int nameStart, int nameLength, int valueStart, int valueLength)
+      throws Wire.WireException {
+    // Invalid UTF-8 in a name is replaced, as Rust's from_utf8_lossy does.
+    String name = new String(b, nameStart, nameLength, StandardCharsets.UTF_8);
+    if (featureList) {
+      observeFeatureList(name, b, valueStart, valueLength);
+    } else {
+      observeFeature(name, b, valueStart, valueLength);
     }
   }
 
@@ -149,19 +102,9 @@ final class SchemaInference {
 
   private void observeFeatureList(String name, byte[] b, int offset, int length) throws Wire.WireException {
     Wire.Cursor c = new Wire.Cursor(b, offset, length);
-    while (c.hasMore()) {
-      int key = c.key();
-      if (key >>> 3 != 1) {
-        c.skip(key & 7);
-        continue;
-      }
-      if ((key & 7) != Wire.LEN) {
-        throw Wire.unexpected(1, key & 7);
-      }
-      int n = c.length();
-      int start = c.pos;
-      c.pos += n;
-      if (!values.loadFeature(b, start, n)) {
+    while (c.nextField(1) != 0) {
+      Wire.Cursor step = c.body();
+      if (!values.loadFeature(b, step.pos, step.remaining())) {
         continue;
       }
       Stats s = featureLists.computeIfAbsent(name, k -> new Stats(values.kind));

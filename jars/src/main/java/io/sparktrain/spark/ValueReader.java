@@ -68,13 +68,13 @@ abstract class ValueReader {
       return new LongReader();
     }
     if (dt instanceof IntegerType || dt instanceof DateType) {
-      return new IntReader(dt instanceof DateType ? "date" : "int");
+      return new NarrowReader(dt instanceof DateType ? "date" : "int", 4);
     }
     if (dt instanceof ShortType) {
-      return new ShortReader();
+      return new NarrowReader("short", 2);
     }
     if (dt instanceof ByteType) {
-      return new ByteReader();
+      return new NarrowReader("byte", 1);
     }
     if (dt instanceof BooleanType) {
       return new BooleanReader();
@@ -117,90 +117,58 @@ abstract class ValueReader {
     }
   }
 
-  static final class IntReader extends ValueReader {
+  /**
+   * int, date, short and byte columns: the int64 narrowed to the column's width, a value out of
+   * its range failing instead of wrapping around.
+   */
+  static final class NarrowReader extends ValueReader {
     private final String type;
+    /** Bytes per value: 4 (int, date), 2 (short) or 1 (byte). */
+    private final int width;
+    private final long max;
 
-    IntReader(String type) {
+    NarrowReader(String type, int width) {
       super(Kind.INT64);
       this.type = type;
+      this.width = width;
+      this.max = (1L << (8 * width - 1)) - 1;
     }
 
-    int value(RawValues v, int j) throws Conflict {
+    long value(RawValues v, int j) throws Conflict {
       long x = v.ints[j];
-      if (x != (int) x) {
+      if (x > max || x < -max - 1) {
         throw outOfRange(x, type);
       }
-      return (int) x;
+      return x;
     }
 
     @Override
     void set(InternalRow row, int ordinal, RawValues v, int j) throws Conflict {
-      row.setInt(ordinal, value(v, j));
+      long x = value(v, j);
+      if (width == 4) {
+        row.setInt(ordinal, (int) x);
+      } else if (width == 2) {
+        row.setShort(ordinal, (short) x);
+      } else {
+        row.setByte(ordinal, (byte) x);
+      }
     }
 
     @Override
     ArrayData array(RawValues v) throws Conflict {
-      int[] out = new int[v.count];
-      for (int j = 0; j < out.length; j++) {
-        out[j] = value(v, j);
+      // Filled in place: the same bytes fromPrimitiveArray makes of an int[], short[] or byte[].
+      UnsafeArrayData out = UnsafeArrayData.createFreshArray(v.count, width);
+      for (int j = 0; j < v.count; j++) {
+        long x = value(v, j);
+        if (width == 4) {
+          out.setInt(j, (int) x);
+        } else if (width == 2) {
+          out.setShort(j, (short) x);
+        } else {
+          out.setByte(j, (byte) x);
+        }
       }
-      return UnsafeArrayData.fromPrimitiveArray(out);
-    }
-  }
-
-  static final class ShortReader extends ValueReader {
-    ShortReader() {
-      super(Kind.INT64);
-    }
-
-    short value(RawValues v, int j) throws Conflict {
-      long x = v.ints[j];
-      if (x != (short) x) {
-        throw outOfRange(x, "short");
-      }
-      return (short) x;
-    }
-
-    @Override
-    void set(InternalRow row, int ordinal, RawValues v, int j) throws Conflict {
-      row.setShort(ordinal, value(v, j));
-    }
-
-    @Override
-    ArrayData array(RawValues v) throws Conflict {
-      short[] out = new short[v.count];
-      for (int j = 0; j < out.length; j++) {
-        out[j] = value(v, j);
-      }
-      return UnsafeArrayData.fromPrimitiveArray(out);
-    }
-  }
-
-  static final class ByteReader extends ValueReader {
-    ByteReader() {
-      super(Kind.INT64);
-    }
-
-    byte value(RawValues v, int j) throws Conflict {
-      long x = v.ints[j];
-      if (x != (byte) x) {
-        throw outOfRange(x, "byte");
-      }
-      return (byte) x;
-    }
-
-    @Override
-    void set(InternalRow row, int ordinal, RawValues v, int j) throws Conflict {
-      row.setByte(ordinal, value(v, j));
-    }
-
-    @Override
-    ArrayData array(RawValues v) throws Conflict {
-      byte[] out = new byte[v.count];
-      for (int j = 0; j < out.length; j++) {
-        out[j] = value(v, j);
-      }
-      return UnsafeArrayData.fromPrimitiveArray(out);
+      return out;
     }
   }
 

@@ -46,64 +46,25 @@ abstract class ValueWriter {
   /** The writer for a scalar Spark type; the type table is {@link FeatureTypes}. */
   static ValueWriter of(DataType dt) {
     if (dt instanceof BooleanType) {
-      return new Int64Writer() {
-        @Override
-        long value(SpecializedGetters src, int i) {
-          return src.getBoolean(i) ? 1 : 0;
-        }
-      };
+      return new Int64Writer((src, i) -> src.getBoolean(i) ? 1 : 0);
     }
     if (dt instanceof ByteType) {
-      return new Int64Writer() {
-        @Override
-        long value(SpecializedGetters src, int i) {
-          return src.getByte(i);
-        }
-      };
+      return new Int64Writer(SpecializedGetters::getByte);
     }
     if (dt instanceof ShortType) {
-      return new Int64Writer() {
-        @Override
-        long value(SpecializedGetters src, int i) {
-          return src.getShort(i);
-        }
-      };
+      return new Int64Writer(SpecializedGetters::getShort);
     }
     if (dt instanceof IntegerType || dt instanceof DateType) {
       // A date is Spark's int of days since 1970-01-01, the stored value as it is.
-      return new Int64Writer() {
-        @Override
-        long value(SpecializedGetters src, int i) {
-          return src.getInt(i);
-        }
-      };
+      return new Int64Writer(SpecializedGetters::getInt);
     }
     if (dt instanceof LongType || dt instanceof TimestampType || dt instanceof TimestampNTZType) {
       // Timestamps are Spark's microseconds since the epoch: the UTC instant for timestamp, the
       // wall-clock reading for timestamp_ntz; both are what the Rust writer stores.
-      return new Int64Writer() {
-        @Override
-        long value(SpecializedGetters src, int i) {
-          return src.getLong(i);
-        }
-      };
+      return new Int64Writer(SpecializedGetters::getLong);
     }
-    if (dt instanceof FloatType) {
-      return new FloatWriter() {
-        @Override
-        float value(SpecializedGetters src, int i) {
-          return src.getFloat(i);
-        }
-      };
-    }
-    if (dt instanceof DoubleType) {
-      // TensorFlow stores float32; the cast rounds to nearest, as Rust's `as f32` does.
-      return new FloatWriter() {
-        @Override
-        float value(SpecializedGetters src, int i) {
-          return (float) src.getDouble(i);
-        }
-      };
+    if (dt instanceof FloatType || dt instanceof DoubleType) {
+      return new FloatWriter(dt instanceof DoubleType);
     }
     if (dt instanceof StringType) {
       return new StringWriter();
@@ -118,40 +79,52 @@ abstract class ValueWriter {
     throw new IllegalArgumentException("no feature representation for " + dt.simpleString());
   }
 
+  /** Value {@code i} of a row or array as the int64 it is stored as. */
+  interface LongGetter {
+    long get(SpecializedGetters src, int i);
+  }
+
   /** Integers, booleans, dates and timestamps: varints of an {@code int64_list}. */
-  abstract static class Int64Writer extends ValueWriter {
-    Int64Writer() {
+  static final class Int64Writer extends ValueWriter {
+    private final LongGetter value;
+
+    Int64Writer(LongGetter value) {
       super(Kind.INT64);
-    }
-
-    abstract long value(SpecializedGetters src, int i);
-
-    @Override
-    final int size(SpecializedGetters src, int i) {
-      return Wire.varintSize(value(src, i));
+      this.value = value;
     }
 
     @Override
-    final void write(SpecializedGetters src, int i, ProtoBuffer out) {
-      out.varint(value(src, i));
+    int size(SpecializedGetters src, int i) {
+      return Wire.varintSize(value.get(src, i));
+    }
+
+    @Override
+    void write(SpecializedGetters src, int i, ProtoBuffer out) {
+      out.varint(value.get(src, i));
     }
   }
 
   /** float and double: 4 little-endian bytes of a {@code float_list}. */
-  abstract static class FloatWriter extends ValueWriter {
-    FloatWriter() {
+  static final class FloatWriter extends ValueWriter {
+    private final boolean fromDouble;
+
+    FloatWriter(boolean fromDouble) {
       super(Kind.FLOAT);
+      this.fromDouble = fromDouble;
     }
 
-    abstract float value(SpecializedGetters src, int i);
+    private float value(SpecializedGetters src, int i) {
+      // TensorFlow stores float32; the cast rounds to nearest, as Rust's `as f32` does.
+      return fromDouble ? (float) src.getDouble(i) : src.getFloat(i);
+    }
 
     @Override
-    final int size(SpecializedGetters src, int i) {
+    int size(SpecializedGetters src, int i) {
       return 4;
     }
 
     @Override
-    final void write(SpecializedGetters src, int i, ProtoBuffer out) {
+    void write(SpecializedGetters src, int i, ProtoBuffer out) {
       // Raw bits: a NaN keeps its payload, as Rust's to_le_bytes keeps it.
       out.fixed32(Float.floatToRawIntBits(value(src, i)));
     }

@@ -116,6 +116,42 @@ final class Wire {
       }
     }
 
+    /** Bytes left before {@link #limit}. */
+    int remaining() {
+      return limit - pos;
+    }
+
+    /**
+     * Reads keys up to the next field numbered 1 to {@code last} and returns its number, or 0 at
+     * the end of the message; fields with other numbers are skipped. The fields asked for must be
+     * length-delimited (the messages, strings and bytes of {@code tf.train.Example}): the caller
+     * takes the value with {@link #body} before asking for the next field.
+     */
+    int nextField(int last) throws WireException {
+      while (hasMore()) {
+        int key = key();
+        int field = key >>> 3;
+        int wire = key & 7;
+        if (field < 1 || field > last) {
+          skip(wire);
+          continue;
+        }
+        if (wire != LEN) {
+          throw unexpected(field, wire);
+        }
+        return field;
+      }
+      return 0;
+    }
+
+    /** The value of the field {@link #nextField} found, as a cursor of its own; moves past it. */
+    Cursor body() throws WireException {
+      int n = length();
+      Cursor body = new Cursor(buf, pos, n);
+      pos += n;
+      return body;
+    }
+
     int fixed32() throws WireException {
       if (limit - pos < 4) {
         throw new WireException("message is truncated");

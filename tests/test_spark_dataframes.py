@@ -329,9 +329,11 @@ def test_partition_by_writes_spark_style_folders(spark, engine, out_dir: str) ->
 # answers to "sparktrain.tfrecord.python" too.
 @pytest.mark.parametrize("name", ["tfrecord", "sparktrain.tfrecord.python"])
 def test_the_data_source_api(spark, out_dir: str, name: str) -> None:
-    # A new session has only the data sources Spark finds by itself.
-    spark = spark.newSession()
+    # A new session has only the data sources Spark finds by itself. The first session, still
+    # the active one, holding the name too must not stop the new one registering it.
+    first, spark = spark, spark.newSession()
     if name != "tfrecord":
+        tfrecord.register(first)
         tfrecord.register(spark)
     df = spark.createDataFrame([(i, f"s{i}", [i, i]) for i in range(25)], "id long, s string, v array<long>")
     df.repartition(2).write.format(name).mode("overwrite").option("compression", "gzip").save(out_dir)

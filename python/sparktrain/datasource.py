@@ -28,6 +28,7 @@ columns are decoded: a narrower schema reads faster. The type table is in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -283,16 +284,47 @@ def register(spark: SparkSession) -> str:
     sources: tuple[type[TFRecordDataSource], ...] = (PythonTFRecordDataSource,)
     if not has_jvm_format(spark):
         sources += (SparktrainTFRecordDataSource, TFRecordDataSource)
-    for source in sources:
-        if _python_source_exists(spark, source.name()):
-            continue  # registering again works but logs a warning on every call
-        try:
-            spark.dataSource.register(source)
-        except AnalysisException as e:
-            if e.getCondition() != "DATA_SOURCE_ALREADY_EXISTS" or source is not TFRecordDataSource:
-                raise
-            _log.info("format('tfrecord') is another library's in this session; use %r", OWN_FORMAT)
+    with _active(spark):
+        for source in sources:
+            if _python_source_exists(spark, source.name()):
+                continue  # registering again works but logs a warning on every call
+            try:
+                spark.dataSource.register(source)
+            except AnalysisException as e:
+                if e.getCondition() != "DATA_SOURCE_ALREADY_EXISTS" or source is not TFRecordDataSource:
+                    raise
+                _log.info("format('tfrecord') is another library's in this session; use %r", OWN_FORMAT)
     return OWN_FORMAT
+
+
+@contextlib.contextmanager
+def _active(spark: SparkSession) -> Iterator[None]:
+    """Makes ``spark`` the JVM's active session of this thread for the block, then restores the
+    one before.
+
+    Spark refuses to register a Python source under a name that already resolves, and asks the
+    *active* session, not the one registering: a name registered in another session that
+    happens to be active would make registering it in ``spark`` fail."""
+    jsession = getattr(spark, "_jsparkSession", None)
+    jvm = getattr(spark, "_jvm", None)
+    if jsession is None or jvm is None:
+        yield  # Spark Connect: registration happens on the server, in the right session
+        return
+    from py4j.java_gateway import JavaClass
+
+    # The class PySpark itself sets the active session through: the classic one from Spark 4.
+    sessions = getattr(jvm, "org.apache.spark.sql.classic.SparkSession")
+    if not isinstance(sessions, JavaClass):
+        sessions = jvm.org.apache.spark.sql.SparkSession
+    before = sessions.getActiveSession()
+    sessions.setActiveSession(jsession)
+    try:
+        yield
+    finally:
+        if before.isDefined():
+            sessions.setActiveSession(before.get())
+        else:
+            sessions.clearActiveSession()
 
 
 def _python_source_exists(spark: SparkSession, name: str) -> bool:

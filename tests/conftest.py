@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from harness.minidfs import MiniDfs
+from harness.s3 import MotoServer, new_bucket, s3a_keys
 from harness.spark import local_cluster_session
 
 if TYPE_CHECKING:
@@ -30,6 +31,33 @@ def hdfs_url() -> Iterator[str]:
         return
     with MiniDfs() as dfs:
         yield dfs.url
+
+
+# --- S3 (moto's standalone server) -----------------------------------------------------------
+# One server per session (per xdist worker), or the one tests/run.sh started and named in
+# SPARKTRAIN_TEST_S3. This process's storage is pointed at it with Hadoop's S3A keys, which
+# sparktrain's Spark entry points carry to their tasks and trainers.
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """``http://127.0.0.1:<port>`` of a running S3-compatible server."""
+    external = os.environ.get("SPARKTRAIN_TEST_S3")
+    if external:
+        yield external.rstrip("/")
+        return
+    with MotoServer() as server:
+        yield server.url
+
+
+@pytest.fixture(scope="session")
+def s3_url(s3_endpoint: str) -> str:
+    """``s3://<bucket>`` of a fresh bucket, with this process configured to reach it; tests
+    should use a unique path under it."""
+    from sparktrain import fs
+
+    fs.configure(s3a_keys(s3_endpoint))
+    return f"s3://{new_bucket(s3_endpoint)}"
 
 
 # --- Spark (pyspark wheel, local-cluster) ----------------------------------------------------

@@ -4,7 +4,8 @@ Writing runs as Spark tasks, in one of two ways that give the same records. Wher
 has sparktrain's jar (``spark.jars``; ``sparktrain submit`` adds it), the jar's file format
 encodes Spark's rows in the executors' JVMs, and the files it writes are published by the same
 commit as the other way's. Otherwise ``mapInArrow`` hands each task its Arrow batches, and the
-Rust writer streams them straight to the output URL (``hdfs://``, ``file://``, a bare path).
+Rust writer streams them straight to the output URL (``hdfs://``, ``s3://``, ``file://``, a bare
+path).
 Either way no row reaches the driver. Reading goes through the format name
 ``sparktrain.tfrecord``: the jar's format, else the Python data source
 (:mod:`sparktrain.datasource`).
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
-from sparktrain import _checks, fs
+from sparktrain import _checks, fs, storage_options
 from sparktrain._deps import require_spark
 from sparktrain.errors import InvalidArgumentError, PathExistsError
 from sparktrain.output import (
@@ -50,9 +51,11 @@ ENGINES = ("auto", "jvm", "python")
 ENGINE_CONF = "spark.sparktrain.tfrecord.engine"
 
 
-def _engine_of(engine: object, spark: SparkSession) -> str:
+def _engine_of(engine: object, spark: SparkSession, path: str) -> str:
     """``"jvm"`` or ``"python"``: the implementation ``engine`` asks for in ``spark``; ``auto``
-    takes the session's :data:`ENGINE_CONF`, else the jar's where the session has it."""
+    takes the session's :data:`ENGINE_CONF`, else the jar's where the session has it and its
+    Hadoop can reach ``path`` (an ``s3://`` URL needs Hadoop's S3 connector in the session,
+    which sparktrain's own client does not)."""
     from sparktrain.datasource import has_jvm_format
 
     name = _checks.text("engine", engine).lower()
@@ -65,14 +68,35 @@ def _engine_of(engine: object, spark: SparkSession) -> str:
         raise _checks.refuse("engine", engine, f"must be one of {', '.join(ENGINES)}")
     if name == "python":
         return name
-    if has_jvm_format(spark):
-        return "jvm"
-    if name == "jvm":
-        raise InvalidArgumentError(
-            "engine='jvm' needs sparktrain's jar in the session: "
-            "SparkSession.builder.config('spark.jars', sparktrain.jar_path())"
-        )
-    return "python"
+    if not has_jvm_format(spark):
+        if name == "jvm":
+            raise InvalidArgumentError(
+                "engine='jvm' needs sparktrain's jar in the session: "
+                "SparkSession.builder.config('spark.jars', sparktrain.jar_path())"
+            )
+        return "python"
+    if name == "auto" and not _hadoop_reaches(spark, path):
+        return "python"
+    return "jvm"
+
+
+def _hadoop_reaches(spark: SparkSession, path: str) -> bool:
+    """Whether the session's Hadoop has a file system for ``path``'s scheme (bare paths and the
+    schemes Hadoop always has are taken as reachable without asking)."""
+    scheme = path.split("://", 1)[0].lower() if "://" in path else ""
+    if scheme in ("", "file", "hdfs", "viewfs"):
+        return True
+    from py4j.protocol import Py4JError
+
+    context = spark.sparkContext
+    jvm, jsc = context._jvm, context._jsc
+    if jvm is None or jsc is None:
+        return False
+    try:
+        jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, jsc.hadoopConfiguration())
+    except Py4JError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -120,6 +144,15 @@ def _bytes_task(job: WriteJob) -> Callable[[Iterable[bytes]], Iterable[tuple[int
     return run
 
 
+def _session_of(data: object) -> SparkSession:
+    """The session of a DataFrame, or the active one for an RDD."""
+    from pyspark.sql import DataFrame, SparkSession
+
+    if isinstance(data, DataFrame):
+        return data.sparkSession
+    return SparkSession.builder.getOrCreate()
+
+
 def _is_rdd(data: object) -> bool:
     from pyspark import RDD
 
@@ -156,9 +189,10 @@ def write(
 ) -> WriteResult:
     """Writes a DataFrame (or an RDD) as a folder of TFRecord files, from Spark tasks.
 
-    ``path`` is a folder URL: ``hdfs://nn:port/...``, ``file:///...`` or a local path seen by
-    every executor. ``mode`` is ``errorifexists`` (the default: an existing ``path`` raises
-    :class:`PathExistsError`), ``overwrite`` (the old content is replaced when the job commits,
+    ``path`` is a folder URL: ``hdfs://nn:port/...``, ``s3://bucket/...`` (or ``gs://``,
+    ``abfs://``), ``file:///...`` or a local path seen by every executor. ``mode`` is
+    ``errorifexists`` (the default: an existing ``path`` raises :class:`PathExistsError`),
+    ``overwrite`` (the old content is replaced when the job commits,
     so a failed job keeps it), ``append`` or ``ignore`` (do nothing if ``path`` exists).
     ``compression`` is ``None``, ``"GZIP"`` or ``"ZLIB"``. ``record_type`` is ``"Example"``,
     ``"SequenceExample"`` (array-of-array columns become feature lists, the others context
@@ -188,7 +222,9 @@ def write(
     columns = _partition_columns(partition_by)
     num_files = _checks.optional_integer("num_files", num_files, minimum=1)
     _check_data(data)
-    job = WriteJob(path.rstrip("/") or path, record_type, compression, columns)
+    spark = _session_of(data)
+    storage = tuple(sorted(storage_options.of_session(spark).items()))
+    job = WriteJob(path.rstrip("/") or path, record_type, compression, columns, storage=storage)
 
     if fs.exists(path):
         if mode == "errorifexists":
@@ -206,15 +242,13 @@ def write(
             if columns:
                 raise InvalidArgumentError("partition_by needs columns; an RDD of bytes has none")
             rdd = records.repartition(num_files) if num_files else records
-            raw = WriteJob(job.root, "ByteArray", job.compression, (), job.job_id)
+            raw = WriteJob(job.root, "ByteArray", job.compression, (), job.job_id, storage)
             written = rdd.mapPartitions(_bytes_task(raw))
             return _run(raw, mode, written.collect, path, rdd.context)
-        from pyspark.sql import SparkSession
-
-        data = SparkSession.builder.getOrCreate().createDataFrame(records)
+        data = spark.createDataFrame(records)
 
     df = cast("DataFrame", data)
-    if _engine_of(engine, df.sparkSession) == "jvm":
+    if _engine_of(engine, df.sparkSession, path) == "jvm":
         check_writable(df.schema, record_type, columns)
         return _write_jvm(df, job, mode, num_files)
     # Only the Python writer runs through mapInArrow, which needs pandas.
@@ -364,11 +398,14 @@ def read_dataframe(
     if compression is not None:
         compression_of(_checks.instance("compression", compression, str, "None, 'GZIP' or 'ZLIB'"))
     own = register(spark)
-    if _engine_of(engine, spark) == "python":
+    if _engine_of(engine, spark, path) == "python":
         from sparktrain.datasource import PYTHON_FORMAT
 
         own = PYTHON_FORMAT
-    reader = spark.read.format(own).option("recordType", record_type)
+    # The session's object-store keys travel as options, as Hadoop settings do with Spark's
+    # own file sources: the Python source's workers have no other way to see them.
+    reader = spark.read.format(own).options(**storage_options.of_session(spark))
+    reader = reader.option("recordType", record_type)
     if compression:
         reader = reader.option("compression", compression)
     if skip_corrupt:

@@ -44,7 +44,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from sparktrain import _native, fs, partitioning
+from sparktrain import _native, fs, partitioning, storage_options
 from sparktrain.errors import InvalidArgumentError, PathNotFoundError
 from sparktrain.output import WriteJob, compression_of, write_task
 from sparktrain.spark_types import (
@@ -78,6 +78,10 @@ class _Options:
         self.batch_size = int(lowered.get("batchsize", DEFAULT_BATCH_SIZE))
         if self.batch_size < 1:
             raise InvalidArgumentError(f"batchSize must be positive, not {self.batch_size}")
+        #: Object-store keys given as options (``.option("fs.s3a.endpoint", ...)``), applied
+        #: in each worker process before it touches storage: Spark runs the source's methods
+        #: in several processes, on copies unpickled without ``__init__``.
+        self.storage = storage_options.from_options(options)
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,7 @@ class TFRecordReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
+        storage_options.apply(self.options.storage)
         files = _InputFiles.list(self.options.path)
         return [
             InputFile(url, values) for url, values in zip(files.urls, files.partition_values, strict=True)
@@ -122,6 +127,7 @@ class TFRecordReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, InputFile)
+        storage_options.apply(self.options.storage)
         names = self.schema.fieldNames()
         partition_columns = [n for n in names if n in partition.partition_values]
         data_fields = [f for f in self.schema.fields if f.name not in partition.partition_values]
@@ -179,6 +185,7 @@ class TFRecordWriter(DataSourceArrowWriter):
         return TaskCommitted(result.task, result.rows)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        storage_options.apply(dict(self.job.storage))
         tasks = [m.task for m in messages if isinstance(m, TaskCommitted)]
         if len(tasks) != len(messages):
             raise RuntimeError(f"{len(messages) - len(tasks)} write tasks to {self.job.root} sent no result")
@@ -187,6 +194,7 @@ class TFRecordWriter(DataSourceArrowWriter):
         _log.info("wrote %d rows in %d files to %s", rows, len(files), self.job.root)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        storage_options.apply(dict(self.job.storage))
         self.job.abort()
 
 
@@ -203,6 +211,7 @@ class TFRecordDataSource(DataSource):
 
     def schema(self) -> StructType:
         o = self.parsed
+        storage_options.apply(o.storage)
         files = _InputFiles.list(o.path)
         if o.record_type == "ByteArray":
             data = StructType([StructField(BYTE_ARRAY_COLUMN, BinaryType(), nullable=False)])
@@ -221,7 +230,10 @@ class TFRecordDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> TFRecordWriter:
         o = self.parsed
         check_writable(schema, o.record_type)
-        return TFRecordWriter(WriteJob(o.path.rstrip("/"), o.record_type, o.compression), overwrite)
+        job = WriteJob(
+            o.path.rstrip("/"), o.record_type, o.compression, storage=tuple(sorted(o.storage.items()))
+        )
+        return TFRecordWriter(job, overwrite)
 
 
 class SparktrainTFRecordDataSource(TFRecordDataSource):

@@ -1,11 +1,20 @@
-"""File-system operations on bare local paths, ``file://``, ``hdfs://`` and ``viewfs://``.
+"""File-system operations on bare local paths, ``file://``, ``hdfs://``, ``viewfs://`` and object
+stores (``s3://``, ``s3a://``, ``gs://``, ``abfs://``, ``abfss://``).
 
 HDFS is reached by a native client (no JVM, no libhdfs); ``hdfs://host:port/...`` names one
 NameNode, ``hdfs://nameservice/...`` and ``viewfs://`` are resolved from ``HADOOP_CONF_DIR``.
+Object stores are configured like Hadoop's connectors (``fs.s3a.endpoint``,
+``fs.s3a.access.key``, ``fs.azure.account.key.<account>.dfs.core.windows.net``,
+``fs.gs.auth.service.account.json.keyfile``: in ``core-site.xml`` or with :func:`configure`) or
+with each cloud's environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``,
+``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_STORAGE_ACCOUNT_KEY``, ...). They have no folders and
+no rename: a folder is a key prefix holding objects, uploads appear whole when they complete,
+and renaming a folder copies every object in it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sparktrain import _native
@@ -83,8 +92,26 @@ def write_bytes(path: str, data: bytes, *, overwrite: bool = False) -> int:
     return _native.fs_write_bytes(path, data, overwrite)
 
 
+def configure(options: Mapping[str, str]) -> None:
+    """Sets Hadoop-style object-store keys for this process, over ``core-site.xml`` and the
+    environment: ``fs.s3a.*`` (``endpoint``, ``access.key``, ``secret.key``, ``session.token``,
+    ``endpoint.region``, ``path.style.access``, ``connection.ssl.enabled``, and
+    ``fs.s3a.bucket.<bucket>.<option>`` for one bucket), ``fs.gs.*`` and ``fs.azure.*``. A
+    Spark session's ``spark.hadoop.fs.*`` confs are applied for you by sparktrain's Spark entry
+    points, in the driver and in their tasks. Another key raises
+    :class:`~sparktrain.errors.InvalidArgumentError`."""
+    _native.fs_configure(dict(options))
+
+
+def configured() -> dict[str, str]:
+    """The object-store keys set with :func:`configure` in this process."""
+    return _native.fs_configured()
+
+
 __all__ = [
     "FileInfo",
+    "configure",
+    "configured",
     "delete",
     "exists",
     "expand_inputs",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from sparktrain import _native
+from sparktrain import _native, storage_options
 from sparktrain.errors import InvalidArgumentError
 from sparktrain.partitioning import split_by_partition
 from sparktrain.spark_types import record_type_of
@@ -46,6 +46,9 @@ class WriteJob:
     compression: str | None = None
     partition_by: tuple[str, ...] = ()
     job_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: Object-store keys for the tasks' storage (:mod:`sparktrain.storage_options`); left out
+    #: of the repr, which logs and tracebacks show.
+    storage: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "record_type", record_type_of(self.record_type))
@@ -91,6 +94,7 @@ def write_task(job: WriteJob, batches: Iterable[pa.RecordBatch], task: int, atte
 
     Rows are expected grouped by the partition columns (one open file at a time); a value that
     comes back after another starts a new file in its folder rather than failing."""
+    storage_options.apply(dict(job.storage))
     native = job.native()
     folder_url = native.setup_task(task, attempt)
     writer: _native.ExampleWriter | None = None

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from sparktrain import _checks
+from sparktrain import _checks, storage_options
 from sparktrain._deps import require_spark
 from sparktrain.errors import InvalidArgumentError
 
@@ -65,6 +65,7 @@ def predict(spark: Any, export_dir: str, df: Any, *, score_column: str = "score"
 
     export_dir = _checks.text("export_dir", export_dir)
     _checks.instance("df", df, DataFrame, "a DataFrame")
+    storage = storage_options.of_session(df.sparkSession)
     score_column = _checks.text("score_column", score_column)
     if score_column in df.columns:
         raise InvalidArgumentError(f"the DataFrame already has a column {score_column!r}")
@@ -73,6 +74,7 @@ def predict(spark: Any, export_dir: str, df: Any, *, score_column: str = "score"
     schema = StructType([*df.schema.fields, StructField(score_column, score_type, False)])
 
     def score(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        storage_options.apply(storage)
         for batch in batches:
             yield score_batch(export_dir, batch, score_column)
 

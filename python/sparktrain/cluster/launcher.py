@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from sparktrain import storage_options
 from sparktrain._deps import SPARK_EXTRA, require, require_spark
 from sparktrain._native import Event
 from sparktrain.cluster.conf import read_conf
@@ -278,6 +279,9 @@ class Cluster:
             cert_pem,
             key_pem,
         )
+        # The session's object-store keys, applied here first: the work list below is read
+        # by this process.
+        storage = storage_options.of_session(sc)
         if options.work is not None:
             from sparktrain.fs import expand_inputs
 
@@ -302,6 +306,7 @@ class Cluster:
             collective_chunk_bytes=conf.collective_chunk_bytes,
             collective_sealed=conf.collective_sealed,
             barrier_timeout=options.barrier_timeout,
+            storage=storage,
         )
         self._deadline = time.monotonic() + options.reservation_timeout
         self._console = Console(self._roles, enabled=options.log)

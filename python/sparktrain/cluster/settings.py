@@ -58,6 +58,9 @@ class JobSettings:
     generation: int = 0
     #: Seconds ``ctx.barrier()`` and the exit barrier wait for the others by default.
     barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT
+    #: The session's object-store keys (:mod:`sparktrain.storage_options`), for the trainers'
+    #: storage; left out of the repr, like the secret.
+    storage: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
+from sparktrain import storage_options
 from sparktrain.cluster.context import EXIT_BARRIER, TrainerContext
 from sparktrain.cluster.failures import FAILED, NOT_RETRYABLE, ORPHANED, PEER_LOST
 from sparktrain.cluster.settings import JobSettings, TrainerLaunch
@@ -136,6 +137,7 @@ def main() -> int:
     job = _receive()
     assert isinstance(job, JobSettings)
     _prove_liveness(job.heartbeat_interval)
+    storage_options.apply(job.storage)
     try:
         main_fun, args = pickle.loads(job.function)
         client = ControlClient(job.address, job.secret, job.heartbeat_timeout, job.tls_ca)

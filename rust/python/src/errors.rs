@@ -155,7 +155,10 @@ fn storage<'py>(py: Python<'py>, e: StorageError, attrs: &Attrs<'py>) -> PyResul
         | StorageError::AlreadyExists { url }
         | StorageError::InvalidUrl { url, .. }
         | StorageError::Io { url, .. }
-        | StorageError::Hdfs { url, .. } => Some(url.clone()),
+        | StorageError::Hdfs { url, .. }
+        | StorageError::ObjectStore { url, .. } => Some(url.clone()),
+        // A wrong setting, not a failed operation: the message names the key.
+        StorageError::Config { .. } => return Ok(py::InvalidArgumentError::type_object(py)),
         _ => None,
     };
     attrs.set_item("path", url)?;

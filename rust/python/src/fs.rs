@@ -1,4 +1,4 @@
-//! File-system functions over local paths, `file://`, `hdfs://` and `viewfs://`.
+//! File-system functions over local paths, `file://`, `hdfs://`, `viewfs://` and object stores.
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -116,6 +116,18 @@ fn fs_expand_inputs(py: Python<'_>, path: String) -> Result<Vec<FileStatus>> {
     Ok(statuses(detach(py, || sparktrain_storage::expand_inputs(&path))?))
 }
 
+/// Sets Hadoop-style object-store keys (`fs.s3a.*`, `fs.gs.*`, `fs.azure.*`) for this process.
+#[pyfunction]
+fn fs_configure(options: std::collections::BTreeMap<String, String>) -> Result<()> {
+    Ok(sparktrain_storage::configure(options)?)
+}
+
+/// The object-store keys set with `fs_configure` in this process.
+#[pyfunction]
+fn fs_configured() -> std::collections::BTreeMap<String, String> {
+    sparktrain_storage::configured()
+}
+
 /// One job writing a Hadoop-style output folder: per-attempt staging, task and job commit.
 #[pyclass(module = "sparktrain._native", frozen)]
 pub struct OutputJob {
@@ -170,6 +182,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fs_read_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(fs_write_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(fs_expand_inputs, m)?)?;
+    m.add_function(wrap_pyfunction!(fs_configure, m)?)?;
+    m.add_function(wrap_pyfunction!(fs_configured, m)?)?;
     m.add_class::<OutputJob>()?;
     m.add_class::<FileStatus>()?;
     Ok(())

@@ -53,8 +53,29 @@ pub enum StorageError {
         source: hdfs_native::HdfsError,
     },
 
-    /// The URL scheme is not one this crate serves (`file`, `hdfs` and `viewfs` are).
-    #[error("unsupported URL scheme {scheme:?} (supported: bare paths, file://, hdfs://, viewfs://)")]
+    /// An object store (S3, GCS, Azure) reported an error.
+    #[error("object store error on {url}: {}", first_line(&**source))]
+    ObjectStore {
+        /// The URL being accessed.
+        url: String,
+        /// The error from `object_store` (boxed: it is large).
+        #[source]
+        source: Box<object_store::Error>,
+    },
+
+    /// A setting of the storage backends is wrong (an object-store key's value, or its file).
+    #[error("storage setting {key}: {reason}")]
+    Config {
+        /// The key (or the configuration file) at fault.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The URL scheme is not one this crate serves.
+    #[error(
+        "unsupported URL scheme {scheme:?} (supported: bare paths, file://, hdfs://, viewfs://, s3://, s3a://, gs://, abfs://, abfss://)"
+    )]
     Unsupported {
         /// The scheme, as written in the URL.
         scheme: String,
@@ -78,7 +99,7 @@ pub enum StorageError {
 
 /// The first line of an HDFS error: NameNode errors carry the whole Java stack trace, which the
 /// source error keeps for whoever wants it but which drowns the message.
-fn first_line(e: &hdfs_native::HdfsError) -> String {
+fn first_line(e: &dyn std::error::Error) -> String {
     let text = e.to_string();
     match text.split_once('\n') {
         Some((first, _)) => format!("{} (Java stack trace omitted)", first.trim_end()),
@@ -120,6 +141,18 @@ impl StorageError {
                 StorageError::AlreadyExists { url }
             }
             _ => StorageError::Hdfs { url, source },
+        }
+    }
+
+    /// Wraps an object-store error the same way: missing keys become `NotFound`, and a
+    /// conditional write that lost the race `AlreadyExists`.
+    pub(crate) fn object(url: &str, source: object_store::Error) -> Self {
+        use object_store::Error as E;
+        let url = url.to_string();
+        match source {
+            E::NotFound { .. } => StorageError::NotFound { url },
+            E::AlreadyExists { .. } | E::Precondition { .. } => StorageError::AlreadyExists { url },
+            source => StorageError::ObjectStore { url, source: Box::new(source) },
         }
     }
 

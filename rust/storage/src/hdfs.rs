@@ -1,35 +1,26 @@
 //! The HDFS and viewfs backend, on `hdfs-native` (no JVM, no libhdfs).
 //!
-//! Every call blocks on the shared runtime ([`crate::runtime`]). Reads run ahead: a task on the
-//! runtime pulls the file from the DataNodes while the caller decodes what arrived.
+//! Every call blocks on the shared runtime ([`crate::runtime`]). Reads run ahead
+//! ([`crate::read_ahead`]): a task on the runtime pulls the file from the DataNodes while the
+//! caller decodes what arrived.
 
-use std::io::{self, Read};
+use std::io::Read;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use hdfs_native::{Client, HdfsError};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
 use crate::FileStatus;
 use crate::error::{Result, StorageError};
 use crate::location::Location;
+use crate::read_ahead;
 use crate::runtime::{self, block_on};
-
-/// Bytes handed from the read-ahead task to the reader at a time. The DataNode sends 64 KiB
-/// packets; gathering them saves a channel hand-off per packet.
-pub(crate) const READ_CHUNK: usize = 1 << 20;
-/// Chunks buffered ahead of the reader (so up to ~5 MiB in flight per open file).
-const READ_AHEAD_CHUNKS: usize = 4;
 
 /// The client for a location's file system, and the path inside it.
 pub(crate) fn client_for(loc: &Location) -> Result<(Arc<Client>, &str)> {
     match loc {
         Location::Hdfs { scheme, authority, path } => Ok((runtime::client(scheme, authority)?, path)),
-        Location::Local { .. } => {
-            Err(StorageError::InvalidUrl { url: loc.url(), reason: "not an HDFS location".to_string() })
-        }
+        _ => Err(StorageError::InvalidUrl { url: loc.url(), reason: "not an HDFS location".to_string() }),
     }
 }
 
@@ -126,87 +117,8 @@ pub(crate) fn open(loc: &Location) -> Result<Box<dyn Read + Send>> {
     let reader = block_on(client.read(path))?.map_err(|e| StorageError::hdfs(&url, e))?;
     let length = reader.file_length();
     // One stream over the whole file: one block read request per block, not one per chunk.
-    let mut stream = reader.read_range_stream(0, length);
-    drop(reader);
-    let (tx, rx) = mpsc::channel::<std::result::Result<Bytes, HdfsError>>(READ_AHEAD_CHUNKS);
-    let task = runtime::runtime()?.spawn(async move {
-        let mut pending = BytesMut::new();
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(packet) => {
-                    pending.extend_from_slice(&packet);
-                    if pending.len() >= READ_CHUNK && tx.send(Ok(pending.split().freeze())).await.is_err() {
-                        return; // the reader was dropped
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e)).await;
-                    return;
-                }
-            }
-        }
-        if !pending.is_empty() {
-            let _ = tx.send(Ok(pending.freeze())).await;
-        }
-    });
-    Ok(Box::new(HdfsReader { url, rx, current: Bytes::new(), remaining: length as u64, task, failed: false }))
-}
-
-/// A blocking reader fed by the read-ahead task.
-struct HdfsReader {
-    url: String,
-    rx: mpsc::Receiver<std::result::Result<Bytes, HdfsError>>,
-    current: Bytes,
-    /// Bytes not yet handed to the caller, to tell a clean end from a lost task.
-    remaining: u64,
-    task: JoinHandle<()>,
-    failed: bool,
-}
-
-impl Read for HdfsReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        if self.current.is_empty() {
-            if self.remaining == 0 {
-                return Ok(0);
-            }
-            if self.failed {
-                return Err(io::Error::other(format!(
-                    "{}: reading stopped after an earlier error",
-                    self.url
-                )));
-            }
-            // `blocking_recv` panics on a runtime thread; report it instead.
-            runtime::ensure_blocking_allowed().map_err(StorageError::into_io)?;
-            match self.rx.blocking_recv() {
-                Some(Ok(chunk)) => self.current = chunk,
-                Some(Err(e)) => {
-                    self.failed = true;
-                    return Err(StorageError::hdfs(&self.url, e).into_io());
-                }
-                None => {
-                    self.failed = true;
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!("{}: stream ended {} bytes early", self.url, self.remaining),
-                    ));
-                }
-            }
-        }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current[..n]);
-        bytes::Buf::advance(&mut self.current, n);
-        self.remaining = self.remaining.saturating_sub(n as u64);
-        Ok(n)
-    }
-}
-
-impl Drop for HdfsReader {
-    fn drop(&mut self) {
-        // Stop reading ahead a file nobody will read (the task would also stop at its next
-        // send, but may be waiting on a DataNode until then).
-        self.task.abort();
-    }
+    let error_url = url.clone();
+    let stream =
+        reader.read_range_stream(0, length).map(move |r| r.map_err(|e| StorageError::hdfs(&error_url, e)));
+    read_ahead::reader(url, length as u64, Box::pin(stream))
 }

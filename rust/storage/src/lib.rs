@@ -1,4 +1,5 @@
-//! One blocking interface over local paths, `file://`, `hdfs://` and `viewfs://`.
+//! One blocking interface over local paths, `file://`, `hdfs://`, `viewfs://` and object
+//! stores (`s3://`, `s3a://`, `gs://`, `abfs://`, `abfss://`).
 //!
 //! Every function takes a path or URL string:
 //!
@@ -8,7 +9,12 @@
 //! - `hdfs://nameservice/path`, `hdfs:///path` (the `fs.defaultFS`) and `viewfs://cluster/path`:
 //!   resolved by `hdfs-native` from the Hadoop configuration in `HADOOP_CONF_DIR` (or
 //!   `HADOOP_HOME/etc/hadoop`). A `viewfs://` mount table needs a
-//!   `fs.viewfs.mounttable.<name>.linkFallback` entry with this client, unlike Hadoop's own.
+//!   `fs.viewfs.mounttable.<name>.linkFallback` entry with this client, unlike Hadoop's own;
+//! - `s3://bucket/key` (or `s3a://`), `gs://bucket/key`,
+//!   `abfs[s]://container@account.dfs.core.windows.net/key`: an object store through the
+//!   `object_store` crate, configured by Hadoop's keys or the cloud's environment variables
+//!   ([`configure`]). Folders are key prefixes and there is no rename: see the `object` module
+//!   for what that changes.
 //!
 //! A string is read as a URL when it starts with `scheme:` (two or more letters), so a relative
 //! path whose first component holds a colon must be written `./a:b`.
@@ -46,8 +52,11 @@ mod error;
 mod hdfs;
 mod local;
 mod location;
+mod object;
+mod object_config;
 mod output;
 mod pattern;
+mod read_ahead;
 mod runtime;
 mod writer;
 
@@ -55,6 +64,7 @@ use std::io::{Read, Write};
 
 pub use error::{Result, StorageError};
 pub use location::join_url;
+pub use object_config::{configure, configured, is_object_store_key};
 pub use output::{JobCommit, OutputJob, STAGING_DIR, SUCCESS_MARKER};
 pub use pattern::has_glob_chars;
 pub use runtime::{block_on, runtime};
@@ -93,6 +103,7 @@ fn stat(loc: &Location) -> Result<Option<FileStatus>> {
     match loc {
         Location::Local { .. } => local::stat(loc),
         Location::Hdfs { .. } => hdfs::stat(loc),
+        Location::Object { .. } => object::stat(loc),
     }
 }
 
@@ -100,6 +111,7 @@ fn list_dir(loc: &Location) -> Result<Option<Vec<FileStatus>>> {
     match loc {
         Location::Local { .. } => local::list_dir(loc),
         Location::Hdfs { .. } => hdfs::list_dir(loc),
+        Location::Object { .. } => object::list_dir(loc),
     }
 }
 
@@ -118,6 +130,7 @@ pub fn open(url: &str) -> Result<Box<dyn Read + Send>> {
     match &loc {
         Location::Local { .. } => local::open(&loc),
         Location::Hdfs { .. } => hdfs::open(&loc),
+        Location::Object { .. } => object::open(&loc),
     }
 }
 
@@ -304,6 +317,7 @@ pub fn mkdirs(url: &str) -> Result<()> {
     match &loc {
         Location::Local { .. } => local::mkdirs(&loc),
         Location::Hdfs { .. } => hdfs::mkdirs(&loc),
+        Location::Object { .. } => object::mkdirs(&loc),
     }
 }
 
@@ -325,6 +339,7 @@ pub fn rename(from: &str, to: &str, overwrite: bool) -> Result<()> {
     match &src {
         Location::Local { .. } => local::rename(&src, &dst, overwrite),
         Location::Hdfs { .. } => hdfs::rename(&src, &dst, overwrite),
+        Location::Object { .. } => object::rename(&src, &dst, overwrite),
     }
 }
 
@@ -335,6 +350,7 @@ pub fn delete(url: &str, recursive: bool) -> Result<bool> {
     match &loc {
         Location::Local { .. } => local::delete(&loc, recursive),
         Location::Hdfs { .. } => hdfs::delete(&loc, recursive),
+        Location::Object { .. } => object::delete(&loc, recursive),
     }
 }
 

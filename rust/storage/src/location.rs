@@ -3,7 +3,9 @@
 //! Hadoop semantics are followed where they matter to Spark users: a path string is *not*
 //! percent-decoded (Hadoop's `new Path("a%20b")` names a file literally called `a%20b`), a URL
 //! with a port names one NameNode, and a URL without one (or without any authority) is left for
-//! `hdfs-native` to resolve from the Hadoop configuration (`HADOOP_CONF_DIR`).
+//! `hdfs-native` to resolve from the Hadoop configuration (`HADOOP_CONF_DIR`). Object-store URLs
+//! (`s3://bucket/key`, `s3a://`, `gs://`, `abfs[s]://container@account.dfs.core.windows.net/key`)
+//! name a bucket and a key prefix.
 
 use crate::error::{Result, StorageError};
 
@@ -28,7 +30,19 @@ pub(crate) enum Location {
         /// Absolute path, single slashes, no trailing slash (except the root `/`).
         path: String,
     },
+    /// An object store (S3, GCS, Azure) through `object_store`.
+    Object {
+        /// Lower-case scheme: `s3`, `s3a`, `gs`, `abfs` or `abfss`.
+        scheme: String,
+        /// The bucket (`container@account.dfs.core.windows.net` for Azure).
+        bucket: String,
+        /// Absolute key prefix, single slashes, no trailing slash (the bucket's root is `/`).
+        path: String,
+    },
 }
+
+/// The URL schemes served by an object store, and the store each one is.
+pub(crate) const OBJECT_SCHEMES: [&str; 5] = ["s3", "s3a", "gs", "abfs", "abfss"];
 
 /// Splits `scheme:` off a string if it starts with one (RFC 3986 syntax). Single-letter schemes
 /// are not taken, so that a Windows-style `C:\…` would stay a path.
@@ -85,7 +99,9 @@ impl Location {
         } else {
             return Err(invalid("a URL path must be absolute (scheme:/path or scheme://host/path)"));
         };
-        if authority.contains(['?', '#', '@', ' ']) {
+        // `@` is Azure's container@account; every other scheme refuses it (no user info).
+        let object = OBJECT_SCHEMES.contains(&scheme.as_str());
+        if authority.contains(['?', '#', ' ']) || (authority.contains('@') && !object) {
             return Err(invalid("unsupported characters in the URL authority"));
         }
         match scheme.as_str() {
@@ -109,6 +125,20 @@ impl Location {
                 }
                 Ok(Location::Hdfs { scheme, authority: authority.to_string(), path: clean_path(path) })
             }
+            s if OBJECT_SCHEMES.contains(&s) => {
+                let azure = s.starts_with("abfs");
+                if authority.is_empty() {
+                    return Err(invalid("an object-store URL must name its bucket: scheme://bucket/key"));
+                }
+                if azure != authority.contains('@') || authority.contains(['?', '#', ' ', ':']) {
+                    return Err(invalid(if azure {
+                        "an abfs URL names container@account.dfs.core.windows.net"
+                    } else {
+                        "unsupported characters in the bucket name"
+                    }));
+                }
+                Ok(Location::Object { scheme, bucket: authority.to_string(), path: clean_path(path) })
+            }
             _ => Err(StorageError::Unsupported { scheme: scheme.to_string() }),
         }
     }
@@ -125,13 +155,16 @@ impl Location {
             }
             Location::Local { path, file_url: true } => format!("file://{path}"),
             Location::Hdfs { scheme, authority, path } => format!("{scheme}://{authority}{path}"),
+            Location::Object { scheme, bucket, path } => format!("{scheme}://{bucket}{path}"),
         }
     }
 
     /// The path part (local path, or the path inside HDFS).
     pub(crate) fn path(&self) -> &str {
         match self {
-            Location::Local { path, .. } | Location::Hdfs { path, .. } => path,
+            Location::Local { path, .. } | Location::Hdfs { path, .. } | Location::Object { path, .. } => {
+                path
+            }
         }
     }
 
@@ -141,6 +174,9 @@ impl Location {
             Location::Local { file_url, .. } => Location::Local { path, file_url: *file_url },
             Location::Hdfs { scheme, authority, .. } => {
                 Location::Hdfs { scheme: scheme.clone(), authority: authority.clone(), path }
+            }
+            Location::Object { scheme, bucket, .. } => {
+                Location::Object { scheme: scheme.clone(), bucket: bucket.clone(), path }
             }
         }
     }
@@ -186,6 +222,10 @@ impl Location {
                 Location::Hdfs { scheme: s1, authority: a1, .. },
                 Location::Hdfs { scheme: s2, authority: a2, .. },
             ) => s1 == s2 && a1.eq_ignore_ascii_case(a2),
+            (
+                Location::Object { scheme: s1, bucket: b1, .. },
+                Location::Object { scheme: s2, bucket: b2, .. },
+            ) => s1 == s2 && b1 == b2,
             _ => false,
         }
     }
@@ -285,10 +325,37 @@ mod tests {
         }
     }
 
+    fn object(scheme: &str, bucket: &str, path: &str) -> Location {
+        Location::Object { scheme: scheme.to_string(), bucket: bucket.to_string(), path: path.to_string() }
+    }
+
+    #[test]
+    fn object_store_urls() {
+        assert_eq!(Location::parse("s3://bucket/a//b/").unwrap(), object("s3", "bucket", "/a/b"));
+        assert_eq!(Location::parse("S3A://bucket").unwrap(), object("s3a", "bucket", "/"));
+        assert_eq!(Location::parse("gs://b/x").unwrap().url(), "gs://b/x");
+        let azure = "abfss://data@acct.dfs.core.windows.net/t/x";
+        assert_eq!(
+            Location::parse(azure).unwrap(),
+            object("abfss", "data@acct.dfs.core.windows.net", "/t/x")
+        );
+        assert_eq!(Location::parse(azure).unwrap().url(), azure);
+        for bad in ["s3:///key", "s3:/key", "s3://user@bucket/x", "s3://b:9000/x", "abfs://container/x"] {
+            assert!(
+                matches!(Location::parse(bad), Err(StorageError::InvalidUrl { .. })),
+                "{bad:?} should be invalid"
+            );
+        }
+        let a = Location::parse("s3://b/x").unwrap();
+        assert!(a.same_fs(&Location::parse("s3://b/y").unwrap()));
+        assert!(!a.same_fs(&Location::parse("s3://c/x").unwrap()));
+        assert!(!a.same_fs(&Location::parse("s3a://b/x").unwrap()));
+    }
+
     #[test]
     fn other_schemes_are_unsupported() {
-        match Location::parse("s3://bucket/key") {
-            Err(StorageError::Unsupported { scheme }) => assert_eq!(scheme, "s3"),
+        match Location::parse("ftp://host/key") {
+            Err(StorageError::Unsupported { scheme }) => assert_eq!(scheme, "ftp"),
             other => panic!("unexpected {other:?}"),
         }
     }

@@ -16,6 +16,11 @@
 //! succeeded, moves the committed tasks' files into `<root>` (keeping sub-folders such as
 //! `col=value/`), writes `_SUCCESS` and removes the staging folder. Everything under
 //! `_temporary` is hidden from readers, so a failed job leaves no visible file.
+//!
+//! On an object store, renames are copies (see the `object` module): the task commit checks
+//! that the task's folder is free before copying, so two attempts committing at the same
+//! moment (speculation) can both publish, and the job commit is not atomic. Hadoop's own
+//! `FileOutputCommitter` has the same limits on S3.
 
 use crate::error::{Result, StorageError};
 use crate::location::join_url;
@@ -26,6 +31,9 @@ pub const STAGING_DIR: &str = "_temporary";
 
 /// The marker a successful job writes last.
 pub const SUCCESS_MARKER: &str = "_SUCCESS";
+
+/// The marker every task attempt's folder holds; never published.
+const TASK_MARKER: &str = ".task";
 
 /// One job writing into one output folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,11 +86,14 @@ impl OutputJob {
         join_url(&self.staging_url(), &format!("task_{task:05}"))
     }
 
-    /// Creates the attempt's folder (empty attempts commit an empty folder, so the job commit
-    /// can tell a task with no rows from a task that never committed). Returns its URL.
+    /// Creates the attempt's folder with a hidden marker in it, so that the job commit can
+    /// tell a task with no rows from a task that never committed: an object store has no
+    /// empty folders, and the marker makes the attempt's prefix exist there too. Returns the
+    /// folder's URL.
     pub fn setup_task(&self, task: u32, attempt: u32) -> Result<String> {
         let url = self.attempt_url(task, attempt);
         mkdirs(&url)?;
+        write(&join_url(&url, TASK_MARKER), b"", true)?;
         Ok(url)
     }
 
@@ -168,6 +179,9 @@ impl OutputJob {
 /// Appends `(url, path relative to the task folder)` for every file under `dir`.
 fn collect_files(dir: &str, prefix: &str, out: &mut Vec<(String, String)>) -> Result<()> {
     for entry in list(dir)? {
+        if entry.name() == TASK_MARKER {
+            continue;
+        }
         let relative =
             if prefix.is_empty() { entry.name().to_string() } else { format!("{prefix}/{}", entry.name()) };
         if entry.is_dir {

@@ -1,4 +1,5 @@
-//! The process-wide tokio runtime, and the cache of HDFS clients that live on it.
+//! The process-wide tokio runtime, and the caches of HDFS clients and object stores that live
+//! on it.
 //!
 //! `hdfs-native` is async; this crate's interface is blocking. Every blocking call enters one
 //! small multi-thread runtime, built lazily on first use. Other crates (the cluster control
@@ -18,6 +19,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hdfs_native::Client;
+use object_store::ObjectStore;
 use tokio::runtime::{Handle, Runtime};
 
 use crate::error::{Result, StorageError};
@@ -34,6 +36,8 @@ struct ProcessState {
     /// Keyed by `scheme://authority`. This mutex is never held across a fork in a way that
     /// matters: a forked child builds a new `ProcessState` with a new mutex.
     clients: Mutex<HashMap<String, Arc<Client>>>,
+    /// Object stores, keyed by `scheme://bucket`, under the same rule.
+    stores: Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
 }
 
 /// The current process's state, or null before first use. Only ever set to pointers obtained
@@ -58,7 +62,12 @@ fn state() -> Result<&'static ProcessState> {
         .enable_all()
         .build()
         .map_err(|source| StorageError::Runtime { source })?;
-    let fresh = Box::into_raw(Box::new(ProcessState { pid, runtime, clients: Mutex::new(HashMap::new()) }));
+    let fresh = Box::into_raw(Box::new(ProcessState {
+        pid,
+        runtime,
+        clients: Mutex::new(HashMap::new()),
+        stores: Mutex::new(HashMap::new()),
+    }));
     match STATE.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
         // The previous value (null, or a forked parent's state) is leaked on purpose.
         // SAFETY: `fresh` was just made by `Box::into_raw` and is now owned by STATE forever.
@@ -123,6 +132,25 @@ pub(crate) fn client(scheme: &str, authority: &str) -> Result<Arc<Client>> {
     let mut clients = state.clients.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     // If another thread built one meanwhile, keep the first so everyone shares it.
     Ok(Arc::clone(clients.entry(key).or_insert(built)))
+}
+
+/// The object store for `scheme://bucket`, built on first use and cached for the process.
+pub(crate) fn object_store(scheme: &str, bucket: &str) -> Result<Arc<dyn ObjectStore>> {
+    let state = state()?;
+    let key = format!("{scheme}://{bucket}");
+    if let Some(store) = state.stores.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(&key) {
+        return Ok(Arc::clone(store));
+    }
+    let built = crate::object_config::build_store(scheme, bucket)?;
+    let mut stores = state.stores.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    Ok(Arc::clone(stores.entry(key).or_insert(built)))
+}
+
+/// Drops the cached object stores, so that the next call builds them with the current settings.
+pub(crate) fn forget_object_stores() {
+    if let Ok(state) = state() {
+        state.stores.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clear();
+    }
 }
 
 #[cfg(test)]

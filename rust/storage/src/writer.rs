@@ -4,6 +4,10 @@
 //! whether the writer fails, is killed, or is simply dropped. The temporary name sits in the
 //! destination folder (a rename never crosses file systems or HDFS name services) and starts
 //! with `.`, which globbing and [`crate::expand_inputs`] skip, as Hadoop's input formats do.
+//!
+//! Object stores need no temporary name: an upload appears whole when it completes (a single
+//! PUT for a small file, a multipart upload for a large one), so the writer uploads to the
+//! final key and completes the upload on commit.
 
 use std::fs;
 use std::io::{self, BufWriter, Write};
@@ -12,17 +16,25 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use hdfs_native::file::FileWriter;
 use hdfs_native::{Client, WriteOptions};
+use object_store::path::Path as ObjectKey;
+use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use tokio::task::JoinHandle;
 
 use crate::error::{Result, StorageError};
 use crate::location::Location;
 use crate::runtime::{self, block_on};
-use crate::{hdfs, local};
+use crate::{hdfs, local, object};
 
 /// Bytes gathered before they are handed to the HDFS block writer. The writer cuts them into
 /// 64 KiB packets itself; handing over big chunks keeps the blocking hand-offs rare.
 const HDFS_WRITE_CHUNK: usize = 4 << 20;
 /// Write buffer for local files.
 const LOCAL_WRITE_BUFFER: usize = 1 << 20;
+/// Bytes of one part of a multipart upload (S3 wants at least 5 MiB but for the last), and the
+/// size under which a file goes up in one PUT.
+const OBJECT_PART: usize = 8 << 20;
+/// Parts uploading at once per file; a write waits for the oldest when more are under way.
+const OBJECT_PARTS_IN_FLIGHT: usize = 2;
 /// Longest part of the final name kept in the temporary name; file systems cap a name at 255
 /// bytes and the temporary name adds 38.
 const MAX_NAME_IN_TEMP: usize = 160;
@@ -34,6 +46,18 @@ enum Sink {
         writer: Box<FileWriter>,
         buffer: BytesMut,
     },
+    Object(Box<ObjectUpload>),
+}
+
+/// An upload to an object store: buffered until a part is full, then a multipart upload whose
+/// parts go up in the background.
+struct ObjectUpload {
+    store: std::sync::Arc<dyn ObjectStore>,
+    key: ObjectKey,
+    buffer: BytesMut,
+    /// Started with the first full part; a smaller file goes up in one PUT at commit.
+    upload: Option<Box<dyn MultipartUpload>>,
+    parts: std::collections::VecDeque<JoinHandle<object_store::Result<()>>>,
 }
 
 /// A file being written; it appears under its final name only when [`commit`](Self::commit)
@@ -108,6 +132,26 @@ impl AtomicWriter {
                     .map_err(|e| StorageError::local(&writer.tmp.url(), e))?;
                 writer.tmp_live = true;
                 writer.sink = Some(Sink::Local(BufWriter::with_capacity(LOCAL_WRITE_BUFFER, file)));
+            }
+            Location::Object { .. } => {
+                // Keys under an object are possible in a store, but no file system (nor
+                // Hadoop's S3A) lets a file be a folder too.
+                if let Some(parent) = writer.dest.parent()
+                    && crate::stat(&parent)?.is_some_and(|st| !st.is_dir)
+                {
+                    return Err(StorageError::InvalidUrl {
+                        url: writer.dest.url(),
+                        reason: format!("its parent {} is a file", parent.url()),
+                    });
+                }
+                let (store, key) = object::store_for(&writer.dest)?;
+                writer.sink = Some(Sink::Object(Box::new(ObjectUpload {
+                    store,
+                    key,
+                    buffer: BytesMut::with_capacity(OBJECT_PART),
+                    upload: None,
+                    parts: Default::default(),
+                })));
             }
             Location::Hdfs { .. } => {
                 let (client, path) = hdfs::client_for(&writer.tmp)?;
@@ -194,6 +238,13 @@ impl AtomicWriter {
                 block_on(client.rename(tmp_path, dest_path, overwrite))?
                     .map_err(|e| hdfs::rename_error(&self.tmp, &self.dest, e))?;
             }
+            Sink::Object(mut upload) => match block_on(upload.finish(self.overwrite))? {
+                Ok(()) => {}
+                Err(e) => {
+                    upload.abort();
+                    return Err(StorageError::object(&self.dest.url(), e));
+                }
+            },
         }
         self.tmp_live = false;
         Ok(())
@@ -202,7 +253,11 @@ impl AtomicWriter {
     /// Drops the sink and removes the temporary file, best effort.
     fn abort(&mut self) {
         // Dropping an unclosed HDFS writer only forgets its lease locally; the delete below
-        // removes the under-construction file from the NameNode.
+        // removes the under-construction file from the NameNode. A multipart upload left
+        // open costs storage until aborted.
+        if let Some(Sink::Object(mut upload)) = self.sink.take() {
+            upload.abort();
+        }
         self.sink = None;
         if !self.tmp_live {
             return;
@@ -212,6 +267,8 @@ impl AtomicWriter {
             Location::Local { .. } => {
                 let _ = fs::remove_file(local::os_path(&self.tmp));
             }
+            // Object uploads have no temporary name (aborted above).
+            Location::Object { .. } => {}
             Location::Hdfs { path, .. } => {
                 let Some(client) = self.hdfs_client.clone() else {
                     return;
@@ -284,6 +341,17 @@ impl Write for AtomicWriter {
                 buffer.extend_from_slice(data);
                 buffer.len() >= HDFS_WRITE_CHUNK
             }
+            Some(Sink::Object(upload)) => {
+                upload.buffer.extend_from_slice(data);
+                if upload.buffer.len() >= OBJECT_PART
+                    && let Err(e) = upload.send_part()
+                {
+                    let e = StorageError::object(&self.dest.url(), e);
+                    return Err(self.fail(e));
+                }
+                self.written += data.len() as u64;
+                return Ok(data.len());
+            }
         };
         self.written += data.len() as u64;
         if hdfs_full {
@@ -305,8 +373,92 @@ impl Write for AtomicWriter {
                 }
             },
             Some(Sink::Hdfs { .. }) => self.send_hdfs_buffer(),
+            // Parts go up when full: a smaller one would break S3's 5 MiB minimum part size.
+            Some(Sink::Object(_)) => Ok(()),
         }
     }
+}
+
+impl ObjectUpload {
+    /// Uploads the full buffer as the next part, starting the multipart upload with the first
+    /// one, and waits for the oldest part when too many are under way.
+    fn send_part(&mut self) -> object_store::Result<()> {
+        let blocked =
+            |e: StorageError| object_store::Error::Generic { store: "sparktrain", source: Box::new(e) };
+        if self.upload.is_none() {
+            let started = block_on(self.store.put_multipart(&self.key)).map_err(blocked)??;
+            self.upload = Some(started);
+        }
+        let Some(upload) = self.upload.as_mut() else { return Ok(()) };
+        let part = upload.put_part(PutPayload::from(self.buffer.split().freeze()));
+        self.parts.push_back(runtime::runtime().map_err(blocked)?.spawn(part));
+        self.buffer.reserve(OBJECT_PART);
+        while self.parts.len() > OBJECT_PARTS_IN_FLIGHT {
+            let oldest = self.parts.pop_front().expect("more parts than the limit");
+            wait_part(block_on(oldest).map_err(blocked)?)?;
+        }
+        Ok(())
+    }
+
+    /// Completes the upload: one PUT when no part went up yet, else the last part and the
+    /// completion. Without `overwrite`, an object that exists by then is `AlreadyExists`:
+    /// refused by the store itself for a single PUT, checked just before completing otherwise.
+    async fn finish(&mut self, overwrite: bool) -> object_store::Result<()> {
+        let rest = self.buffer.split().freeze();
+        let Some(upload) = self.upload.as_mut() else {
+            let mode = if overwrite { PutMode::Overwrite } else { PutMode::Create };
+            let opts = PutOptions { mode, ..Default::default() };
+            return match self.store.put_opts(&self.key, PutPayload::from(rest.clone()), opts).await {
+                // A store without conditional writes: check, then write.
+                Err(object_store::Error::NotImplemented { .. }) => {
+                    if self.store.head(&self.key).await.is_ok() {
+                        return Err(object_store::Error::AlreadyExists {
+                            path: self.key.to_string(),
+                            source: "the object exists".into(),
+                        });
+                    }
+                    self.store.put(&self.key, PutPayload::from(rest)).await.map(|_| ())
+                }
+                other => other.map(|_| ()),
+            };
+        };
+        if !rest.is_empty() {
+            self.parts.push_back(tokio::spawn(upload.put_part(PutPayload::from(rest))));
+        }
+        while let Some(part) = self.parts.pop_front() {
+            wait_part(part.await)?;
+        }
+        if !overwrite && self.store.head(&self.key).await.is_ok() {
+            return Err(object_store::Error::AlreadyExists {
+                path: self.key.to_string(),
+                source: "the object exists".into(),
+            });
+        }
+        upload.complete().await.map(|_| ())
+    }
+
+    /// Abandons a started multipart upload, best effort (in the background when called on a
+    /// runtime thread, where blocking is not allowed).
+    fn abort(&mut self) {
+        for part in self.parts.drain(..) {
+            part.abort();
+        }
+        let Some(mut upload) = self.upload.take() else { return };
+        if runtime::ensure_blocking_allowed().is_ok() {
+            let _ = block_on(upload.abort());
+        } else if let Ok(rt) = runtime::runtime() {
+            rt.spawn(async move {
+                let _ = upload.abort().await;
+            });
+        }
+    }
+}
+
+/// The outcome of a part's upload task.
+fn wait_part(
+    joined: std::result::Result<object_store::Result<()>, tokio::task::JoinError>,
+) -> object_store::Result<()> {
+    joined.map_err(|e| object_store::Error::Generic { store: "sparktrain", source: Box::new(e) })?
 }
 
 impl Drop for AtomicWriter {

@@ -4,21 +4,8 @@ mod common;
 
 use std::io::{Read, Write};
 
-use common::test_dir;
+use common::{data, test_dir};
 use sparktrain_storage::{self as storage, FileStatus, StorageError};
-
-/// A pattern that is not periodic in 1 MiB, so a misplaced chunk would be noticed.
-fn data(len: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
-}
 
 fn names(statuses: &[FileStatus]) -> Vec<&str> {
     statuses.iter().map(|s| s.name()).collect()

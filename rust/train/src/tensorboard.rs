@@ -8,6 +8,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prost::Message;
@@ -16,6 +17,9 @@ use sparktrain_tfrecord::RecordWriter;
 use sparktrain_tfrecord::proto::{Event, EventWhat, Summary, SummaryValue, SummaryValueKind};
 
 use crate::error::{Result, TrainError};
+
+/// Event files this process has opened, which numbers their names.
+static FILES_OPENED: AtomicU64 = AtomicU64::new(0);
 
 enum Sink {
     Local(RecordWriter<BufWriter<File>>),
@@ -64,12 +68,14 @@ impl EventWriter {
 
     fn sink(&mut self) -> Result<&mut Sink> {
         if self.sink.is_none() {
+            // The number is counted per process, not per writer, as TensorFlow's is: two
+            // writers of one process in the same second must not pick the same name.
             let name = format!(
                 "events.out.tfevents.{:010}.{}.{}.{}.v2",
                 now() as u64,
                 hostname(),
                 std::process::id(),
-                self.files
+                FILES_OPENED.fetch_add(1, Ordering::Relaxed)
             );
             let url = sparktrain_storage::join_url(&self.dir, &name);
             let mut sink = if self.local {

@@ -12,6 +12,8 @@
 
 #![allow(dead_code)]
 
+pub mod s3;
+
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::PathBuf;
@@ -187,4 +189,17 @@ impl Drop for TestDir {
             let _ = sparktrain_storage::delete(&self.url, true);
         }
     }
+}
+
+/// `len` bytes of a pattern that is not periodic in 1 MiB, so a misplaced chunk is noticed.
+pub fn data(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
 }

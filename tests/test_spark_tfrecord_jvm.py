@@ -1,8 +1,7 @@
 """The jar's TFRecord file format against the Python data source and against Spark itself: the
 same records byte for byte, SQL, split reading of large files and Spark's save modes. The
-session has the jar (``spark.jars``), so ``tfrecord`` is its format. (Speculative copies are not
-tested: Spark never runs a copy on the host of the original attempt, and every executor here is
-on 127.0.0.1.)"""
+session has the jar (``spark.jars``), so ``tfrecord`` is its format. Speculative copies need
+executors on different hosts: they are tested in ``test_speculation.py``."""
 
 from __future__ import annotations
 

@@ -144,8 +144,13 @@ class StandaloneCluster:
         work_dir: Path | None = None,
         *,
         start_timeout: float = 60.0,
+        separate_hosts: bool = False,
     ) -> None:
         self.workers = workers
+        #: Each Worker (and its executors) on an address of its own, 127.0.0.2, 127.0.0.3, ...:
+        #: to Spark they are different hosts, which speculation needs (it never runs a copy
+        #: of a task on the host of the original attempt). All of 127.0.0.0/8 is loopback.
+        self.separate_hosts = separate_hosts
         self.cores_per_worker = cores_per_worker
         self.memory_mb = memory_mb
         self.start_timeout = start_timeout
@@ -207,10 +212,12 @@ class StandaloneCluster:
             for i in range(self.workers):
                 worker_dir = self._work_dir / f"worker-{i}"
                 worker_dir.mkdir(exist_ok=True)
-                args = [WORKER_CLASS, self._master_url, "--host", "127.0.0.1"]
+                host = f"127.0.0.{i + 2}" if self.separate_hosts else "127.0.0.1"
+                args = [WORKER_CLASS, self._master_url, "--host", host]
                 args += ["--cores", str(self.cores_per_worker), "--memory", f"{self.memory_mb}m"]
                 args += ["--webui-port", str(_free_port()), "--work-dir", str(worker_dir)]
-                self._workers.append(self._spawn(f"worker-{i}", args, env))
+                # Executors inherit it, and bind and report that address.
+                self._workers.append(self._spawn(f"worker-{i}", args, {**env, "SPARK_LOCAL_IP": host}))
             for i, proc in enumerate(self._workers):
                 assert proc is not None
                 self._wait_for_line(f"worker-{i}", proc, _WORKER_READY_LINE, deadline)

@@ -232,7 +232,9 @@ def test_hdfs_folders_are_probed(hdfs_url):
     assert not fs.exists(folder)
 
 
-def test_kerberos_wants_a_ticket_cache(tmp_path, monkeypatch):
+def test_kerberos_wants_credentials_that_gssapi_accepts(tmp_path, monkeypatch):
+    """Without a KDC: what counts as no credentials. tests/test_kerberos.py has the credentials
+    that count, from a real KDC."""
     conf_dir = tmp_path / "hadoop"
     conf_dir.mkdir()
     (conf_dir / "core-site.xml").write_text(
@@ -240,21 +242,40 @@ def test_kerberos_wants_a_ticket_cache(tmp_path, monkeypatch):
         "<value>kerberos</value></property></configuration>"
     )
     monkeypatch.setenv("HADOOP_CONF_DIR", str(conf_dir))
-    # No klist on the PATH: the ticket cache file decides.
-    monkeypatch.setenv("PATH", str(tmp_path))
+    for variable in ("KRB5_CLIENT_KTNAME", "HADOOP_TOKEN_FILE_LOCATION"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("KRB5_CONFIG", str(tmp_path / "no-krb5.conf"))  # not this machine's realm
     cache = tmp_path / "krb5cc_test"
     monkeypatch.setenv("KRB5CCNAME", f"FILE:{cache}")
+
+    def assert_no_credentials() -> None:
+        finding = kerberos_finding()
+        assert finding is not None
+        assert finding.level == "error"
+        assert finding.fix is not None
+        if doctor.kerberos.gssapi_available():
+            # GSSAPI's own words name the cache it looked at.
+            assert str(cache) in finding.message
+            assert "kinit" in finding.fix
+            assert "--keytab" in finding.fix
+        else:
+            assert "libgssapi-krb5-2" in finding.fix
+
+    assert_no_credentials()
+    # A file where the cache should be is not a ticket: GSSAPI cannot use it, nor could HDFS.
+    cache.write_bytes(b"ticket")
+    assert_no_credentials()
+    # Delegation tokens, as YARN gives a container, are credentials of their own.
+    tokens = tmp_path / "container_tokens"
+    tokens.write_bytes(doctor.kerberos.TOKEN_STORAGE_MAGIC + b"\x00\x00")
+    monkeypatch.setenv("HADOOP_TOKEN_FILE_LOCATION", str(tokens))
     finding = kerberos_finding()
     assert finding is not None
-    assert finding.level == "error"
-    assert str(cache) in finding.message
-    assert finding.fix is not None
-    assert "kinit" in finding.fix
-    assert "--keytab" in finding.fix
-    cache.write_bytes(b"ticket")
-    assert kerberos_finding() == Finding(
-        "kerberos", "ok", f"Hadoop uses Kerberos, and the ticket cache {cache} exists"
-    )
+    assert finding.level == "ok"
+    assert f"delegation tokens in {tokens}" in finding.message
+    # Something else under that name is not.
+    tokens.write_bytes(b"not a token file")
+    assert_no_credentials()
     assert kerberos_finding("simple") is None
 
 

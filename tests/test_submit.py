@@ -170,12 +170,41 @@ def test_a_shipped_interpreter_keeps_the_client_drivers_own():
         (["--archives", "env.tar.gz#env/sub"], "--archives 'env.tar.gz#env/sub'"),
         (["--archives", "a.tar.gz#x#y"], "takes one '#'"),
         (["--name", " "], "--name ' '"),
+        (["--master", "yarn", "--principal", "alice@EXAMPLE.COM"], "--principal and --keytab go together"),
+        (
+            ["--master", "yarn", "--principal", "a", "--keytab", "/no/such.keytab"],
+            "'/no/such.keytab': no such file",
+        ),
+        (["--master", "spark://h:7077", "--principal", "a", "--keytab", ENTRY], "YARN and Kubernetes only"),
+        (["--principal", "a", "--keytab", ENTRY], "YARN and Kubernetes only"),
     ],
 )
 def test_bad_options_are_refused_before_anything_runs(args, message):
     done = sparktrain("submit", "--dry-run", *args, ENTRY)
     assert done.returncode == 2
     assert message in done.stderr, done.stderr
+
+
+def test_a_principal_and_keytab_go_to_spark_submit_and_to_a_client_mode_driver(tmp_path, monkeypatch):
+    keytab = tmp_path / "alice.keytab"
+    keytab.write_bytes(b"\x05\x02")  # a keytab's format version; spark-submit reads it, not us
+    kerberos = ("--principal", "alice@EXAMPLE.COM", "--keytab", str(keytab))
+    command, _ = dry_run("--master", "yarn", *kerberos, ENTRY)
+    assert command[command.index("--principal") + 1] == "alice@EXAMPLE.COM"
+    assert command[command.index("--keytab") + 1] == str(keytab)
+    assert command.index("--keytab") < command.index(ENTRY)
+
+    # spark-submit's login stays in the driver's JVM: the driver's Python, which reaches HDFS
+    # through MIT krb5, gets the keytab too. In cluster mode the driver runs in a container of
+    # the cluster, on the delegation tokens Spark obtained with the keytab.
+    monkeypatch.delenv("KRB5_CLIENT_KTNAME", raising=False)
+    client = SubmitSpec(ENTRY, master="yarn", principal="alice@EXAMPLE.COM", keytab=str(keytab))
+    assert client.environment()["KRB5_CLIENT_KTNAME"] == str(keytab)
+    cluster = SubmitSpec(
+        ENTRY, master="yarn", deploy_mode="cluster", principal="alice@EXAMPLE.COM", keytab=str(keytab)
+    )
+    assert "KRB5_CLIENT_KTNAME" not in cluster.environment()
+    assert "--principal" not in dry_run("--master", "yarn", ENTRY)[0]
 
 
 def test_a_local_cluster_master_gives_the_sizes_and_the_files_and_jars_add_up(tmp_path):

@@ -4,7 +4,8 @@
 #   tests/minidfs/start.sh [launcher options]   # e.g. --datanodes 3 --block-size 1048576
 #   tests/minidfs/start.sh --build-only         # CI install step: fetch artifacts, compile
 # Works from any cwd. Prints "MINIDFS_READY hdfs://127.0.0.1:<port>" on stdout
-# when the cluster is up; stops on stdin EOF or SIGTERM/SIGINT. A background
+# when the cluster is up (with --kerberos, key=value fields follow the URL: see
+# --help); stops on stdin EOF or SIGTERM/SIGINT. A background
 # job started from a script gets /dev/null as stdin and would stop at once:
 # give it a pipe or FIFO that stays open, or pass --ignore-stdin.
 set -euo pipefail

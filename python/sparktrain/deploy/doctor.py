@@ -11,7 +11,8 @@ The checks:
   sparktrain must be importable there at all.
 - ``storage``: each given folder (local, ``file://``, ``hdfs://``, ``viewfs://``) takes a
   small probe file, which is read back and removed.
-- ``kerberos``: on a Kerberos-secured Hadoop, the driver needs a ticket.
+- ``kerberos``: on a Kerberos-secured Hadoop, the driver needs credentials that GSSAPI
+  finds (a valid ticket, a client keytab) or delegation tokens.
 - ``gpu``: GPUs asked of each task must be given to the executors, and found there.
 
 :func:`conf_findings` runs the checks that need nothing but the conf (no Spark job, no network);
@@ -29,8 +30,6 @@ import math
 import os
 import posixpath
 import re
-import shutil
-import subprocess
 import sys
 import textwrap
 import threading
@@ -44,6 +43,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from sparktrain._deps import require_spark
 from sparktrain.cluster.conf import TASK_GPU_CONF, task_gpus
+from sparktrain.deploy import kerberos
 from sparktrain.errors import SparktrainError
 
 #: How serious a finding is: ``error`` fails a training job, ``warning`` slows or endangers it.
@@ -595,39 +595,59 @@ def _hadoop_authentication(sc: Any | None = None) -> str | None:
 
 
 def kerberos_finding(authentication: str | None = None) -> Finding | None:
-    """Whether the driver holds a Kerberos ticket, when ``authentication`` (default: the
-    value of ``hadoop.security.authentication`` in ``$HADOOP_CONF_DIR/core-site.xml``) is
-    ``kerberos``; None otherwise. ``klist -s`` decides where it is installed; else the ticket
-    cache file (``$KRB5CCNAME`` or ``/tmp/krb5cc_<uid>``) must exist."""
+    """Whether the driver can authenticate to a Kerberized Hadoop, when ``authentication``
+    (default: the value of ``hadoop.security.authentication`` in
+    ``$HADOOP_CONF_DIR/core-site.xml``) is ``kerberos``; None otherwise.
+
+    It looks where sparktrain's HDFS client looks (:mod:`sparktrain.deploy.kerberos`): the
+    default credentials of MIT's GSSAPI library (a valid ticket in the cache ``KRB5CCNAME``
+    names, or a client keytab in ``KRB5_CLIENT_KTNAME``), else delegation tokens in
+    ``HADOOP_TOKEN_FILE_LOCATION`` (as YARN gives its containers). A ticket that expires
+    within the hour is a warning unless a client keytab can renew it."""
     if authentication is None:
         authentication = _hadoop_authentication()
     if (authentication or "").lower() != "kerberos":
         return None
     check = "kerberos"
     fix = (
-        "run `kinit <principal>` (or `kinit -kt <keytab> <principal>`) before starting the job; "
-        "for jobs that outlive a ticket pass --principal and --keytab to spark-submit so Spark "
-        "renews its own delegation tokens"
+        "run `kinit <principal>` (or `kinit -kt <keytab> <principal>`) before starting the job, or "
+        "set KRB5_CLIENT_KTNAME to a keytab; for jobs that outlive a ticket pass --principal and "
+        "--keytab to sparktrain submit (or spark-submit) so that Spark renews its own delegation tokens"
     )
-    klist = shutil.which("klist")
-    if klist is not None:
-        if subprocess.run([klist, "-s"], check=False, capture_output=True).returncode == 0:
-            return Finding(check, "ok", "Hadoop uses Kerberos, and `klist -s` finds a valid ticket")
-        return Finding(check, "error", "Hadoop uses Kerberos, but `klist -s` finds no valid ticket", fix)
-    cache = os.environ.get("KRB5CCNAME") or f"FILE:/tmp/krb5cc_{os.getuid()}"
-    kind, _, location = cache.partition(":") if ":" in cache else ("FILE", "", cache)
-    if kind.upper() != "FILE":
+    try:
+        credentials = kerberos.default_credentials()
+    except kerberos.NoCredentials as e:
+        tokens = kerberos.token_file()
+        if tokens is not None:
+            return Finding(
+                check,
+                "ok",
+                f"Hadoop uses Kerberos; no ticket, but delegation tokens in {tokens} "
+                "(HADOOP_TOKEN_FILE_LOCATION), as YARN gives its containers",
+            )
+        if not kerberos.gssapi_available():
+            return Finding(
+                check,
+                "error",
+                f"Hadoop uses Kerberos, but {kerberos.GSSAPI_LIBRARY} (MIT Kerberos), which "
+                "sparktrain's HDFS client authenticates with, cannot be loaded",
+                "install libgssapi-krb5-2 (Debian, Ubuntu) or krb5-libs (RHEL, CentOS)",
+            )
         return Finding(
-            check,
-            "warning",
-            f"Hadoop uses Kerberos; the ticket cache {cache} cannot be checked without klist",
-            "install klist (krb5-user) to check, or make sure `kinit` ran",
+            check, "error", f"Hadoop uses Kerberos, but there are no Kerberos credentials: {e}", fix
         )
-    if not Path(location).is_file():
-        return Finding(
-            check, "error", f"Hadoop uses Kerberos, but there is no ticket cache at {location}", fix
-        )
-    return Finding(check, "ok", f"Hadoop uses Kerberos, and the ticket cache {location} exists")
+    left = credentials.lifetime_s
+    valid = "" if left is None else f", valid for {_duration(left)}"
+    message = f"Hadoop uses Kerberos, and GSSAPI finds credentials for {credentials.principal}{valid}"
+    if left is not None and left < 3600 and not os.environ.get("KRB5_CLIENT_KTNAME"):
+        return Finding(check, "warning", f"{message}: a job that runs longer loses access to HDFS then", fix)
+    return Finding(check, "ok", message)
+
+
+def _duration(seconds: int) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{max(seconds // 60, 1)} min"
 
 
 # --- the report and the command ------------------------------------------------------------

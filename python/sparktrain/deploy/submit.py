@@ -156,6 +156,10 @@ class SubmitSpec:
     spark_submit: str | None = None
     #: The interpreter of a packed environment, relative to a container (``--pack``).
     python: str | None = None
+    #: Kerberos: spark-submit logs in as ``principal`` with ``keytab`` and keeps the job's
+    #: delegation tokens fresh (YARN and Kubernetes).
+    principal: str | None = None
+    keytab: str | None = None
 
     def __post_init__(self) -> None:
         for option, value in (("--workers", self.workers), ("--cores-per-worker", self.cores_per_worker)):
@@ -232,11 +236,28 @@ class SubmitSpec:
             raise InvalidArgumentError(
                 f"--name {self.name!r}: the application needs a name; leave --name out for the script's"
             )
+        self._check_kerberos()
         if not self.entry_point.endswith(".py"):
             raise InvalidArgumentError(f"entry point {self.entry_point!r}: must be a Python file (.py)")
         if ":" not in self.entry_point and not os.path.isfile(self.entry_point):
             # A local file, which spark-submit reads (client mode) or uploads (cluster mode).
             raise InvalidArgumentError(f"entry point {self.entry_point!r}: no such file")
+
+    def _check_kerberos(self) -> None:
+        if self.principal is None and self.keytab is None:
+            return
+        if self.principal is None or self.keytab is None or not self.principal.strip():
+            raise InvalidArgumentError(
+                "--principal and --keytab go together: spark-submit logs in as the principal with the keytab"
+            )
+        if self.profile not in ("yarn", "kubernetes"):
+            raise InvalidArgumentError(
+                f"--principal/--keytab: Spark obtains and renews delegation tokens on YARN and Kubernetes "
+                f"only, not on {self.master}; there each host needs a ticket of its own (kinit) or a keytab "
+                "(--env KRB5_CLIENT_KTNAME=...)"
+            )
+        if urlsplit(self.keytab).scheme in ("", "file") and not os.path.isfile(urlsplit(self.keytab).path):
+            raise InvalidArgumentError(f"--keytab {self.keytab!r}: no such file")
 
     @property
     def profile(self) -> str:
@@ -316,6 +337,8 @@ class SubmitSpec:
         """The ``spark-submit`` command line."""
         command = [self.spark_submit or find_spark_submit(), "--master", self.resolved_master()]
         command += ["--deploy-mode", self.mode]
+        if self.principal is not None and self.keytab is not None:
+            command += ["--principal", self.principal, "--keytab", self.keytab]
         confs = self.confs()
         # --files and --jars would replace the conf of the same meaning: merge them into it.
         files = [*_listed(confs.pop("spark.files", "")), *self.files]
@@ -334,8 +357,15 @@ class SubmitSpec:
 
     def environment(self) -> dict[str, str]:
         """The environment ``spark-submit`` runs with: a local cluster's executors run this
-        interpreter unless a packed environment is shipped."""
+        interpreter unless a packed environment is shipped, and a client-mode driver
+        authenticates to HDFS with ``keytab``."""
         env = dict(os.environ)
+        if self.keytab is not None and self.mode == "client" and urlsplit(self.keytab).scheme in ("", "file"):
+            # spark-submit's keytab login lives in the driver's JVM; sparktrain's own HDFS
+            # client in the driver's Python process finds Kerberos credentials through MIT
+            # krb5, which takes a client keytab from this variable (a ticket already in the
+            # cache still comes first).
+            env.setdefault("KRB5_CLIENT_KTNAME", os.path.abspath(urlsplit(self.keytab).path))
         if "SPARK_HOME" not in env:
             # The pyspark wheel's launcher scripts look for their Spark with whatever `python3`
             # is on PATH, which may not have pyspark: name the one this interpreter has.
@@ -633,6 +663,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="the application's name")
     p.add_argument("--image", help="Kubernetes: the container image with sparktrain")
     p.add_argument("--time-limit", help="kill the application after this long: 3600, 90m, 1h30m")
+    p.add_argument("--principal", help="Kerberos principal spark-submit logs in as (with --keytab)")
+    p.add_argument(
+        "--keytab",
+        help="keytab of --principal: Spark renews the job's delegation tokens with it (YARN, Kubernetes)",
+    )
     p.add_argument("--spark-submit", help="the spark-submit to run (default: $SPARK_HOME's, then PATH's)")
     p.add_argument("--dry-run", action="store_true", help="print the command and exit")
     return p
@@ -666,6 +701,8 @@ def spec_from_args(
         time_limit=None if args.time_limit is None else duration_s(args.time_limit),
         spark_submit=args.spark_submit,
         python=python or args.python,
+        principal=args.principal,
+        keytab=args.keytab,
     )
 
 

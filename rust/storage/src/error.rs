@@ -43,8 +43,9 @@ pub enum StorageError {
         source: io::Error,
     },
 
-    /// The HDFS client reported an error.
-    #[error("HDFS error on {url}: {}", first_line(source))]
+    /// The HDFS client reported an error. Where the cause lies with this process (no Kerberos
+    /// credentials, no Kerberos library) the message says what to do about it.
+    #[error("HDFS error on {url}: {}", describe(source))]
     Hdfs {
         /// The URL being accessed.
         url: String,
@@ -95,6 +96,71 @@ pub enum StorageError {
         #[source]
         source: io::Error,
     },
+}
+
+/// The message of an HDFS error: what to do for the failures a user fixes on the client side,
+/// else the client's own message, shortened.
+fn describe(e: &hdfs_native::HdfsError) -> String {
+    use hdfs_native::HdfsError as H;
+    match e {
+        H::GSSAPIError(major, _, message) => describe_gssapi(major.raw(), message),
+        H::OperationFailed(message) if message.starts_with("Failed to load libgssapi") => {
+            NO_GSSAPI.to_string()
+        }
+        // How hdfs-native reports a NameNode that closed the connection, after its retries
+        // (about three minutes). A Kerberized NameNode does that at once to a client whose
+        // configuration does not ask for Kerberos, which then looks like a network failure.
+        H::IOError(io)
+            if io.kind() == io::ErrorKind::ConnectionAborted && io.to_string() == LISTENER_GONE =>
+        {
+            format!(
+                "{} (the NameNode closed the connection; a NameNode that wants Kerberos does so \
+                 when the client's Hadoop configuration, HADOOP_CONF_DIR, does not set \
+                 hadoop.security.authentication=kerberos)",
+                first_line(e)
+            )
+        }
+        _ => first_line(e),
+    }
+}
+
+/// hdfs-native loads the Kerberos library at run time, on the first Kerberos connection.
+const NO_GSSAPI: &str = "the Hadoop configuration asks for Kerberos (hadoop.security.authentication=kerberos), \
+                         but the MIT Kerberos library libgssapi_krb5.so.2 cannot be loaded: install it \
+                         (libgssapi-krb5-2 on Debian and Ubuntu, krb5-libs on RHEL)";
+
+/// hdfs-native's message when the NameNode connection closed under a call.
+const LISTENER_GONE: &str = "RPC listener disconnected";
+
+/// The GSSAPI routine errors (numbered as in RFC 2744, section 3.9.1) that mean this process
+/// holds no usable Kerberos credentials.
+const GSS_S_NO_CRED: u32 = 7;
+const GSS_S_DEFECTIVE_CREDENTIAL: u32 = 10;
+const GSS_S_CREDENTIALS_EXPIRED: u32 = 11;
+
+/// The routine error field of a GSSAPI major status (bits 16 to 23).
+fn gss_routine_error(major: u32) -> u32 {
+    (major >> 16) & 0xff
+}
+
+/// A GSSAPI failure in words. hdfs-native's own message starts with a debug dump of the status
+/// codes; the library's text (`message`) says what went wrong, and for missing or expired
+/// credentials (no `kinit` run, an unreadable ticket cache, a keytab that does not exist or the
+/// KDC cannot be reached to use it) the ways to get credentials follow.
+fn describe_gssapi(major: u32, message: &str) -> String {
+    let routine = gss_routine_error(major);
+    if matches!(routine, GSS_S_NO_CRED | GSS_S_DEFECTIVE_CREDENTIAL | GSS_S_CREDENTIALS_EXPIRED) {
+        format!(
+            "Kerberos credentials are missing or expired ({message}); the Hadoop configuration \
+             asks for Kerberos (hadoop.security.authentication=kerberos). Get a ticket with \
+             `kinit <principal>` or `kinit -kt <keytab> <principal>`, or point KRB5CCNAME at a \
+             ticket cache that holds one, or set KRB5_CLIENT_KTNAME to a keytab (KRB5_CONFIG \
+             names the realm's krb5.conf); in YARN containers the delegation tokens in \
+             HADOOP_TOKEN_FILE_LOCATION serve instead"
+        )
+    } else {
+        format!("Kerberos authentication failed (GSSAPI routine error {routine}): {message}")
+    }
 }
 
 /// The first line of an HDFS error: NameNode errors carry the whole Java stack trace, which the
@@ -178,5 +244,79 @@ impl StorageError {
             _ => io::ErrorKind::Other,
         };
         io::Error::new(kind, self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// MIT krb5's major status and text when no ticket cache exists and no keytab is set.
+    const NO_CRED: u32 = 0x0007_0000;
+    const NO_CRED_TEXT: &str = "No credentials were supplied, or the credentials were unavailable \
+                                or inaccessible: No Kerberos credentials available (default cache: \
+                                FILE:/tmp/krb5cc_1000)";
+
+    #[test]
+    fn missing_credentials_say_how_to_get_them() {
+        let text = describe_gssapi(NO_CRED, NO_CRED_TEXT);
+        assert!(text.starts_with("Kerberos credentials are missing or expired (No credentials"), "{text}");
+        // The library's own detail (which cache was looked at) is kept.
+        assert!(text.contains("FILE:/tmp/krb5cc_1000"), "{text}");
+        for way in ["kinit", "KRB5CCNAME", "KRB5_CLIENT_KTNAME", "keytab", "HADOOP_TOKEN_FILE_LOCATION"] {
+            assert!(text.contains(way), "{way} not in {text}");
+        }
+        // Expired and defective credentials are the same situation for the user.
+        for routine in [GSS_S_CREDENTIALS_EXPIRED, GSS_S_DEFECTIVE_CREDENTIAL] {
+            assert!(describe_gssapi(routine << 16, "x").starts_with("Kerberos credentials are missing"));
+        }
+    }
+
+    #[test]
+    fn other_gssapi_failures_keep_the_library_text_without_hints() {
+        // GSS_S_FAILURE (13) with a supplementary bit set: only the routine field decides.
+        let text = describe_gssapi((13 << 16) | 0x1, "Server not found in Kerberos database");
+        assert_eq!(
+            text,
+            "Kerberos authentication failed (GSSAPI routine error 13): Server not found in Kerberos database"
+        );
+        assert_eq!(gss_routine_error(0x0107_0000), GSS_S_NO_CRED);
+    }
+
+    #[test]
+    fn other_hdfs_errors_keep_their_first_line() {
+        let e = StorageError::Hdfs {
+            url: "hdfs://nn:9000/a".to_string(),
+            source: hdfs_native::HdfsError::RPCError(
+                "java.io.IOException".to_string(),
+                "bad\n\tat x".to_string(),
+            ),
+        };
+        assert_eq!(
+            e.to_string(),
+            "HDFS error on hdfs://nn:9000/a: RPC error: java.io.IOException bad (Java stack trace omitted)"
+        );
+        let e = StorageError::Hdfs {
+            url: "hdfs://nn:9000/a".to_string(),
+            source: hdfs_native::HdfsError::OperationFailed("Failed to load libgssapi_krb".to_string()),
+        };
+        assert!(e.to_string().contains("libgssapi-krb5-2"), "{e}");
+    }
+
+    #[test]
+    fn a_closed_namenode_connection_names_the_kerberos_configuration() {
+        let closed = |message: &str| StorageError::Hdfs {
+            url: "hdfs://nn:9000/a".to_string(),
+            source: hdfs_native::HdfsError::IOError(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                message,
+            )),
+        };
+        let text = closed(LISTENER_GONE).to_string();
+        assert!(text.starts_with("HDFS error on hdfs://nn:9000/a: IO error"), "{text}");
+        assert!(text.contains("RPC listener disconnected (the NameNode closed the connection"), "{text}");
+        assert!(text.contains("hadoop.security.authentication=kerberos"), "{text}");
+        // Other I/O errors stay as they are.
+        assert!(!closed("Connection reset by peer").to_string().contains("Kerberos"));
     }
 }

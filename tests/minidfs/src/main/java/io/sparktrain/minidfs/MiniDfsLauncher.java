@@ -3,7 +3,8 @@
  * DataNodes in one JVM) on 127.0.0.1, prints one ready line on stdout, and
  * lives until stdin closes or SIGTERM/SIGINT arrives. Started by
  * tests/minidfs/start.sh, which the Python harness (tests/harness/minidfs.py)
- * and the Rust tests use.
+ * and the Rust tests use. With --kerberos the cluster is secured by a KDC in
+ * the same JVM (see KerberosSetup).
  */
 package io.sparktrain.minidfs;
 
@@ -47,8 +48,17 @@ public final class MiniDfsLauncher {
       "  --block-size BYTES   dfs.blocksize, a multiple of 512 (default: Hadoop's)",
       "  --ignore-stdin       do not stop on stdin EOF, only on SIGTERM/SIGINT",
       "                       (for background use where stdin is /dev/null)",
+      "  --kerberos           secure the cluster: a KDC (MiniKdc) on 127.0.0.1, Kerberos",
+      "                       on RPC, block access tokens, SASL on data transfer",
+      "  --protection QOP     with --kerberos: authentication, integrity or privacy, for",
+      "                       hadoop.rpc.protection and dfs.data.transfer.protection",
+      "                       (default privacy)",
+      "  --kerberos-user NAME with --kerberos: the user principal to create (default alice)",
       "  -h, --help           show this help",
-      "Prints '" + READY_PREFIX + "hdfs://127.0.0.1:<port>' on stdout once the cluster is up.");
+      "Prints '" + READY_PREFIX + "hdfs://127.0.0.1:<port>' on stdout once the cluster is up;",
+      "with --kerberos the URL is followed by space-separated key=value fields: krb5_conf,",
+      "principal, keytab (the user's), conf_dir (a client HADOOP_CONF_DIR), token_file (the",
+      "user's HDFS delegation token, for HADOOP_TOKEN_FILE_LOCATION) and protection.");
 
   /** Parsed command line; plain fields because this is a test tool. */
   static final class Options {
@@ -59,6 +69,9 @@ public final class MiniDfsLauncher {
     short replication = 1;
     long blockSize = -1;
     boolean ignoreStdin = false;
+    boolean kerberos = false;
+    String protection = null;
+    String kerberosUser = null;
     boolean help = false;
   }
 
@@ -125,11 +138,16 @@ public final class MiniDfsLauncher {
         case "--ignore-stdin":
           o.ignoreStdin = true;
           break;
+        case "--kerberos":
+          o.kerberos = true;
+          break;
         case "--datanodes":
         case "--port":
         case "--base-dir":
         case "--replication":
         case "--block-size":
+        case "--protection":
+        case "--kerberos-user":
           if (value == null) {
             if (i + 1 >= args.length) {
               throw new UsageException(arg + " needs a value");
@@ -141,6 +159,9 @@ public final class MiniDfsLauncher {
         default:
           throw new UsageException("unknown option: " + args[i]);
       }
+    }
+    if (!o.kerberos && (o.protection != null || o.kerberosUser != null)) {
+      throw new UsageException("--protection and --kerberos-user need --kerberos");
     }
     return o;
   }
@@ -169,6 +190,22 @@ public final class MiniDfsLauncher {
           throw new UsageException("--block-size must be a multiple of 512, got " + value);
         }
         break;
+      case "--protection":
+        if (!KerberosSetup.isProtection(value)) {
+          throw new UsageException(
+              "--protection must be one of " + String.join(", ", KerberosSetup.PROTECTIONS)
+                  + ", got '" + value + "'");
+        }
+        o.protection = value;
+        break;
+      case "--kerberos-user":
+        // A plain principal name: it also names files and the HDFS home folder.
+        if (!value.matches("[a-z_][a-z0-9_-]{0,31}")) {
+          throw new UsageException("--kerberos-user must be a plain lower-case user name, got '"
+              + value + "'");
+        }
+        o.kerberosUser = value;
+        break;
       default:
         throw new IllegalStateException(name);
     }
@@ -193,6 +230,10 @@ public final class MiniDfsLauncher {
       return Files.createTempDirectory("sparktrain-minidfs-");
     }
     Path dir = opts.baseDir;
+    // The Kerberos ready line carries paths under the base dir as space-separated fields.
+    if (opts.kerberos && dir.toString().matches(".*[\\s=].*")) {
+      throw new UsageException("--base-dir " + dir + " must not contain whitespace or '=' with --kerberos");
+    }
     // The cluster formats (wipes) parts of this dir and we delete it at exit,
     // so refuse anything that already holds files: a typo must not cost data.
     if (Files.exists(dir)) {
@@ -261,7 +302,20 @@ public final class MiniDfsLauncher {
       Signal.handle(new Signal(sig), s -> stop.countDown());
     }
 
+    KerberosSetup kerberos = null;
+    if (opts.kerberos) {
+      kerberos = new KerberosSetup(
+          baseDir.resolve("kerberos"),
+          opts.protection == null ? "privacy" : opts.protection,
+          opts.kerberosUser == null ? "alice" : opts.kerberosUser);
+      cleanup.setKerberos(kerberos);
+      // Before buildConf: Hadoop's security classes must first see the KDC's krb5.conf.
+      kerberos.startKdc(LOOPBACK);
+    }
     Configuration conf = buildConf(opts);
+    if (kerberos != null) {
+      kerberos.secure(conf);
+    }
     MiniDFSCluster cluster = new MiniDFSCluster.Builder(conf, baseDir.toFile())
         .numDataNodes(opts.datanodes)
         .nameNodePort(opts.port)
@@ -277,7 +331,13 @@ public final class MiniDfsLauncher {
       cleanup.run();
       return 0;
     }
-    stdout.println(READY_PREFIX + "hdfs://" + LOOPBACK + ":" + cluster.getNameNodePort());
+    String url = "hdfs://" + LOOPBACK + ":" + cluster.getNameNodePort();
+    String fields = "";
+    if (kerberos != null) {
+      kerberos.prepareClient(cluster, conf, url);
+      fields = kerberos.readyFields();
+    }
+    stdout.println(READY_PREFIX + url + fields);
     stdout.flush();
 
     if (!opts.ignoreStdin) {
@@ -311,6 +371,7 @@ public final class MiniDfsLauncher {
     private final Path baseDir;
     private final boolean deleteBaseDir;
     private MiniDFSCluster cluster;
+    private KerberosSetup kerberos;
     private boolean done;
 
     Cleanup(Path baseDir, boolean deleteBaseDir) {
@@ -320,6 +381,10 @@ public final class MiniDfsLauncher {
 
     synchronized void setCluster(MiniDFSCluster cluster) {
       this.cluster = cluster;
+    }
+
+    synchronized void setKerberos(KerberosSetup kerberos) {
+      this.kerberos = kerberos;
     }
 
     synchronized void run() {
@@ -336,6 +401,14 @@ public final class MiniDfsLauncher {
           cluster.shutdown(true);
         } catch (Throwable t) {
           System.err.println("minidfs: error during cluster shutdown: " + t);
+        }
+      }
+      // After the cluster: its daemons talk to the KDC until they stop.
+      if (kerberos != null) {
+        try {
+          kerberos.stop();
+        } catch (Throwable t) {
+          System.err.println("minidfs: error while stopping the KDC: " + t);
         }
       }
       if (deleteBaseDir) {

@@ -82,6 +82,9 @@ step "JVM jar: Hadoop TFRecord formats (Maven, Surefire)"
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 MAVEN_OPTS="${MAVEN_OPTS:-} -Djansi.noreset=true" mvn -q -B -f jars/pom.xml verify -Drevision="$version"
 ls "jars/target/sparktrain-hadoop-$version.jar"
+# The same sources and tests against Spark 3.5 (Scala 2.12): the jar the wheel carries for 3.5.
+MAVEN_OPTS="${MAVEN_OPTS:-} -Djansi.noreset=true" mvn -q -B -f jars/pom.xml verify -Drevision="$version" -Pspark3.5
+ls "jars/target/sparktrain-hadoop-$version-spark3.5.jar"
 
 step "Start one MiniDFS cluster for all tests"
 work=$(mktemp -d)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,12 @@ def spark() -> Iterator[SparkSession]:
     """A SparkSession on ``local-cluster[2,2,1024]`` with the sparktrain jar loaded: four task
     slots, so a barrier stage of three trainers fits and one of five does not."""
     session = local_cluster_session("sparktrain-tests", cores=2)
+    # The executors register seconds after the session starts, later on a busy machine: a
+    # test's barrier stage must find their slots, not spend its grace period waiting for them.
+    deadline = time.monotonic() + 180
+    while session.sparkContext._jsc.sc().getExecutorIds().size() < 2:
+        assert time.monotonic() < deadline, "the local-cluster's 2 executors did not register within 180 s"
+        time.sleep(0.25)
     yield session
     session.stop()
 

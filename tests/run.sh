@@ -4,7 +4,8 @@
 # Without --fast, the whole suite (what CI runs): installs what it needs (a virtualenv with the
 # Python packages, the Rust build, the Maven artifacts for the MiniDFS cluster), runs the lint
 # gates, starts one real HDFS (MiniDFSCluster) shared by the Rust and Python tests, then runs
-# `cargo test`, `pytest`, and the chaos tests on a Spark standalone cluster of their own.
+# `cargo test`, `pytest`, the chaos tests on a Spark standalone cluster of their own, and a
+# reduced suite on PySpark 3.5 in a second virtualenv (.venv-spark35).
 #
 # With --fast, the tier for everyday work: the same lint gates and release wheel, the Rust tests
 # that need no HDFS, and the Python tests that need neither Spark, HDFS nor TensorFlow. No Maven,
@@ -131,5 +132,35 @@ if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then # 5: extra arguments deselec
 fi
 echo "Time to detect a fault and to resume training (seconds):"
 cat "$SPARKTRAIN_CHAOS_REPORT" 2>/dev/null || true
+
+# PySpark 3.5, the LTS line, in a second virtualenv with the same wheel: a reduced suite, the
+# Spark-side tests of the launcher, tfrecord.write and read_dataframe (both engines: the jar's
+# Spark 3.5 build and mapInArrow), training and predict, less those that need TensorFlow and
+# the HDFS cases (storage is sparktrain's own, the same on every Spark line; they would double
+# the step's time). The tests of the Python data source API (4.x only) are skipped there with
+# the reason (tests/conftest.py). The doctor's and `sparktrain submit`'s tests, which take
+# minutes, run on 4.x only.
+step "PySpark 3.5: launcher, tfrecord.write and read_dataframe, training and predict (.venv-spark35)"
+venv=.venv-spark35
+want=$(sha256sum tests/requirements-spark35.txt | cut -d' ' -f1)
+if [ "$(cat "$venv/.requirements.sha" 2>/dev/null)" != "$want" ]; then
+    rm -rf "$venv" # from scratch: a pin removed from the file leaves nothing behind
+    "${PYTHON:-python3}" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    "$venv/bin/python" -m pip install -q -r tests/requirements-spark35.txt
+    echo "$want" >"$venv/.requirements.sha"
+fi
+"$venv/bin/python" -m pip install -q --force-reinstall --no-deps target/wheels/sparktrain-*.whl
+"$venv/bin/python" -c "import pyspark, sparktrain; print('pyspark', pyspark.__version__, 'jar', sparktrain.jar_path())"
+status=0
+# Executors and trainers run this interpreter, whatever the caller's environment says.
+PATH="$PWD/$venv/bin:$PATH" VIRTUAL_ENV="$PWD/$venv" PYSPARK_PYTHON="$PWD/$venv/bin/python" \
+    "$venv/bin/python" -m pytest -q -n 2 -p no:cacheprovider -rs -m "not tensorflow and not hdfs" \
+    tests/test_public_api.py tests/test_cluster.py tests/test_spark_dataframes.py \
+    tests/test_spark_tfrecord_jvm.py tests/test_tfrecord_format_names.py tests/test_training.py \
+    tests/test_tfos_shim.py "$@" || status=$?
+if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then # 5: extra arguments deselected them all
+    exit "$status"
+fi
 
 step "Done"

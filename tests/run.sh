@@ -4,7 +4,8 @@
 # Without --fast, the whole suite (what CI runs): installs what it needs (a virtualenv with the
 # Python packages, the Rust build, the Maven artifacts for the MiniDFS cluster), runs the lint
 # gates, starts one real HDFS (MiniDFSCluster) shared by the Rust and Python tests, then runs
-# `cargo test`, `pytest`, and the chaos tests on a Spark standalone cluster of their own.
+# `cargo test`, `pytest`, the chaos tests on a Spark standalone cluster of their own, and a
+# reduced suite on PySpark 3.5 in a second virtualenv (.venv-spark35).
 #
 # With --fast, the tier for everyday work: the same lint gates and release wheel, the Rust tests
 # that need no HDFS, and the Python tests that need neither Spark, HDFS nor TensorFlow. No Maven,
@@ -82,6 +83,9 @@ step "JVM jar: Hadoop TFRecord formats (Maven, Surefire)"
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 MAVEN_OPTS="${MAVEN_OPTS:-} -Djansi.noreset=true" mvn -q -B -f jars/pom.xml verify -Drevision="$version"
 ls "jars/target/sparktrain-hadoop-$version.jar"
+# The same sources and tests against Spark 3.5 (Scala 2.12): the jar the wheel carries for 3.5.
+MAVEN_OPTS="${MAVEN_OPTS:-} -Djansi.noreset=true" mvn -q -B -f jars/pom.xml verify -Drevision="$version" -Pspark3.5
+ls "jars/target/sparktrain-hadoop-$version-spark3.5.jar"
 
 step "Start one MiniDFS cluster for all tests"
 work=$(mktemp -d)
@@ -128,5 +132,41 @@ if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then # 5: extra arguments deselec
 fi
 echo "Time to detect a fault and to resume training (seconds):"
 cat "$SPARKTRAIN_CHAOS_REPORT" 2>/dev/null || true
+
+# PySpark 3.5, the LTS line, in a second virtualenv with the same wheel: a reduced suite. First
+# the tests that need neither Spark, HDFS nor TensorFlow (the fast tier: the type table against
+# 3.5's Arrow conversion, the launcher's helpers, submit's choice of jar, the public API). Then
+# the Spark-side tests of the launcher, tfrecord.write and read_dataframe (both engines: the
+# jar's Spark 3.5 build and mapInArrow), training and predict, less those that need TensorFlow,
+# the HDFS cases and the compressed variants of the type round trip (storage and compression
+# are sparktrain's own, the same on every Spark line; they would double the step's time). The
+# tests of the Python data source API (4.x only) are skipped with the reason
+# (tests/conftest.py). The doctor's and `sparktrain submit`'s Spark tests, which take minutes,
+# run on 4.x only.
+step "PySpark 3.5: launcher, tfrecord.write and read_dataframe, training and predict (.venv-spark35)"
+venv=.venv-spark35
+want=$(sha256sum tests/requirements-spark35.txt | cut -d' ' -f1)
+if [ "$(cat "$venv/.requirements.sha" 2>/dev/null)" != "$want" ]; then
+    rm -rf "$venv" # from scratch: a pin removed from the file leaves nothing behind
+    "${PYTHON:-python3}" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    "$venv/bin/python" -m pip install -q -r tests/requirements-spark35.txt
+    echo "$want" >"$venv/.requirements.sha"
+fi
+"$venv/bin/python" -m pip install -q --force-reinstall --no-deps target/wheels/sparktrain-*.whl
+"$venv/bin/python" -c "import pyspark, sparktrain; print('pyspark', pyspark.__version__, 'jar', sparktrain.jar_path())"
+# Executors and trainers run this interpreter, whatever the caller's environment says.
+spark35_pytest() {
+    local status=0
+    PATH="$PWD/$venv/bin:$PATH" VIRTUAL_ENV="$PWD/$venv" PYSPARK_PYTHON="$PWD/$venv/bin/python" \
+        "$venv/bin/python" -m pytest -q -p no:cacheprovider -rs "$@" || status=$?
+    if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then # 5: extra arguments deselected them all
+        return "$status"
+    fi
+}
+spark35_pytest -m "not spark and not hdfs and not tensorflow" "$@"
+spark35_pytest -n 2 -m "not tensorflow and not hdfs" -k "not GZIP and not ZLIB" \
+    tests/test_cluster.py tests/test_spark_dataframes.py tests/test_spark_tfrecord_jvm.py \
+    tests/test_tfrecord_format_names.py tests/test_training.py tests/test_tfos_shim.py "$@"
 
 step "Done"

@@ -155,6 +155,28 @@ def test_gpus_without_a_discovery_script_depend_on_the_cluster_manager():
     assert by_check(conf_findings(shared, gpus_per_worker=1, master="yarn"))["gpu"].level == "ok"
 
 
+def test_the_spark_version_and_the_build_of_the_jar_must_match():
+    def spark_version(version, jars=None):
+        conf = SparkConf(loadDefaults=False)
+        if jars:
+            conf.set("spark.jars", jars)
+        return doctor._spark_version(version, conf)
+
+    assert spark_version("4.1.0", "/x/other.jar,/w/sparktrain-hadoop-0.1.0.jar").level == "ok"
+    assert spark_version("3.5.9", "/w/sparktrain-hadoop-0.1.0-spark3.5.jar").level == "ok"
+    # Without the jar, 3.5 has no format("tfrecord"): fine for training, and said.
+    assert "needs sparktrain's jar" in spark_version("3.5.9").message
+    wrong = spark_version("3.5.9", "file:/w/sparktrain-hadoop-0.1.0.jar")
+    assert wrong.level == "error"
+    assert wrong.message == (
+        "spark.jars has sparktrain-hadoop-0.1.0.jar, sparktrain's jar for Spark 4, but this is Spark 3.5.9"
+    )
+    assert "jar_path()" in wrong.fix
+    assert spark_version("4.0.0", "/w/sparktrain-hadoop-0.1.0-spark3.5.jar").level == "error"
+    old = spark_version("3.4.1")
+    assert (old.level, old.message) == ("error", "this is Spark 3.4.1; sparktrain supports Spark 3.5 and 4.x")
+
+
 def test_the_report_has_a_block_per_finding_and_counts_them():
     text = report(
         [
@@ -296,6 +318,7 @@ def test_diagnose_on_the_local_cluster(spark, tmp_path):
     findings = diagnose(spark, num_workers=2, paths=[str(out), UNWRITABLE])
     checks = [f.check for f in findings]
     assert checks == [
+        "spark-version",
         "dynamic-allocation",
         "task-cpus",
         "gpu",
@@ -304,7 +327,8 @@ def test_diagnose_on_the_local_cluster(spark, tmp_path):
         "storage",
         "storage",
     ]
-    found = by_check(findings[:5])
+    found = by_check(findings[:6])
+    assert found["spark-version"].level == "ok", found["spark-version"]
     assert found["dynamic-allocation"].level == "ok"
     # local-cluster[2,2,1024] with one CPU per task: two trainers may share an executor.
     assert found["task-cpus"].level == "warning"
@@ -319,10 +343,10 @@ def test_diagnose_on_the_local_cluster(spark, tmp_path):
 
     assert f"sparktrain {sparktrain.__version__}" in versions.message
     assert "4 task(s)" in versions.message
-    assert findings[5].level == "ok"
+    assert findings[6].level == "ok"
     assert not out.exists()
-    assert findings[6].level == "error"
-    assert UNWRITABLE in findings[6].message
+    assert findings[7].level == "error"
+    assert UNWRITABLE in findings[7].message
 
 
 def test_diagnose_counts_the_slots_a_job_lacks(spark):
@@ -401,7 +425,7 @@ def test_the_command_exits_with_0_when_all_is_well(tmp_path):
     assert "OK       executor-versions" in result.stdout
     # The report wraps long lines: compare with its whitespace folded.
     assert f"file://{tmp_path}/out is writable and readable" in " ".join(result.stdout.split())
-    assert result.stdout.rstrip().endswith("0 errors, 0 warnings, 6 ok")
+    assert result.stdout.rstrip().endswith("0 errors, 0 warnings, 7 ok")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -426,7 +450,7 @@ def test_the_command_exits_with_1_on_errors_and_names_them(tmp_path):
     assert "sparktrain cannot be imported on the executors of" in result.stdout
     assert "sparktrain pack" in result.stdout
     assert f"cannot write a file under {UNWRITABLE}" in result.stdout
-    assert result.stdout.rstrip().endswith("2 errors, 0 warnings, 4 ok")
+    assert result.stdout.rstrip().endswith("2 errors, 0 warnings, 5 ok")
 
 
 def test_bad_options_exit_with_2_before_spark_starts(capsys):

@@ -179,6 +179,7 @@ def test_settings_are_checked_and_credentials_come_from_the_environment(
     assert url in out.stderr, out.stderr[-2000:]
 
 
+@pytest.mark.spark4  # the Python data source by name
 def test_spark_writes_and_reads_tfrecords_on_s3(spark, root: str, s3_endpoint: str) -> None:
     """The executors get the driver's S3 settings: tfrecord.write (the Python writer, since the
     session's Hadoop has no S3 connector), read_dataframe and the data source name."""

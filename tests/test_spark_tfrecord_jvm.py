@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sparktrain import fs, tfrecord
-from sparktrain.datasource import has_jvm_format
+from sparktrain.jvm import has_jvm_format
 from test_spark_dataframes import ALL_TYPES, SEQUENCE, all_types_rows, sequence_rows
 
 
@@ -22,7 +22,7 @@ def _the_session_has_the_jar(spark) -> None:
 
 def raw_records(spark, path: str) -> list[bytes]:
     """Every record of the files under ``path``, as bytes, sorted."""
-    raw = spark.read.format("sparktrain.tfrecord.python").option("recordType", "ByteArray").load(path)
+    raw = tfrecord.read_dataframe(spark, path, record_type="ByteArray", engine="python")
     return sorted(bytes(r.byteArray) for r in raw.collect())
 
 

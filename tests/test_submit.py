@@ -243,6 +243,38 @@ def test_the_wheel_jar_goes_with_every_job():
     assert command[command.index("--jars") + 1] == jar
 
 
+@pytest.mark.skipif(
+    os.environ.get("SPARKTRAIN_SKIP_JAR") == "1", reason="the fast tier builds the wheel without Maven"
+)
+def test_each_spark_line_gets_the_jar_built_for_its_scala(tmp_path):
+    from sparktrain import jar_path
+
+    spark35, spark4 = jar_path("3.5.1"), jar_path("4.1.0")
+    assert spark35.endswith("-spark3.5.jar")
+    assert not spark4.endswith("-spark3.5.jar")
+    assert os.path.isfile(spark35)
+    assert os.path.isfile(spark4)
+    with pytest.raises(InvalidArgumentError, match=r"supports Spark 3\.5 and 4\.x, not Spark 3\.4\.1"):
+        jar_path("3.4.1")
+    # submit adds the build for the Spark that spark-submit runs: $SPARK_HOME's, by its jars.
+    for core, expected in (("spark-core_2.12-3.5.9.jar", spark35), ("spark-core_2.13-4.0.1.jar", spark4)):
+        home = tmp_path / core
+        (home / "jars").mkdir(parents=True)
+        (home / "jars" / core).touch()
+        submit = fake_spark_submit(home / "bin", "exit 0\n")
+        done = sparktrain(
+            "submit",
+            "--dry-run",
+            "--spark-submit",
+            str(submit),
+            ENTRY,
+            env={**os.environ, "SPARK_HOME": str(home)},
+        )
+        assert done.returncode == 0, done.stderr
+        command = shlex.split(done.stdout.strip())
+        assert command[command.index("--jars") + 1] == expected
+
+
 def test_a_spark_submit_that_does_not_run_is_named(tmp_path):
     done = sparktrain("submit", "--spark-submit", str(tmp_path / "no-such-spark-submit"), ENTRY)
     assert done.returncode == 2

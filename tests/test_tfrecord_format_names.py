@@ -16,6 +16,8 @@ import pytest
 
 pytestmark = pytest.mark.spark
 
+PYSPARK_4 = int(pyspark.__version__.split(".")[0]) >= 4
+
 # A DataSourceRegister that claims the short name, as another library's jar would.
 OTHER_SOURCE = """
 package other;
@@ -54,6 +56,9 @@ def run_script(body: str, *args: str) -> str:
     return done.stdout
 
 
+# The sessions of these two have no sparktrain jar: the names resolve to the Python data source,
+# which PySpark 3.5 does not have.
+@pytest.mark.spark4
 def test_a_session_built_after_the_import_reads_and_writes_the_format(tmp_path: Path) -> None:
     printed = run_script(
         """
@@ -68,6 +73,7 @@ print("new session", spark.newSession().read.format("tfrecord").load(out).count(
     assert printed.split("\n")[:3] == ["rows 12", "own 12", "new session 12"]
 
 
+@pytest.mark.spark4
 def test_another_jar_holding_the_name_breaks_nothing_of_sparktrain(tmp_path: Path) -> None:
     javac, jar = shutil.which("javac"), shutil.which("jar")
     if (javac is None or jar is None) and os.environ.get("CI") != "true":
@@ -101,3 +107,32 @@ except Exception as e:
         str(other_jar),
     )
     assert printed.split("\n")[:4] == ["written 12", "read 12", "own 12", "tfrecord is theirs: True"]
+
+
+@pytest.mark.skipif(
+    PYSPARK_4, reason="what PySpark 3.5, which has no Python data sources, does without the jar"
+)
+def test_on_pyspark_3_5_without_the_jar_write_and_read_work_and_register_says_what_to_use(
+    tmp_path: Path,
+) -> None:
+    printed = run_script(
+        """
+import pyspark_sparktrain, pyspark_sparktrain_tfrecord  # PySpark 4's lookup modules: harmless here
+print("lookup modules", hasattr(pyspark_sparktrain, "DefaultSource"))
+df = spark.range(12).selectExpr("id", "cast(id as string) as s")
+print("written", tfrecord.write(df, out, num_files=2).rows)
+back = tfrecord.read_dataframe(spark, out)
+print("read", sorted((r.id, r.s) for r in back.collect()) == [(i, str(i)) for i in range(12)])
+try:
+    tfrecord.register(spark)
+except Exception as e:
+    print(type(e).__name__, "read_dataframe" in str(e), "jar_path" in str(e), e.package)
+""",
+        str(tmp_path / "out"),
+    )
+    assert printed.split("\n")[:4] == [
+        "lookup modules False",
+        "written 12",
+        "read True",
+        "MissingDependencyError True True pyspark",
+    ]

@@ -39,3 +39,27 @@ def require_spark(needed_by: str, *, arrow_udfs: bool = False) -> ModuleType:
     if arrow_udfs:
         require("pandas", extra=SPARK_EXTRA, needed_by=needed_by)
     return pyspark
+
+
+def has_python_data_sources() -> bool:
+    """Whether the installed PySpark has the Python data source API (``pyspark.sql.datasource``,
+    PySpark 4.0 and later; PySpark 3.5 has none)."""
+    try:
+        importlib.import_module("pyspark.sql.datasource")
+    except ImportError:
+        return False
+    return True
+
+
+def require_python_data_sources(needed_by: str, instead: str) -> None:
+    """Raises :class:`~sparktrain.errors.MissingDependencyError` when the installed PySpark has
+    no Python data source API (3.5), naming ``instead``: what works there."""
+    if has_python_data_sources():
+        return
+    pyspark = require_spark(needed_by)
+    raise MissingDependencyError(
+        f"{needed_by} needs PySpark 4.0 or later for its Python data source API, and this is "
+        f"PySpark {pyspark.__version__}: {instead}",
+        package="pyspark",
+        extra=SPARK_EXTRA,
+    )

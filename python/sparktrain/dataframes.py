@@ -8,7 +8,8 @@ Rust writer streams them straight to the output URL (``hdfs://``, ``s3://``, ``f
 path).
 Either way no row reaches the driver. Reading goes through the format name
 ``sparktrain.tfrecord``: the jar's format, else the Python data source
-(:mod:`sparktrain.datasource`).
+(:mod:`sparktrain.datasource`); PySpark 3.5 has no Python data source API, so there the Python
+way reads with ``mapInArrow``, one task per file (:mod:`sparktrain.inputs`).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def _engine_of(engine: object, spark: SparkSession, path: str) -> str:
     takes the session's :data:`ENGINE_CONF`, else the jar's where the session has it and its
     Hadoop can reach ``path`` (an ``s3://`` URL needs Hadoop's S3 connector in the session,
     which sparktrain's own client does not)."""
-    from sparktrain.datasource import has_jvm_format
+    from sparktrain.jvm import has_jvm_format
 
     name = _checks.text("engine", engine).lower()
     if name == "auto":
@@ -269,7 +270,7 @@ def _write_jvm(df: DataFrame, job: WriteJob, mode: str, num_files: int | None) -
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from sparktrain.datasource import OWN_FORMAT
+    from sparktrain.jvm import OWN_FORMAT
 
     observation = Observation(f"sparktrain-write-{job.job_id}")
     df = df.observe(observation, F.count(F.lit(1)).alias("rows"))
@@ -387,24 +388,39 @@ def read_dataframe(
     spread over all files, plus the ``col=value/`` partition columns of the folders. Only the
     schema's columns are decoded: give a schema with fewer columns to read less. ``engine`` is
     ``"auto"`` (the jar's format where the session has the jar, else the Python source),
-    ``"jvm"`` or ``"python"``."""
+    ``"jvm"`` or ``"python"``. On PySpark 3.5, which has no Python data source API, the Python
+    engine reads the same rows through ``mapInArrow``, one task per file."""
     require_spark("sparktrain.tfrecord.read_dataframe")
-    from sparktrain.datasource import register
+    from sparktrain._deps import has_python_data_sources
+    from sparktrain.jvm import OWN_FORMAT, PYTHON_FORMAT
 
-    if not hasattr(spark, "dataSource"):
+    if not hasattr(spark, "read"):
         raise _checks.refuse("spark", spark, "must be a SparkSession")
     path = _checks.text("path", path)
     record_type = record_type_of(_checks.optional_text("record_type", record_type))
     if compression is not None:
         compression_of(_checks.instance("compression", compression, str, "None, 'GZIP' or 'ZLIB'"))
-    own = register(spark)
-    if _engine_of(engine, spark, path) == "python":
-        from sparktrain.datasource import PYTHON_FORMAT
+    storage = storage_options.of_session(spark)
+    if has_python_data_sources():
+        from sparktrain.datasource import register
 
-        own = PYTHON_FORMAT
+        own = register(spark)
+        python = _engine_of(engine, spark, path) == "python"
+    else:
+        # PySpark 3.5: the jar answers to its format name by itself, and nothing can register
+        # the Python source.
+        own = OWN_FORMAT
+        if _engine_of(engine, spark, path) == "python":
+            options = {"path": path, "recordType": record_type, **storage}
+            if compression:
+                options["compression"] = compression
+            if skip_corrupt:
+                options["skipCorrupt"] = "true"
+            return _read_arrow(spark, schema, options)
+        python = False
     # The session's object-store keys travel as options, as Hadoop settings do with Spark's
     # own file sources: the Python source's workers have no other way to see them.
-    reader = spark.read.format(own).options(**storage_options.of_session(spark))
+    reader = spark.read.format(PYTHON_FORMAT if python else own).options(**storage)
     reader = reader.option("recordType", record_type)
     if compression:
         reader = reader.option("compression", compression)
@@ -413,3 +429,30 @@ def read_dataframe(
     if schema is not None:
         reader = reader.schema(schema)
     return reader.load(path)
+
+
+def _read_arrow(spark: SparkSession, schema: StructType | str | None, options: dict[str, str]) -> DataFrame:
+    """``read_dataframe``'s Python engine without the Python data source API (PySpark 3.5): the
+    driver lists the files and finds the schema as the data source does, then a range of file
+    indices, one per partition, goes through ``mapInArrow`` and each task decodes its file with
+    the same code as the data source's reader. The same options, rows and errors."""
+    from sparktrain.inputs import InputFiles, ReadOptions, dataset_schema, read_file
+
+    require_spark("sparktrain.tfrecord.read_dataframe", arrow_udfs=True)  # mapInArrow needs pandas
+    parsed = ReadOptions(options)
+    files = InputFiles.list(parsed)
+    if schema is None:
+        struct = dataset_schema(parsed, files)
+    elif isinstance(schema, str):
+        struct = spark.createDataFrame([], schema).schema  # a DDL string, parsed by Spark itself
+    else:
+        struct = schema
+    urls, values = files.urls, files.partition_values
+
+    def read(indices: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in indices:
+            for index in batch.column(0).to_pylist():
+                yield from read_file(urls[index], values[index], struct, parsed)
+
+    # spark.range with one partition per element: task i reads file i.
+    return spark.range(0, len(urls), 1, len(urls)).mapInArrow(read, struct)

@@ -1,4 +1,7 @@
-"""The ``tfrecord`` Spark data source, on PySpark's Python data source API.
+"""The ``tfrecord`` Spark data source, on PySpark's Python data source API (PySpark 4.0 and
+later; PySpark 3.5 has no such API, and this module does not import there: there
+:func:`sparktrain.tfrecord.read_dataframe` reads through ``mapInArrow``, see
+:mod:`sparktrain.inputs`, and ``format("tfrecord")`` needs sparktrain's jar).
 
 In every classic session (PySpark finds it through :mod:`pyspark_sparktrain`, and
 ``sparktrain.tfrecord``, the name no other library claims, through
@@ -42,65 +45,18 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.types import BinaryType, StructField, StructType
+from pyspark.sql.types import StructType
 
-from sparktrain import _native, fs, partitioning, storage_options
-from sparktrain.errors import InvalidArgumentError, PathNotFoundError
-from sparktrain.output import WriteJob, compression_of, write_task
-from sparktrain.spark_types import (
-    BYTE_ARRAY_COLUMN,
-    arrow_schema_of,
-    check_writable,
-    record_type_of,
-    spark_schema_of,
-)
+from sparktrain import storage_options
+from sparktrain.inputs import InputFiles, ReadOptions, dataset_schema, read_file
+from sparktrain.jvm import OWN_FORMAT, PYTHON_FORMAT, has_jvm_format
+from sparktrain.output import WriteJob, write_task
+from sparktrain.spark_types import check_writable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _log = logging.getLogger("sparktrain.tfrecord")
-
-DEFAULT_BATCH_SIZE = 32768
-
-
-class _Options:
-    """The data source's options, parsed once."""
-
-    def __init__(self, options: dict[str, str]) -> None:
-        lowered = {k.lower(): v for k, v in options.items()}
-        path = lowered.get("path")
-        if not path:
-            raise InvalidArgumentError("the tfrecord data source needs a path: load(path) or save(path)")
-        self.path: str = path
-        self.record_type = record_type_of(lowered.get("recordtype"))
-        self.compression = compression_of(lowered.get("compression"))
-        self.skip_corrupt = lowered.get("skipcorrupt", "false").lower() == "true"
-        self.batch_size = int(lowered.get("batchsize", DEFAULT_BATCH_SIZE))
-        if self.batch_size < 1:
-            raise InvalidArgumentError(f"batchSize must be positive, not {self.batch_size}")
-        #: Object-store keys given as options (``.option("fs.s3a.endpoint", ...)``), applied
-        #: in each worker process before it touches storage: Spark runs the source's methods
-        #: in several processes, on copies unpickled without ``__init__``.
-        self.storage = storage_options.from_options(options)
-
-
-@dataclass(frozen=True)
-class _InputFiles:
-    """The input files, and the partition values their folders hold."""
-
-    urls: list[str]
-    partition_schema: pa.Schema
-    partition_values: list[dict[str, str | None]]
-
-    @classmethod
-    def list(cls, path: str) -> _InputFiles:
-        files = fs.expand_inputs(path)
-        if not files:
-            raise PathNotFoundError(f"no TFRecord files under {path}", path=path)
-        base = partitioning.dataset_root(path)
-        relative = [f.path[len(base) + 1 :] if f.path.startswith(base + "/") else "" for f in files]
-        schema, values = partitioning.discover(relative)
-        return cls([f.path for f in files], schema, values)
 
 
 @dataclass
@@ -114,51 +70,19 @@ class InputFile(InputPartition):
 class TFRecordReader(DataSourceReader):
     """Reads the input partitions in Spark tasks, through the Rust decoder."""
 
-    def __init__(self, options: _Options, schema: StructType) -> None:
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        storage_options.apply(self.options.storage)
-        files = _InputFiles.list(self.options.path)
+        files = InputFiles.list(self.options)
         return [
             InputFile(url, values) for url, values in zip(files.urls, files.partition_values, strict=True)
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, InputFile)
-        storage_options.apply(self.options.storage)
-        names = self.schema.fieldNames()
-        partition_columns = [n for n in names if n in partition.partition_values]
-        data_fields = [f for f in self.schema.fields if f.name not in partition.partition_values]
-        arrow = arrow_schema_of(self.schema)
-        data_schema = arrow_schema_of(StructType(data_fields))
-        reader = _native.ExampleReader(
-            partition.url,
-            schema=data_schema,
-            batch_size=self.options.batch_size,
-            compression=self.options.compression,
-            skip_corrupt=self.options.skip_corrupt,
-            record_type=self.options.record_type,
-        )
-        while (batch := reader.next_batch()) is not None:
-            if partition_columns:
-                columns = {name: batch.column(name) for name in batch.schema.names}
-                for name in partition_columns:
-                    columns[name] = partitioning.constant_column(
-                        partition.partition_values[name], arrow.field(name).type, batch.num_rows
-                    )
-                batch = pa.RecordBatch.from_arrays([columns[n] for n in names], schema=arrow)
-            yield batch
-        skipped = reader.skipped()
-        if skipped:
-            _log.warning(
-                "skipped %d corrupt regions (%d bytes) in %s: %s",
-                len(skipped),
-                sum(s.bytes for s in skipped),
-                partition.url,
-                ", ".join(f"{s.kind} at offset {s.offset}" for s in skipped[:10]),
-            )
+        yield from read_file(partition.url, partition.partition_values, self.schema, self.options)
 
 
 @dataclass
@@ -185,10 +109,10 @@ class TFRecordWriter(DataSourceArrowWriter):
         return TaskCommitted(result.task, result.rows)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        storage_options.apply(dict(self.job.storage))
         tasks = [m.task for m in messages if isinstance(m, TaskCommitted)]
         if len(tasks) != len(messages):
             raise RuntimeError(f"{len(messages) - len(tasks)} write tasks to {self.job.root} sent no result")
+        storage_options.apply(dict(self.job.storage))
         files = self.job.commit(tasks, overwrite=self.overwrite)
         rows = sum(m.rows for m in messages if isinstance(m, TaskCommitted))
         _log.info("wrote %d rows in %d files to %s", rows, len(files), self.job.root)
@@ -207,22 +131,10 @@ class TFRecordDataSource(DataSource):
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        self.parsed = _Options(dict(options))
+        self.parsed = ReadOptions(dict(options))
 
     def schema(self) -> StructType:
-        o = self.parsed
-        storage_options.apply(o.storage)
-        files = _InputFiles.list(o.path)
-        if o.record_type == "ByteArray":
-            data = StructType([StructField(BYTE_ARRAY_COLUMN, BinaryType(), nullable=False)])
-        else:
-            inferred = _native.infer_example_schema(
-                o.path, o.compression, skip_corrupt=o.skip_corrupt, record_type=o.record_type
-            )
-            data = spark_schema_of(inferred)
-        partition_fields = spark_schema_of(files.partition_schema).fields
-        taken = {f.name for f in partition_fields}
-        return StructType([f for f in data.fields if f.name not in taken] + partition_fields)
+        return dataset_schema(self.parsed, InputFiles.list(self.parsed))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return TFRecordReader(self.parsed, schema)
@@ -230,9 +142,8 @@ class TFRecordDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> TFRecordWriter:
         o = self.parsed
         check_writable(schema, o.record_type)
-        job = WriteJob(
-            o.path.rstrip("/"), o.record_type, o.compression, storage=tuple(sorted(o.storage.items()))
-        )
+        storage = tuple(sorted(o.storage.items()))
+        job = WriteJob(o.path.rstrip("/"), o.record_type, o.compression, storage=storage)
         return TFRecordWriter(job, overwrite)
 
 
@@ -251,36 +162,6 @@ class PythonTFRecordDataSource(TFRecordDataSource):
     @classmethod
     def name(cls) -> str:
         return PYTHON_FORMAT
-
-
-#: The format name that is always sparktrain's: the jar's file format when the session has the
-#: jar, else this module's source. ``tfrecord`` may belong to another library's jar.
-OWN_FORMAT = "sparktrain.tfrecord"
-
-#: The name of this module's source alone, registered by :func:`register`.
-PYTHON_FORMAT = "sparktrain.tfrecord.python"
-
-#: The class that makes ``format("sparktrain.tfrecord")`` resolve to the jar's file format.
-JVM_FORMAT_CLASS = "sparktrain.tfrecord.DefaultSource"
-
-
-def has_jvm_format(spark: SparkSession) -> bool:
-    """Whether ``spark``'s driver JVM has sparktrain's TFRecord file format (the jar is on
-    ``spark.jars``). False for Spark Connect sessions, which have no JVM in this process."""
-    context = getattr(spark, "sparkContext", None)
-    jvm = getattr(context, "_jvm", None) if context is not None else None
-    if jvm is None:
-        return False
-    from py4j.protocol import Py4JError
-
-    try:
-        # Spark's own lookup loads data sources through the thread's context class loader,
-        # which is where spark.jars lands.
-        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        jvm.java.lang.Class.forName(JVM_FORMAT_CLASS, False, loader)
-    except Py4JError:
-        return False
-    return True
 
 
 def register(spark: SparkSession) -> str:

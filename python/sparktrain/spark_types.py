@@ -148,8 +148,13 @@ def check_writable(schema: StructType, record_type: str, partition_by: tuple[str
 def arrow_schema_of(schema: StructType) -> pa.Schema:
     """The Arrow schema the Rust reader decodes into for a Spark schema: the types Spark's Arrow
     conversion expects back (timestamps in microseconds, UTC for ``timestamp``)."""
+    import inspect
+
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    # PySpark 3.5's takes no time zone: its timestamps are always UTC, as asked for here.
+    if "timezone" not in inspect.signature(to_arrow_schema).parameters:
+        return to_arrow_schema(schema)
     return to_arrow_schema(schema, timezone="UTC")
 
 

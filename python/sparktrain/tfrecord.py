@@ -257,8 +257,25 @@ class RecordReader(Iterator[bytes]):
 def register(spark: SparkSession) -> str:
     """Makes ``format("sparktrain.tfrecord")`` (always sparktrain's) and ``format("tfrecord")``
     (unless another library's jar holds that name) resolve in ``spark``; returns the first.
-    Classic sessions find both without it; Spark Connect sessions need it."""
+    Classic sessions find both without it; Spark Connect sessions need it.
+
+    On PySpark 3.5, which has no Python data source API, only sparktrain's jar provides the
+    format: with the jar in the session this returns the name, without it it raises
+    :class:`~sparktrain.errors.MissingDependencyError` naming :func:`read_dataframe` and
+    :func:`write`, which work there."""
     require_spark("sparktrain.tfrecord.register")
+    from sparktrain._deps import has_python_data_sources, require_python_data_sources
+    from sparktrain.jvm import OWN_FORMAT, has_jvm_format
+
+    if not has_python_data_sources():
+        if has_jvm_format(spark):
+            return OWN_FORMAT  # the jar answers to both names by itself
+        require_python_data_sources(
+            "format('tfrecord') without sparktrain's jar",
+            instead="read with sparktrain.tfrecord.read_dataframe(spark, path) and write with "
+            "sparktrain.tfrecord.write(df, path), or load the jar for format('tfrecord'): "
+            "SparkSession.builder.config('spark.jars', sparktrain.jar_path())",
+        )
     from sparktrain.datasource import register as register_source
 
     return register_source(spark)

@@ -24,14 +24,22 @@ def _version() -> str:
 
 
 def sparktrain_jar() -> Path:
-    """The jar that ``tests/run.sh`` builds; built here with Maven when it is missing, so a
+    """The jar that ``tests/run.sh`` builds, for the installed pyspark's Spark line (the Spark
+    3.5 build, ``-spark3.5``, under PySpark 3.5); built here with Maven when it is missing, so a
     benchmark or a single test runs from a fresh clone too."""
+    import pyspark
+
+    from sparktrain.jvm import spark_line
+
     version = _version()
-    jar = ROOT / "jars" / "target" / f"sparktrain-hadoop-{version}.jar"
+    spark35 = spark_line(pyspark.__version__) == "3.5"
+    jar = ROOT / "jars" / "target" / f"sparktrain-hadoop-{version}{'-spark3.5' if spark35 else ''}.jar"
     if not jar.exists():
         pom = str(ROOT / "jars" / "pom.xml")
+        profile = ["-Pspark3.5"] if spark35 else []
         subprocess.run(
-            ["mvn", "-q", "-B", "-f", pom, "package", "-DskipTests", f"-Drevision={version}"], check=True
+            ["mvn", "-q", "-B", "-f", pom, "package", "-DskipTests", f"-Drevision={version}", *profile],
+            check=True,
         )
     return jar
 

@@ -3,6 +3,8 @@ before the job runs, each finding with its fix.
 
 The checks:
 
+- ``spark-version``: sparktrain runs on Spark 3.5 and 4.x, and sparktrain's jar on
+  ``spark.jars`` must be the build for the session's Spark (Scala 2.12 for 3.5, 2.13 for 4.x).
 - ``dynamic-allocation``: Spark refuses barrier stages while dynamic allocation is on.
 - ``slots``: the cluster must run every trainer at once, one task slot each.
 - ``task-cpus``: when ``spark.task.cpus`` lets several tasks onto one executor, trainers share
@@ -309,7 +311,7 @@ def diagnose(
     sc = spark_context(spark_or_sc)
     conf = sc.getConf()
     master = str(sc.master)
-    findings = [_dynamic_allocation(conf, master)]
+    findings = [_spark_version(str(sc.version), conf), _dynamic_allocation(conf, master)]
 
     needed = max(num_workers or 1, 1)
     # A local master's slots are fixed from the start: nothing to wait for.
@@ -332,6 +334,53 @@ def diagnose(
     if kerberos is not None:
         findings.append(kerberos)
     return findings
+
+
+def _spark_version(version: str, conf: Any) -> Finding:
+    """Whether sparktrain supports Spark ``version``, and whether the sparktrain jar on
+    ``spark.jars`` (if any) is the build for it: the other build fails in every task that
+    touches the JVM TFRecord format, with errors that do not say why."""
+    from sparktrain.errors import InvalidArgumentError
+    from sparktrain.jvm import SPARK35_JAR_SUFFIX, spark_line
+
+    check = "spark-version"
+    try:
+        line = spark_line(version)
+    except InvalidArgumentError:
+        return Finding(
+            check,
+            "error",
+            f"this is Spark {version}; sparktrain supports Spark 3.5 and 4.x",
+            "run on Spark 3.5 or 4.x",
+        )
+    jars = [
+        name
+        for name in (posixpath.basename(j.strip()) for j in (_get(conf, "spark.jars") or "").split(","))
+        if name.startswith("sparktrain-hadoop-") and name.endswith(".jar")
+    ]
+    for name in jars:
+        built_for = "3.5" if name.endswith(SPARK35_JAR_SUFFIX) else "4"
+        if built_for != line:
+            return Finding(
+                check,
+                "error",
+                f"spark.jars has {name}, sparktrain's jar for Spark {built_for}, but this is Spark {version}",
+                f"use sparktrain.jar_path() with this Spark's pyspark (the build for Spark {line}); "
+                "`sparktrain submit` adds the right one by itself",
+            )
+    if line == "4":
+        return Finding(check, "ok", f"Spark {version}")
+    tfrecord = (
+        "format('tfrecord') is sparktrain's jar"
+        if jars
+        else "format('tfrecord') needs sparktrain's jar on spark.jars here; tfrecord.write and "
+        "read_dataframe do not"
+    )
+    return Finding(
+        check,
+        "ok",
+        f"Spark {version}: all of sparktrain but the Python data source API (Spark 4); {tfrecord}",
+    )
 
 
 def _executor_count(sc: Any) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import math
 import os
 import re
@@ -335,7 +336,8 @@ class SubmitSpec:
 
     def command(self) -> list[str]:
         """The ``spark-submit`` command line."""
-        command = [self.spark_submit or find_spark_submit(), "--master", self.resolved_master()]
+        spark_submit = self.spark_submit or find_spark_submit()
+        command = [spark_submit, "--master", self.resolved_master()]
         command += ["--deploy-mode", self.mode]
         if self.principal is not None and self.keytab is not None:
             command += ["--principal", self.principal, "--keytab", self.keytab]
@@ -346,7 +348,7 @@ class SubmitSpec:
             files.append(str(GPU_SCRIPT))
         if files:
             command += ["--files", ",".join(files)]
-        jars = [*_listed(confs.pop("spark.jars", "")), *bundled_jar()]
+        jars = [*_listed(confs.pop("spark.jars", "")), *bundled_jar(spark_version_of(spark_submit))]
         if jars:
             command += ["--jars", ",".join(jars)]
         if self.py_files:
@@ -384,16 +386,30 @@ def _listed(value: str) -> list[str]:
     return [item for item in value.split(",") if item.strip()]
 
 
-def bundled_jar() -> list[str]:
-    """sparktrain's jar (the JVM TFRecord format) as a one-item list, or an empty one when this
-    build has none; every job gets it."""
+def bundled_jar(spark_version: str | None = None) -> list[str]:
+    """sparktrain's jar (the JVM TFRecord format) for ``spark_version`` (default: this
+    interpreter's pyspark) as a one-item list, or an empty one when this build has none; every
+    job gets it."""
     from sparktrain.errors import PathNotFoundError
     from sparktrain.jvm import jar_path
 
     try:
-        return [jar_path()]
+        return [jar_path(spark_version)]
     except PathNotFoundError:
         return []
+
+
+def spark_version_of(spark_submit: str) -> str | None:
+    """The version of the Spark that ``spark_submit`` runs, from the name of the ``spark-core``
+    jar of its Spark home: ``$SPARK_HOME``, else the one :meth:`SubmitSpec.environment` sets
+    (this interpreter's pyspark), else the folder above ``spark_submit``'s ``bin/``. None when
+    it has no such jar. sparktrain's jar must be the build for that Spark's Scala."""
+    home = os.environ.get("SPARK_HOME") or spark_home() or os.path.dirname(os.path.dirname(spark_submit))
+    for path in sorted(glob.glob(os.path.join(home, "jars", "spark-core_*.jar"))):
+        match = re.fullmatch(r"spark-core_[\d.]+-(\d+\.\d+\S*)\.jar", os.path.basename(path))
+        if match:
+            return match.group(1)
+    return None
 
 
 def spark_home() -> str | None:
@@ -746,5 +762,6 @@ __all__ = [
     "profile_of",
     "run",
     "spark_home",
+    "spark_version_of",
     "spec_from_args",
 ]

@@ -39,7 +39,8 @@ pub fn is_object_store_key(key: &str) -> bool {
 
 /// Sets Hadoop-style object-store keys for this process, over `core-site.xml` and the
 /// environment. A key outside `fs.s3a.*`, `fs.gs.*` and `fs.azure.*` is
-/// [`StorageError::Config`]. Stores built before are dropped, so the next call uses the keys.
+/// [`StorageError::Config`]. When a value changes, stores built before are dropped, so the next
+/// call uses the keys.
 pub fn configure<I, K, V>(options: I) -> Result<()>
 where
     I: IntoIterator<Item = (K, V)>,
@@ -53,8 +54,20 @@ where
             reason: "not an object-store key (fs.s3a.*, fs.gs.* or fs.azure.*)".to_string(),
         });
     }
-    OVERRIDES.lock().unwrap_or_else(|p| p.into_inner()).extend(options);
-    crate::runtime::forget_object_stores();
+    let changed = {
+        let mut overrides = OVERRIDES.lock().unwrap_or_else(|p| p.into_inner());
+        let mut changed = false;
+        for (key, value) in options {
+            changed |= overrides.get(&key) != Some(&value);
+            overrides.insert(key, value);
+        }
+        changed
+    };
+    // Setting what is set already (every task applies its job's keys) keeps the stores, and
+    // their connection pools.
+    if changed {
+        crate::runtime::forget_object_stores();
+    }
     Ok(())
 }
 

@@ -4,26 +4,21 @@ package io.sparktrain.spark;
 import java.io.IOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
-import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
 import java.util.Map;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.Path;
-import org.apache.hadoop.mapreduce.Job;
 import org.apache.spark.broadcast.Broadcast;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.execution.datasources.FileFormat;
 import org.apache.spark.sql.execution.datasources.OutputWriterFactory;
 import org.apache.spark.sql.execution.datasources.PartitionedFile;
 import org.apache.spark.sql.sources.DataSourceRegister;
-import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.StructType;
 import scala.Option;
-import scala.jdk.javaapi.CollectionConverters;
 import scala.reflect.ClassTag$;
 import scala.runtime.AbstractFunction1;
 
@@ -37,8 +32,11 @@ import scala.runtime.AbstractFunction1;
  * <p>Options: {@code recordType}, {@code compression}, {@code skipCorrupt} ({@link
  * TFRecordOptions}). Use {@code format("sparktrain.tfrecord")} ({@code
  * sparktrain.tfrecord.DefaultSource}) where another jar also claims {@code tfrecord}.
+ *
+ * <p>The same source builds for Spark 4.x and Spark 3.5: {@link ScalaFileFormat}, one file per
+ * Spark line, turns the Scala collections of Spark's signatures into Java ones.
  */
-public class TFRecordFileFormat implements FileFormat, DataSourceRegister, Serializable {
+public class TFRecordFileFormat extends ScalaFileFormat implements DataSourceRegister, Serializable {
   private static final long serialVersionUID = 1L;
 
   /** Records read per inference, spread evenly over the files, as the Rust inference does. */
@@ -55,10 +53,8 @@ public class TFRecordFileFormat implements FileFormat, DataSourceRegister, Seria
   }
 
   @Override
-  public Option<StructType> inferSchema(
-      SparkSession spark, scala.collection.immutable.Map<String, String> options, scala.collection.immutable.Seq<FileStatus> files) {
-    TFRecordOptions o = TFRecordOptions.parse(CollectionConverters.asJava(options));
-    List<FileStatus> inputs = new ArrayList<>(CollectionConverters.asJava(files));
+  Option<StructType> inferSchemaOf(Map<String, String> options, List<FileStatus> inputs, Configuration conf) {
+    TFRecordOptions o = TFRecordOptions.parse(options);
     SchemaInference inference = new SchemaInference(o.recordType);
     if (!inference.needsRecords()) {
       return Option.apply(inference.schema());
@@ -68,7 +64,6 @@ public class TFRecordFileFormat implements FileFormat, DataSourceRegister, Seria
     }
     // Sorted so that the sample, and with it the schema, does not depend on the listing order.
     inputs.sort(Comparator.comparing(f -> f.getPath().toString()));
-    Configuration conf = hadoopConf(spark, options);
     int perFile = Math.max(1, INFER_MAX_RECORDS / inputs.size());
     try {
       for (FileStatus file : inputs) {
@@ -90,9 +85,8 @@ public class TFRecordFileFormat implements FileFormat, DataSourceRegister, Seria
   }
 
   @Override
-  public OutputWriterFactory prepareWrite(
-      SparkSession spark, Job job, scala.collection.immutable.Map<String, String> options, StructType dataSchema) {
-    TFRecordOptions o = TFRecordOptions.parse(CollectionConverters.asJava(options));
+  OutputWriterFactory writerFactory(Map<String, String> options, StructType dataSchema) {
+    TFRecordOptions o = TFRecordOptions.parse(options);
     // Refused here, on the driver, before any task starts, with the column and its type named.
     FeatureTypes.checkWritable(dataSchema, o.recordType);
     Compression c = o.compression == null ? Compression.NONE : o.compression;
@@ -100,20 +94,14 @@ public class TFRecordFileFormat implements FileFormat, DataSourceRegister, Seria
   }
 
   @Override
-  public boolean isSplitable(SparkSession spark, scala.collection.immutable.Map<String, String> options, Path path) {
-    return RecordFiles.splittable(TFRecordOptions.parse(CollectionConverters.asJava(options)), path.getName());
+  boolean splittable(Map<String, String> options, Path path) {
+    return RecordFiles.splittable(TFRecordOptions.parse(options), path.getName());
   }
 
   @Override
-  public scala.Function1<PartitionedFile, scala.collection.Iterator<InternalRow>> buildReader(
-      SparkSession spark,
-      StructType dataSchema,
-      StructType partitionSchema,
-      StructType requiredSchema,
-      scala.collection.immutable.Seq<Filter> filters,
-      scala.collection.immutable.Map<String, String> options,
-      Configuration hadoopConf) {
-    TFRecordOptions o = TFRecordOptions.parse(CollectionConverters.asJava(options));
+  scala.Function1<PartitionedFile, scala.collection.Iterator<InternalRow>> readerOf(
+      SparkSession spark, StructType requiredSchema, Map<String, String> options, Configuration hadoopConf) {
+    TFRecordOptions o = TFRecordOptions.parse(options);
     // Fail on the driver, naming the column, rather than in every task.
     if (o.recordType == RecordType.BYTE_ARRAY) {
       FeatureTypes.checkReadable(requiredSchema, o.recordType);
@@ -143,18 +131,6 @@ public class TFRecordFileFormat implements FileFormat, DataSourceRegister, Seria
   @Override
   public int hashCode() {
     return TFRecordFileFormat.class.hashCode();
-  }
-
-  private static Configuration hadoopConf(SparkSession spark, scala.collection.immutable.Map<String, String> options) {
-    if (spark instanceof org.apache.spark.sql.classic.SparkSession) {
-      // The session's configuration plus file system options given to the reader.
-      return ((org.apache.spark.sql.classic.SparkSession) spark).sessionState().newHadoopConfWithOptions(options);
-    }
-    Configuration conf = new Configuration(spark.sparkContext().hadoopConfiguration());
-    for (Map.Entry<String, String> e : CollectionConverters.asJava(options).entrySet()) {
-      conf.set(e.getKey(), e.getValue());
-    }
-    return conf;
   }
 
   /** The function Spark runs in each task for each file split; serialized with the plan. */

@@ -118,6 +118,12 @@ cargo test --workspace --exclude sparktrain-python --locked
 
 install_wheel
 
+# PyTorch's wheels (several GB with their CUDA libraries) and the setuptools they need cannot
+# share .venv with TensorFlowOnSpark: the PyTorch tests run their jobs in .venv-torch, made once
+# and reused while tests/bench/requirements-torch.txt is unchanged.
+step "PyTorch environment (.venv-torch)"
+python tests/harness/torch_env.py
+
 step "Python tests"
 # loadgroup: the tests of one xdist_group (the YARN module) share one worker and one cluster.
 pytest -q -n 2 --dist loadgroup -p no:cacheprovider -m "not chaos" "$@"

@@ -92,6 +92,32 @@ class TrainerContext:
         return self.generation
 
     @property
+    def world_size(self) -> int:
+        """PyTorch's ``WORLD_SIZE``: the training tasks (evaluators are not in the world)."""
+        return self.num_workers
+
+    @property
+    def master_addr(self) -> str:
+        """PyTorch's ``MASTER_ADDR``: the chief's host."""
+        return self.tasks[0].host
+
+    @property
+    def master_port(self) -> int:
+        """PyTorch's ``MASTER_PORT``: the chief's reserved port (TensorFlow's, on the chief)."""
+        return self.tasks[0].tf_port
+
+    @property
+    def local_rank(self) -> int:
+        """PyTorch's ``LOCAL_RANK``: always 0, one trainer per Spark task, whose GPUs are its
+        ``CUDA_VISIBLE_DEVICES``."""
+        return 0
+
+    @property
+    def jax_coordinator_address(self) -> str:
+        """``host:port`` of the JAX coordinator (process 0, the chief)."""
+        return f"{self.master_addr}:{self.master_port}"
+
+    @property
     def worker_num(self) -> int:
         """TensorFlowOnSpark's name for :attr:`rank`."""
         return self.rank

@@ -15,10 +15,12 @@ chief's return value when every trainer of a generation has returned.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import ipaddress
 import logging
+import os
 import pickle
 import socket
 import threading
@@ -46,7 +48,7 @@ from sparktrain.cluster.restarts import (
 )
 from sparktrain.cluster.settings import JobSettings, role_names
 from sparktrain.cluster.slots import ensure_slots
-from sparktrain.cluster.task import TaskResult, run_task
+from sparktrain.cluster.task import TaskIdentity, TaskResult, run_task
 from sparktrain.errors import (
     ClosedError,
     ClusterError,
@@ -136,6 +138,25 @@ def check_conf(sc: Any, conf: Any, options: JobOptions) -> None:
             )
 
 
+def local_gpus(sc: Any, options: JobOptions) -> list[tuple[str, ...]]:
+    """Local mode's GPUs, ``gpus_per_worker`` for each training task from the driver's own
+    (``spark.driver.resource.gpu.*``); none without ``gpus_per_worker``."""
+    if not options.gpus_per_worker:
+        return []
+    resources = sc.resources
+    owned = list(resources["gpu"].addresses) if "gpu" in resources else []
+    wanted = options.gpus_per_worker * options.num_workers
+    if len(owned) < wanted:
+        raise ConfigurationError(
+            f"local mode needs {wanted} GPUs on the driver ({options.num_workers} trainers x "
+            f"gpus_per_worker={options.gpus_per_worker}) but Spark gives it {owned}; "
+            "set spark.driver.resource.gpu.amount and its discovery script"
+        )
+    k = options.gpus_per_worker
+    per_task = [tuple(owned[i * k : (i + 1) * k]) for i in range(options.num_workers)]
+    return per_task + [()] * options.num_evaluators
+
+
 def spark_context(sc_or_session: Any) -> Any:
     """The SparkContext of ``sc_or_session`` (a SparkContext, or a session that has one);
     anything else is refused naming the parameter ``sc``."""
@@ -161,7 +182,7 @@ class Cluster:
     def run(
         cls,
         sc: Any,
-        main_fun: Callable[[Any, Any], Any],
+        main_fun: Callable[[Any, Any], Any] | str | os.PathLike[str],
         args: Any = None,
         num_workers: int = 1,
         *,
@@ -183,9 +204,17 @@ class Cluster:
         restart_backoff: float = DEFAULT_RESTART_BACKOFF,
         min_workers: int | None = None,
         barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT,
+        local: bool = False,
     ) -> Cluster:
         """Starts ``main_fun(args, ctx)`` on ``num_workers`` training tasks (task 0 is the
         chief) and ``num_evaluators`` evaluators, one per Spark task slot, and returns at once.
+
+        ``main_fun`` may also be the path of a ``.py`` file on the driver, run as ``__main__``
+        in every trainer with ``args`` (a list of strings) as its command line, as ``torchrun``
+        runs a script (:mod:`sparktrain.cluster.scripts`). Every trainer's environment holds
+        ``TF_CONFIG`` and PyTorch's and JAX's variables, so that
+        ``torch.distributed.init_process_group("gloo")`` and ``jax.distributed.initialize()``
+        need no arguments (:mod:`sparktrain.cluster.frameworks`).
 
         ``sc`` is a SparkContext or SparkSession. ``input_mode="files"`` leaves input to the
         trainers (they read files themselves); ``input_mode="spark"`` feeds each trainer one
@@ -211,6 +240,11 @@ class Cluster:
 
         ``ctx.barrier()`` and the barrier every trainer reaches after ``main_fun`` returns
         wait at most ``barrier_timeout`` seconds for the others.
+
+        ``local=True`` runs the trainers on the driver's machine, started by the driver
+        itself rather than by a Spark stage, with everything else the same (the rendezvous,
+        the heartbeats, the output on the driver, restarts); ``gpus_per_worker`` then takes
+        the driver's GPUs (``spark.driver.resource.gpu.*``).
 
         Every argument is checked here, on the driver, before any Spark job starts:
         :class:`~sparktrain.errors.InvalidArgumentError` names the one at fault,
@@ -242,6 +276,7 @@ class Cluster:
             restart_backoff=restart_backoff,
             min_workers=min_workers,
             barrier_timeout=barrier_timeout,
+            local=local,
         )
         return cls(spark_context(sc), options)
 
@@ -259,8 +294,12 @@ class Cluster:
         # A bad conf fails at once, not after the wait for slots.
         spark_conf = sc.getConf()
         conf = read_conf(spark_conf, options.tls, options.gpus_per_worker)
-        check_conf(sc, spark_conf, options)
-        ensure_slots(sc, self._num_tasks, SLOT_GRACE_SECONDS)
+        self._local_gpus: list[tuple[str, ...]] = []
+        if options.local:
+            self._local_gpus = local_gpus(sc, options)
+        else:
+            check_conf(sc, spark_conf, options)
+            ensure_slots(sc, self._num_tasks, SLOT_GRACE_SECONDS)
 
         host = conf.host or socket.gethostname()
         secret = generate_secret()
@@ -369,6 +408,8 @@ class Cluster:
 
     def _run_stage(self, data: Any) -> list[TaskResult]:
         settings = self._settings
+        if self._options.local:
+            return self._run_local_stage()
         self._sc.setJobGroup(self._job_group(), f"sparktrain job {self.name}", interruptOnCancel=True)
         if data is not None:
             from sparktrain.cluster.feed import run_fed_stage
@@ -381,6 +422,41 @@ class Cluster:
         n = self._num_tasks
         results: list[TaskResult] = self._sc.parallelize(range(n), n).barrier().mapPartitions(body).collect()
         return results
+
+    def _run_local_stage(self) -> list[TaskResult]:
+        """Local mode: the driver runs every task itself, one thread each, with the same task
+        body as an executor's (registration, trainer process, heartbeats, supervision). The
+        first task to fail aborts the others, as Spark does with a barrier stage."""
+        settings = self._settings
+        n = self._num_tasks
+        host = settings.address.rsplit(":", 1)[0]
+        cpus = max(1, (os.cpu_count() or 1) // n)
+        results: list[TaskResult | None] = [None] * n
+        errors: list[BaseException] = []
+
+        def one(rank: int) -> None:
+            gpus = self._local_gpus[rank] if self._local_gpus else ()
+            identity = TaskIdentity(rank=rank, attempt=0, executor_address=f"{host}:0", cpus=cpus, gpus=gpus)
+            try:
+                results[rank] = run_task(settings, identity=identity)
+            except BaseException as e:
+                with self._lock:
+                    errors.append(e)
+                first_line = str(e).split("\n", 1)[0] or repr(e)
+                with contextlib.suppress(Exception):
+                    self._server.abort(f"{self._roles[rank]} failed: {first_line}")
+
+        threads = [
+            threading.Thread(target=one, args=(rank,), name=f"{self.name}-task{rank}", daemon=True)
+            for rank in range(n)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+        return [r for r in results if r is not None]
 
     def _set_results(self, results: list[Any]) -> None:
         with self._lock:
@@ -406,7 +482,9 @@ class Cluster:
         while self._cause is None and time.monotonic() < patience and not self._shut_down.is_set():
             time.sleep(0.05)
         with self._lock:
-            if self._cause is None:
+            if self._cause is None and isinstance(error, ClusterError):
+                self._cause = error  # a local task's own failure, already in sparktrain's terms
+            elif self._cause is None:
                 self._cause = self._spark_task_failure(error)
                 self._cause.__cause__ = error
                 self._cause_at = time.time()
@@ -487,6 +565,8 @@ class Cluster:
         ``min_workers``, as many as the free slots allow (at least ``min_workers``). None when
         the slots do not come back (the job then fails with the generation's failure)."""
         options = self._options
+        if options.local:
+            return options.num_workers  # the driver runs the trainers itself
         try:
             ensure_slots(self._sc, options.num_tasks, options.reservation_timeout)
             return options.num_workers

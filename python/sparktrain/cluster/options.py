@@ -16,6 +16,7 @@ from typing import Any, Final
 from sparktrain import _checks
 from sparktrain.cluster.context import DEFAULT_BARRIER_TIMEOUT
 from sparktrain.cluster.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF
+from sparktrain.cluster.scripts import Script, script_arguments
 
 #: Where trainers take their input from: files they read themselves, or a DataFrame's partition.
 INPUT_MODES: Final = ("files", "spark")
@@ -30,7 +31,8 @@ class JobOptions:
     ``data`` is None unless ``input_mode="spark"``; ``env`` is a copy; ``tls`` holds two or three
     paths (certificate, key and optionally the CA)."""
 
-    main_fun: Callable[[Any, Any], Any]
+    #: A function, or the path of a ``.py`` script (loaded into a :class:`Script`).
+    main_fun: Callable[[Any, Any], Any] | str | os.PathLike[str]
     name: str
     args: Any = None
     num_workers: int = 1
@@ -51,12 +53,19 @@ class JobOptions:
     restart_backoff: float = DEFAULT_RESTART_BACKOFF
     min_workers: int | None = None
     barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT
+    #: Run the trainers on the driver's machine, started by the driver itself, instead of in
+    #: a Spark stage (PySpark's ``TorchDistributor(local_mode=True)``).
+    local: bool = False
 
     def __post_init__(self) -> None:
         # Frozen: the checked, normalized values replace the given ones here, once.
         def put(name: str, value: object) -> None:
             object.__setattr__(self, name, value)
 
+        if isinstance(self.main_fun, str | os.PathLike):
+            # A script entry point: its text travels with the job, args are its command line.
+            put("main_fun", Script.load(self.main_fun))
+            put("args", script_arguments(self.args))
         _checks.function("main_fun", self.main_fun)
         put("name", _checks.text("name", self.name))
         put("num_workers", _checks.integer("num_workers", self.num_workers, minimum=1))
@@ -92,6 +101,11 @@ class JobOptions:
             f"must be <= num_workers={self.num_workers}",
         )
         put("barrier_timeout", _checks.seconds("barrier_timeout", self.barrier_timeout))
+        put("local", bool(self.local))
+        if self.local and self.input_mode == "spark":
+            raise _checks.refuse(
+                "input_mode", self.input_mode, "a DataFrame feeds Spark tasks: not with local=True"
+            )
 
     @property
     def num_tasks(self) -> int:

@@ -318,8 +318,46 @@ def _start_trainer(
     return process, (out, err)
 
 
-def run_task(settings: JobSettings, feed: tuple[Iterator[Any], Any] | None = None) -> TaskResult:
-    """Runs one task of the job on this executor; returns the trainer's pickled result.
+@dataclass(frozen=True)
+class TaskIdentity:
+    """Where a task runs and what it was given: from Spark's barrier task context on an
+    executor, or made by the driver for a task it runs itself (local mode)."""
+
+    rank: int
+    attempt: int
+    #: ``host:port`` of the executor (Spark's task info), or of the driver.
+    executor_address: str
+    cpus: int
+    gpus: tuple[str, ...]
+
+    @property
+    def host(self) -> str:
+        return self.executor_address.rsplit(":", 1)[0]
+
+    @classmethod
+    def of_spark_task(cls) -> TaskIdentity:
+        """The barrier task this code runs in."""
+        from pyspark import BarrierTaskContext
+
+        spark_ctx = BarrierTaskContext.get()
+        rank = spark_ctx.partitionId()
+        resources = spark_ctx.resources()
+        return cls(
+            rank=rank,
+            attempt=spark_ctx.attemptNumber(),
+            executor_address=spark_ctx.getTaskInfos()[rank].address,
+            cpus=spark_ctx.cpus(),
+            gpus=tuple(resources["gpu"].addresses) if "gpu" in resources else (),
+        )
+
+
+def run_task(
+    settings: JobSettings,
+    feed: tuple[Iterator[Any], Any] | None = None,
+    identity: TaskIdentity | None = None,
+) -> TaskResult:
+    """Runs one task of the job on this executor (or, given its ``identity``, wherever this
+    runs); returns the trainer's pickled result.
 
     ``feed`` is the task's input partition (Arrow batches and their schema) in
     ``input_mode="spark"``; the trainer reads it through ``ctx.feed()``.
@@ -327,17 +365,10 @@ def run_task(settings: JobSettings, feed: tuple[Iterator[Any], Any] | None = Non
     Raises :class:`~sparktrain.errors.WorkerFailed` when the trainer fails, and
     :class:`~sparktrain.errors.JobAborted` or :class:`~sparktrain.errors.DriverUnreachable`
     when the job ends elsewhere."""
-    from pyspark import BarrierTaskContext
-
     from sparktrain._native import ControlClient
 
-    spark_ctx = BarrierTaskContext.get()
-    rank = spark_ctx.partitionId()
-    attempt = spark_ctx.attemptNumber()
-    executor_address = spark_ctx.getTaskInfos()[rank].address
-    host = executor_address.rsplit(":", 1)[0]
-    resources = spark_ctx.resources()
-    gpus = tuple(resources["gpu"].addresses) if "gpu" in resources else ()
+    me = identity if identity is not None else TaskIdentity.of_spark_task()
+    rank, attempt, executor_address, host, gpus = me.rank, me.attempt, me.executor_address, me.host, me.gpus
     if settings.gpus_per_worker is not None and len(gpus) < settings.gpus_per_worker:
         role = role_names(settings.num_workers, settings.num_evaluators)[rank]
         what = (
@@ -347,7 +378,7 @@ def run_task(settings: JobSettings, feed: tuple[Iterator[Any], Any] | None = Non
         raise worker_failed(rank, role, host, what=what)
 
     env = dict(os.environ)
-    env.update(thread_env(spark_ctx.cpus()))
+    env.update(thread_env(me.cpus))
     env.update(settings.env)
     env["SPARKTRAIN_SUPERVISOR_PID"] = str(os.getpid())
     pythonpath = _installed_pyspark_path(env)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from sparktrain import storage_options
 from sparktrain.cluster.context import EXIT_BARRIER, TrainerContext
 from sparktrain.cluster.failures import FAILED, NOT_RETRYABLE, ORPHANED, PEER_LOST
+from sparktrain.cluster.frameworks import framework_env, register_jax_cluster
 from sparktrain.cluster.settings import JobSettings, TrainerLaunch
 from sparktrain.errors import (
     InvalidArgumentError,
@@ -150,6 +151,10 @@ def main() -> int:
         client.use_token(launch.token)
     threading.Thread(target=_watch_stdin, name="sparktrain-parent-watch", daemon=True).start()
     os.environ["TF_CONFIG"] = json.dumps(launch.tf_config)
+    # PyTorch's and JAX's own variables, so their process groups start with no arguments.
+    os.environ.update(framework_env(launch.tasks, launch.rank, job.num_workers))
+    os.environ["SPARKTRAIN_GENERATION"] = str(job.generation)  # ctx.generation, for scripts
+    register_jax_cluster()
     ctx = _context(job, launch, client)
     try:
         # Release TensorFlow's port as late as possible: just before user code may start a server.

@@ -8,8 +8,8 @@
 # reduced suite on PySpark 3.5 in a second virtualenv (.venv-spark35).
 #
 # With --fast, the tier for everyday work: the same lint gates and release wheel, the Rust tests
-# that need no HDFS, and the Python tests that need neither Spark, HDFS nor TensorFlow. No Maven,
-# no JVM.
+# that need no HDFS, and the Python tests that need neither Spark, HDFS nor TensorFlow, nor a
+# fresh virtualenv for the wheel. No Maven, no JVM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +25,8 @@ install_wheel() {
     step "Python package (release wheel, installed the way users get it)"
     source submit/install.sh
     python -c "import sparktrain, sys; print('sparktrain', sparktrain.__version__, 'from', sparktrain.__file__)"
+    # The source distribution, next to the wheel; tests/test_wheel.py checks what it holds.
+    maturin sdist -o target/wheels
 
     # The stub of the compiled module against the module just built, then the package against
     # the stub: neither can drift from the binding.
@@ -69,7 +71,7 @@ if $fast; then
 
     step "Python tests without Spark, HDFS or TensorFlow"
     # In one process: starting xdist workers takes longer than these tests do.
-    pytest -q -p no:cacheprovider -m "not spark and not hdfs and not tensorflow" "$@"
+    pytest -q -p no:cacheprovider -m "not spark and not hdfs and not tensorflow and not wheel" "$@"
 
     step "Done"
     exit 0

@@ -149,6 +149,10 @@ fn rename_error(from: &Location, to: &Location, src: &Path, e: io::Error) -> Sto
 }
 
 /// `renameat2(src, dst, RENAME_NOREPLACE)`: fails with `EEXIST` if `dst` exists.
+///
+/// Through `syscall(2)` rather than glibc's `renameat2` wrapper, which only glibc 2.28 has: the
+/// wheel targets glibc 2.17 (manylinux2014), and a kernel without the call (before 3.15)
+/// answers `ENOSYS`, which the caller handles.
 fn rename_no_replace(src: &Path, dst: &Path) -> io::Result<()> {
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
@@ -158,7 +162,14 @@ fn rename_no_replace(src: &Path, dst: &Path) -> io::Result<()> {
     let (src, dst) = (c(src)?, c(dst)?);
     // SAFETY: both pointers are valid NUL-terminated strings that outlive the call.
     let rc = unsafe {
-        libc::renameat2(libc::AT_FDCWD, src.as_ptr(), libc::AT_FDCWD, dst.as_ptr(), libc::RENAME_NOREPLACE)
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            src.as_ptr(),
+            libc::AT_FDCWD,
+            dst.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
     };
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }

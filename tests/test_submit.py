@@ -590,3 +590,39 @@ def test_a_standalone_master_runs_a_job_with_one_trainer_per_worker(tmp_path):
     result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
     assert result["workers"] == 2
     assert result["identical"] is True
+
+
+PER_WORKER_SCRIPT = """
+import json, os, sys
+with open(os.path.join(sys.argv[1], "rank-" + os.environ["RANK"]), "w") as f:
+    json.dump({"argv": sys.argv[2:], "world": os.environ["WORLD_SIZE"]}, f)
+"""
+
+
+def test_a_per_worker_script_runs_under_sparktrains_driver(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(PER_WORKER_SCRIPT)
+    command, _ = dry_run("--workers", "3", "--per-worker", str(script), "--lr", "0.1")
+    driver = next(i for i, arg in enumerate(command) if arg.endswith("script_driver.py"))
+    assert command[driver + 1 :] == ["--workers", "3", "--", str(script), "--lr", "0.1"]
+    # In cluster mode the driver's container gets the script with --files and runs it by name.
+    command, _ = dry_run(
+        "--master", "yarn", "--deploy-mode", "cluster", "--per-worker", str(script), "--lr", "0.1"
+    )
+    assert str(script) in command[command.index("--files") + 1].split(",")
+    assert command[-3:] == ["train.py", "--lr", "0.1"]
+
+
+@pytest.mark.spark
+def test_a_per_worker_script_runs_in_every_trainer_of_a_local_cluster(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(PER_WORKER_SCRIPT)
+    out = tmp_path / "out"
+    out.mkdir()
+    done = sparktrain(
+        "submit", "--workers", "2", "--memory", "512m", "--per-worker", str(script), str(out), "--lr", "0.1",
+        timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = {p.name: json.loads(p.read_text()) for p in out.iterdir()}
+    assert runs == {f"rank-{r}": {"argv": ["--lr", "0.1"], "world": "2"} for r in range(2)}

@@ -161,6 +161,9 @@ class SubmitSpec:
     #: delegation tokens fresh (YARN and Kubernetes).
     principal: str | None = None
     keytab: str | None = None
+    #: The entry point is a trainer's script, run in every trainer as ``__main__`` (as
+    #: ``torchrun`` runs one), under sparktrain's own driver program.
+    per_worker: bool = False
 
     def __post_init__(self) -> None:
         for option, value in (("--workers", self.workers), ("--cores-per-worker", self.cores_per_worker)):
@@ -344,6 +347,8 @@ class SubmitSpec:
         confs = self.confs()
         # --files and --jars would replace the conf of the same meaning: merge them into it.
         files = [*_listed(confs.pop("spark.files", "")), *self.files]
+        if self.per_worker and self.mode == "cluster":
+            files.append(self.entry_point)  # the driver's container runs it from its folder
         if self.gpus_per_worker and self.profile != "kubernetes":
             files.append(str(GPU_SCRIPT))
         if files:
@@ -355,7 +360,21 @@ class SubmitSpec:
             command += ["--py-files", ",".join(self.py_files)]
         for key, value in confs.items():
             command += ["--conf", f"{key}={value}"]
-        return [*command, self.entry_point, *self.entry_args]
+        return [*command, *self.program()]
+
+    def program(self) -> list[str]:
+        """What ``spark-submit`` runs: the entry point and its arguments, or, with
+        ``per_worker``, sparktrain's driver program running the entry point in every trainer.
+        In cluster mode the script travels with ``--files`` and is named by its file name."""
+        if not self.per_worker:
+            return [self.entry_point, *self.entry_args]
+        from sparktrain.deploy import script_driver
+
+        script = os.path.basename(self.entry_point) if self.mode == "cluster" else self.entry_point
+        driver = [script_driver.__file__, "--workers", str(self.workers)]
+        if self.gpus_per_worker:
+            driver += ["--gpus-per-worker", str(self.gpus_per_worker)]
+        return [*driver, "--", script, *self.entry_args]
 
     def environment(self) -> dict[str, str]:
         """The environment ``spark-submit`` runs with: a local cluster's executors run this
@@ -656,7 +675,9 @@ def parser() -> argparse.ArgumentParser:
         "trainer per executor, dynamic allocation off, thread pools sized to the cores, an enforced "
         "time limit.",
     )
-    p.add_argument("entry_point", help="the job's Python file")
+    p.add_argument(
+        "entry_point", help="the job's Python file (the driver's; with --per-worker, each trainer's)"
+    )
     p.add_argument("entry_args", nargs=argparse.REMAINDER, help="its arguments")
     p.add_argument(
         "--master", default="local-cluster", help="local-cluster (default), spark://, yarn, k8s://"
@@ -685,6 +706,12 @@ def parser() -> argparse.ArgumentParser:
         help="keytab of --principal: Spark renews the job's delegation tokens with it (YARN, Kubernetes)",
     )
     p.add_argument("--spark-submit", help="the spark-submit to run (default: $SPARK_HOME's, then PATH's)")
+    p.add_argument(
+        "--per-worker",
+        action="store_true",
+        help="run the entry point in every trainer as __main__, as torchrun does (a PyTorch, JAX or "
+        "TensorFlow script), under sparktrain's own driver",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the command and exit")
     return p
 
@@ -719,6 +746,7 @@ def spec_from_args(
         python=python or args.python,
         principal=args.principal,
         keytab=args.keytab,
+        per_worker=args.per_worker,
     )
 
 

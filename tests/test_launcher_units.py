@@ -398,7 +398,9 @@ def test_job_options_keep_good_arguments_and_normalize_them(pem_files):
 @pytest.mark.parametrize(
     ("parameter", "value", "requirement"),
     [
-        ("main_fun", "train.py", "must be callable"),
+        ("main_fun", 3, "must be callable"),
+        ("main_fun", "missing_train.py", "cannot read the script"),
+        ("main_fun", "train.sh", "a script entry point must be a .py file"),
         ("name", "", "must not be empty"),
         ("name", 7, "must be a str"),
         ("num_workers", 0, "must be >= 1"),

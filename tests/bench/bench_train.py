@@ -32,6 +32,9 @@ contenders:
               of the Parquet files into tensors up front. PyTorch lives in ``.venv-torch``
               (made from ``tests/bench/requirements-torch.txt`` when missing), so this runs
               ``tests/bench/train_torch_peer.py`` as a subprocess with its own Spark session;
+  torch-sparktrain  the same DDP function launched by ``sparktrain.torch.TorchDistributor``, the
+              drop-in on sparktrain's launcher (not in the default set: compare it with
+              ``--contenders torch,torch-sparktrain``);
   keras-1p, torch-1p  references: the same training in one process with one thread, no Spark
               and no strategy (run once per model, listed with 1 worker).
 
@@ -426,10 +429,9 @@ def torch_python(venv: Path) -> Path:
     return python
 
 
-def run_torch_peer(job: Job, venv: Path, single: bool) -> dict[str, Any]:
+def run_torch_peer(job: Job, venv: Path, single: bool, launcher: str = "pyspark") -> dict[str, Any]:
     command = [str(torch_python(venv)), str(TORCH_PEER), "--job", json.dumps(dataclasses.asdict(job))]
-    if single:
-        command.append("--single")
+    command += ["--single"] if single else ["--launcher", launcher]
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     env.update({"GLOO_SOCKET_IFNAME": "lo", "VIRTUAL_ENV": str(venv)})
     out = subprocess.run(command, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
@@ -477,6 +479,17 @@ def print_tables(model: str, results: list[tuple[str, Job, dict[str, Any]]]) -> 
             mine = ours[job.workers]
             speed = mine["examples_per_s"] / r["examples_per_s"]
             print(f"| {name} | {job.workers} | {speed:.2f}x | {r['wall_s'] / mine['wall_s']:.2f}x |")
+    # The same DDP function under the two launchers: sparktrain's TorchDistributor ÷ PySpark's.
+    ours = {job.workers: r for name, job, r in results if name == "torch-sparktrain"}
+    for name, job, r in results:
+        if name == "torch" and job.workers in ours:
+            mine = ours[job.workers]
+            print(
+                "\n"
+                f"DDP under sparktrain's TorchDistributor ÷ PySpark's, {job.workers} workers: "
+                f"examples/s {mine['examples_per_s'] / r['examples_per_s']:.2f}x, "
+                f"wall {r['wall_s'] / mine['wall_s']:.2f}x faster"
+            )
 
 
 def main() -> None:
@@ -505,6 +518,7 @@ def main() -> None:
         "sparktrain-clear": lambda job: run_sparktrain(job, sealed=False),
         "tfos": run_tfos,
         "torch": lambda job: run_torch_peer(job, venv, single=False),
+        "torch-sparktrain": lambda job: run_torch_peer(job, venv, single=False, launcher="sparktrain"),
         "keras-1p": run_keras_1p,
         "torch-1p": lambda job: run_torch_peer(job, venv, single=True),
     }
@@ -517,7 +531,7 @@ def main() -> None:
             import tensorflowonspark  # noqa: F401
         except ImportError:
             sys.exit("TensorFlowOnSpark is missing: pip install -r tests/bench/requirements-peers.txt")
-    if {"torch", "torch-1p"} & set(chosen):
+    if {"torch", "torch-sparktrain", "torch-1p"} & set(chosen):
         torch_python(venv)
     worker_counts = [int(w) for w in args.workers.split(",")]
     everything = []

@@ -4,8 +4,10 @@ It runs in the virtualenv of ``requirements-torch.txt`` (``bench_train.py`` make
 this script): PyTorch's wheels cannot share ``.venv`` with TensorFlowOnSpark. ``--job`` is
 ``bench_train.Job`` as JSON. It starts its own ``local-cluster[2,1,1024]`` session and times
 ``TorchDistributor(num_processes=workers, local_mode=False, use_gpu=False).run(train, job)``;
-with ``--single`` it calls ``train`` in this process instead (one thread, no DDP, no Spark). The
-last line of its output is ``RESULT`` and the figures as JSON (``bench_train.figures``).
+with ``--launcher sparktrain`` the same call goes through ``sparktrain.torch.TorchDistributor``
+(the drop-in on sparktrain's launcher) instead of PySpark's. With ``--single`` it calls ``train``
+in this process instead (one thread, no DDP, no Spark). The last line of its output is
+``RESULT`` and the figures as JSON (``bench_train.figures``).
 """
 
 from __future__ import annotations
@@ -147,6 +149,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--job", required=True, help="bench_train.Job as JSON")
     parser.add_argument("--single", action="store_true", help="one process, no Spark, no DDP")
+    parser.add_argument(
+        "--launcher", choices=("pyspark", "sparktrain"), default="pyspark", help="whose TorchDistributor"
+    )
     args = parser.parse_args()
     job = json.loads(args.job)
     global_batch = job["batch"] * job["workers"]
@@ -157,7 +162,10 @@ def main() -> None:
             out["stamps"], out["began"], out["returned"], out["logits"], out["labels"], global_batch
         )
     else:
-        from pyspark.ml.torch.distributor import TorchDistributor
+        if args.launcher == "sparktrain":
+            from sparktrain.torch import TorchDistributor
+        else:
+            from pyspark.ml.torch.distributor import TorchDistributor
 
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         with spark_session("bench-train-torch"):

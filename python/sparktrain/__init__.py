@@ -8,6 +8,8 @@ Modules:
 - :mod:`sparktrain.training`: synchronous training on the Rust engine (``ctx.trainer``), and
   :func:`train`, the whole job in one call.
 - :mod:`sparktrain.prediction`: :func:`predict`, scoring a DataFrame with an exported model.
+- :mod:`sparktrain.ml`: Spark ML's ``Estimator`` and ``Model`` on the engine, for ``Pipeline``
+  and ``CrossValidator``.
 - :mod:`sparktrain.tfrecord`: TFRecord files to and from Arrow, on local paths and HDFS.
 - :mod:`sparktrain.fs`: file-system operations on local paths, ``hdfs://`` and ``viewfs://``.
 - :mod:`sparktrain.errors`: the exceptions sparktrain raises.
@@ -39,7 +41,7 @@ __all__ = [
     "training",
 ]
 
-_SUBMODULES = {"cluster", "errors", "fs", "prediction", "tfos", "tfrecord", "training"}
+_SUBMODULES = {"cluster", "errors", "fs", "ml", "prediction", "tfos", "tfrecord", "training"}
 
 
 def __getattr__(name: str) -> Any:

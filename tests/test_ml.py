@@ -24,6 +24,9 @@ import sparktrain as st
 from sparktrain.errors import InvalidArgumentError, PathExistsError
 from sparktrain.ml import Classifier, ClassifierModel
 
+# One xdist worker runs them all, so the module's fitted models are fitted once.
+pytestmark = pytest.mark.xdist_group("ml")
+
 ROWS = 1_200
 DENSE = ["x1", "x2", "x3"]
 BUCKETS = 32

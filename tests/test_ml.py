@@ -130,6 +130,8 @@ def test_a_pipeline_scores_like_predict_and_scores_the_same_after_save_and_load(
 
     auc = BinaryClassificationEvaluator().evaluate(out)
     assert 0.8 < auc <= 1.0, auc
+    strict = scored(pipeline_model.copy({classifier.threshold: 0.9}).transform(frame))
+    np.testing.assert_array_equal(strict["prediction"], (p > 0.9).astype(float))
 
     path = str(tmp_path / "pipeline")
     pipeline_model.write().save(path)
@@ -173,6 +175,10 @@ def test_a_multiclass_model_predicts_the_most_probable_of_its_classes(frame, mul
     # Log-probabilities, a saturated one held at log(1e-12) rather than -inf.
     logits = np.log(np.clip(probability, 1e-12, None))
     np.testing.assert_allclose(np.stack(ours["rawPrediction"]), logits, rtol=1e-12)
+    # The model trained on three columns reads the same values from a vector column too.
+    vectors = VectorAssembler(inputCols=DENSE, outputCol="vec").transform(frame)
+    from_vector = scored(model.copy().setFeaturesCol("vec").transform(vectors))
+    np.testing.assert_array_equal(np.stack(from_vector["probability"]), probability)
     evaluator = MulticlassClassificationEvaluator(labelCol="klass", metricName="accuracy")
     accuracy = evaluator.evaluate(model.transform(frame))
     assert accuracy > 0.75, accuracy

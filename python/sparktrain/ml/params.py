@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.ml.param import Param, Params
 
@@ -80,6 +80,9 @@ def _is_list(value: object) -> bool:
 
 def _param(name: str, doc: str, kind: str, minimum: float = 0, choices: Sequence[str] = ()) -> Param[Any]:
     return Param(Params._dummy(), name, doc, typeConverter=_Converter(name, kind, minimum, choices))
+
+
+_P = TypeVar("_P", bound="ClassifierParams")
 
 
 class ClassifierParams(Params):
@@ -152,12 +155,45 @@ class ClassifierParams(Params):
 
     def _set_params(self, kwargs: Mapping[str, Any]) -> None:
         """Sets ``kwargs``, taking a list given as ``featuresCol`` as ``featuresCols`` (as
-        ``xgboost.spark`` takes ``features_col``)."""
+        ``xgboost.spark`` takes ``features_col``); a column name given as ``featuresCol``
+        clears ``featuresCols``, which would otherwise take precedence over it."""
         values = {k: v for k, v in kwargs.items() if v is not None}
         features = values.get("featuresCol")
         if isinstance(features, (list, tuple)):
             values["featuresCols"] = values.pop("featuresCol")
+        elif features is not None and "featuresCols" not in values:
+            values["featuresCols"] = []
         self._set(**values)
+
+    def setFeaturesCol(self: _P, value: str | list[str]) -> _P:
+        """Reads the features from a vector column, or from a list of numeric columns."""
+        self._set_params({"featuresCol": value})
+        return self
+
+    def setLabelCol(self: _P, value: str) -> _P:
+        """Sets the label column."""
+        self._set_params({"labelCol": value})
+        return self
+
+    def setPredictionCol(self: _P, value: str) -> _P:
+        """Sets the column of the predicted class."""
+        self._set_params({"predictionCol": value})
+        return self
+
+    def setProbabilityCol(self: _P, value: str) -> _P:
+        """Sets the column of the class probabilities."""
+        self._set_params({"probabilityCol": value})
+        return self
+
+    def setRawPredictionCol(self: _P, value: str) -> _P:
+        """Sets the column of the logits."""
+        self._set_params({"rawPredictionCol": value})
+        return self
+
+    def setThreshold(self: _P, value: float) -> _P:
+        """Sets the probability of class 1 above which a binary model predicts 1."""
+        self._set_params({"threshold": value})
+        return self
 
     def getFeaturesCol(self) -> str:
         """The vector (or array) column of the features."""

@@ -8,6 +8,10 @@ Modules:
 - :mod:`sparktrain.training`: synchronous training on the Rust engine (``ctx.trainer``), and
   :func:`train`, the whole job in one call.
 - :mod:`sparktrain.prediction`: :func:`predict`, scoring a DataFrame with an exported model.
+- :mod:`sparktrain.ml`: Spark ML's ``Estimator`` and ``Model`` on the engine, for ``Pipeline``
+  and ``CrossValidator``.
+- :mod:`sparktrain.contents`: :func:`embeddings`, an exported model's embedding tables as a
+  DataFrame.
 - :mod:`sparktrain.tfrecord`: TFRecord files to and from Arrow, on local paths and HDFS.
 - :mod:`sparktrain.fs`: file-system operations on local paths, ``hdfs://`` and ``viewfs://``.
 - :mod:`sparktrain.errors`: the exceptions sparktrain raises.
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sparktrain import errors, fs, tfrecord, training
     from sparktrain.cluster import Cluster
+    from sparktrain.contents import embeddings
     from sparktrain.jvm import jar_path
     from sparktrain.prediction import predict
     from sparktrain.training import train
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Cluster",
     "__version__",
+    "embeddings",
     "errors",
     "fs",
     "jar_path",
@@ -39,7 +45,7 @@ __all__ = [
     "training",
 ]
 
-_SUBMODULES = {"cluster", "errors", "fs", "prediction", "tfos", "tfrecord", "training"}
+_SUBMODULES = {"cluster", "contents", "errors", "fs", "ml", "prediction", "tfos", "tfrecord", "training"}
 
 
 def __getattr__(name: str) -> Any:
@@ -63,6 +69,10 @@ def __getattr__(name: str) -> Any:
         from sparktrain.prediction import predict
 
         return predict
+    if name == "embeddings":
+        from sparktrain.contents import embeddings
+
+        return embeddings
     if name == "__version__":
         from sparktrain._native import __version__
 

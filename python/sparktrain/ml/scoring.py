@@ -1,0 +1,116 @@
+"""The Spark tasks' side of :meth:`~sparktrain.ml.ClassifierModel.transform`: score an Arrow
+batch with the exported model and append Spark ML's three output columns.
+
+Vectors leave as Spark ML's ``VectorUDT`` storage, ``struct<type, size, indices, values>``
+(dense: type 1, values only), so the columns are real vectors for ``BinaryClassificationEvaluator``
+and friends, without a second pass to convert arrays.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from sparktrain.ml.columns import Layout
+
+if TYPE_CHECKING:
+    from sparktrain._native import ExportedModel
+
+#: Models kept loaded per Python worker. A Python worker outlives its tasks and serves the
+#: tasks of every model a ``CrossValidator`` scores, so older models are let go.
+_KEPT = 4
+_MODELS: OrderedDict[tuple[str, str], ExportedModel] = OrderedDict()
+_LOCK = threading.Lock()
+#: The smallest probability taken for a logit, so a saturated float32 probability (exactly 0
+#: or 1) gives a large finite logit rather than an infinite one.
+_EPS = 1e-12
+
+#: Arrow's form of Spark ML's ``VectorUDT``.
+VECTOR = pa.struct(
+    [
+        pa.field("type", pa.int8(), nullable=False),
+        pa.field("size", pa.int32()),
+        pa.field("indices", pa.list_(pa.field("element", pa.int32(), nullable=False))),
+        pa.field("values", pa.list_(pa.field("element", pa.float64(), nullable=False))),
+    ]
+)
+
+
+def model(export_dir: str, stamp: str) -> ExportedModel:
+    """The exported model in ``export_dir``, loaded once per process and ``stamp`` (the
+    export's modification time: a folder saved over again is loaded again)."""
+    from sparktrain._native import ExportedModel
+
+    key = (export_dir, stamp)
+    with _LOCK:
+        found = _MODELS.get(key)
+        if found is None:
+            found = _MODELS[key] = ExportedModel(export_dir)
+            while len(_MODELS) > _KEPT:
+                _MODELS.popitem(last=False)
+        _MODELS.move_to_end(key)
+        return found
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """What a task needs to score: the export, the feature layout, the class count, the
+    binary threshold and the output column names (raw, probability, prediction)."""
+
+    export_dir: str
+    stamp: str
+    layout: Layout
+    classes: int
+    threshold: float
+    outputs: tuple[str, str, str]
+
+    def probabilities(self, batch: pa.RecordBatch) -> np.ndarray:
+        """``rows x classes`` float64 class probabilities of ``batch``'s rows."""
+        scores = model(self.export_dir, self.stamp).predict(self.layout.engine_batch(batch))
+        p = scores.to_numpy(zero_copy_only=False).astype(np.float64)
+        if self.classes == 2:
+            return np.stack([1.0 - p, p], axis=1)
+        matrix: np.ndarray = p.reshape(batch.num_rows, self.classes)
+        return matrix
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` with the raw prediction, probability and prediction columns appended."""
+        probability = self.probabilities(batch)
+        if self.classes == 2:
+            p = np.clip(probability[:, 1], _EPS, 1.0 - _EPS)
+            logit = np.log(p) - np.log1p(-p)
+            raw = np.stack([-logit, logit], axis=1)
+            prediction = (probability[:, 1] > self.threshold).astype(np.float64)
+        else:
+            # Log-probabilities: the logits up to a constant per row, as softmax defines them.
+            raw = np.log(np.clip(probability, _EPS, None))
+            prediction = probability.argmax(axis=1).astype(np.float64)
+        columns = [_vectors(raw), _vectors(probability), pa.array(prediction)]
+        schema = batch.schema
+        for name, column in zip(self.outputs, columns, strict=True):
+            schema = schema.append(pa.field(name, column.type, nullable=False))
+        return pa.RecordBatch.from_arrays([*batch.columns, *columns], schema=schema)
+
+
+def _vectors(matrix: np.ndarray) -> pa.StructArray:
+    """Dense Spark ML vectors, one per row of ``matrix``."""
+    rows, width = matrix.shape
+    offsets = pa.array(np.arange(0, rows * width + 1, width, dtype=np.int32))
+    values = pa.ListArray.from_arrays(offsets, pa.array(matrix.reshape(-1)), type=VECTOR.field("values").type)
+    return pa.StructArray.from_arrays(
+        [
+            pa.array(np.ones(rows, np.int8)),
+            pa.nulls(rows, pa.int32()),
+            pa.nulls(rows, VECTOR.field("indices").type),
+            values,
+        ],
+        fields=list(VECTOR),
+    )
+
+
+__all__ = ["VECTOR", "Scorer", "model"]

@@ -1,0 +1,289 @@
+"""sparktrain.ml and sparktrain.embeddings on real Spark (local-cluster) and S3 (moto's server):
+a Pipeline of Spark's transformers and sparktrain's Classifier is fitted, scores as
+``sparktrain.predict`` does, saves and loads; a multi-class model saves to S3 and scores the
+same from there; CrossValidator picks a learning rate by two real AUCs; the embedding tables
+read in Spark tasks equal the exported weights read with the ``safetensors`` package; bad
+params fail on the driver before any Spark job.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pandas as pd
+import pytest
+from pyspark.ml import Pipeline, PipelineModel
+from pyspark.ml.evaluation import BinaryClassificationEvaluator, MulticlassClassificationEvaluator
+from pyspark.ml.feature import StringIndexer, VectorAssembler
+from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+from pyspark.sql import functions as F
+from safetensors.numpy import load_file
+
+import sparktrain as st
+from sparktrain.errors import InvalidArgumentError, PathExistsError
+from sparktrain.ml import Classifier, ClassifierModel
+
+# One xdist worker runs them all, so the module's fitted models are fitted once.
+pytestmark = pytest.mark.xdist_group("ml")
+
+ROWS = 1_200
+DENSE = ["x1", "x2", "x3"]
+BUCKETS = 32
+QUIET = {"log": False}
+
+
+def rows(seed: int = 5) -> pd.DataFrame:
+    """Three dense columns, two string columns with an effect per value, a yes/no outcome and
+    a three-class label, all learnable."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((ROWS, 3))
+    shop = rng.integers(0, 12, ROWS)
+    city = rng.integers(0, 6, ROWS)
+    effect = np.linspace(-2.0, 2.0, 12)[shop] + np.linspace(-1.0, 1.0, 6)[city]
+    logit = 2.0 * x[:, 0] - 1.5 * x[:, 1] + effect
+    yes = rng.random(ROWS) < 1.0 / (1.0 + np.exp(-logit))
+    return pd.DataFrame(
+        {
+            "row": np.arange(ROWS),
+            "x1": x[:, 0],
+            "x2": x[:, 1],
+            "x3": x[:, 2],
+            "shop": [f"shop-{s}" for s in shop],
+            "city": [f"city-{c}" for c in city],
+            "outcome": np.where(yes, "yes", "no"),
+            "klass": np.digitize(x[:, 0] + 0.5 * x[:, 2], [-0.5, 0.5]).astype(np.int64),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def frame(spark):
+    return spark.createDataFrame(rows()).repartition(2).cache()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("ml-models"))
+
+
+@pytest.fixture(scope="module")
+def pipeline_model(frame, model_dir):
+    """StringIndexer (the label), VectorAssembler (the dense features) and a Wide&Deep
+    Classifier over them and two hashed string columns, fitted once for the module."""
+    pipeline = Pipeline(
+        stages=[
+            StringIndexer(inputCol="outcome", outputCol="label", stringOrderType="alphabetAsc"),
+            VectorAssembler(inputCols=DENSE, outputCol="features"),
+            Classifier(
+                model="wide_deep",
+                categoricalCols=["shop", "city"],
+                buckets=BUCKETS,
+                hidden=[8],
+                dim=4,
+                optimizer="adam",
+                learningRate=0.02,
+                batchSize=32,
+                epochs=3,
+                numWorkers=2,
+                modelDir=model_dir,
+                trainOptions=QUIET,
+            ),
+        ]
+    )
+    return pipeline.fit(frame)
+
+
+def scored(df) -> pd.DataFrame:
+    """``df`` on the driver, by row, with its vectors as NumPy arrays."""
+    table = df.select("row", "rawPrediction", "probability", "prediction").toPandas().sort_values("row")
+    for column in ("rawPrediction", "probability"):
+        table[column] = [v.toArray() for v in table[column]]
+    return table.reset_index(drop=True)
+
+
+def test_a_pipeline_scores_like_predict_and_scores_the_same_after_save_and_load(
+    spark, frame, pipeline_model, tmp_path
+):
+    classifier = pipeline_model.stages[-1]
+    assert isinstance(classifier, ClassifierModel)
+    assert classifier.getNumClasses() == 2  # from StringIndexer's label attributes
+    assert classifier.numFeatures == 3
+    assert classifier.trainResult.fit.examples == 3 * ROWS
+    out = pipeline_model.transform(frame)
+    assert out.columns[-3:] == ["rawPrediction", "probability", "prediction"]
+    ours = scored(out)
+    probability = np.stack(ours["probability"])
+    raw = np.stack(ours["rawPrediction"])
+    np.testing.assert_allclose(probability.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+    p = probability[:, 1]
+    np.testing.assert_allclose(raw[:, 1], np.log(p / (1 - p)), rtol=1e-9, atol=1e-9)
+    np.testing.assert_array_equal(raw[:, 0], -raw[:, 1])
+    np.testing.assert_array_equal(ours["prediction"], (p > 0.5).astype(float))
+
+    # sparktrain.predict on the same rows, the vector's values as the columns the model names.
+    renamed = frame.select(
+        "row", "shop", "city", *(F.col(c).alias(f"features_{i}") for i, c in enumerate(DENSE))
+    )
+    theirs = st.predict(spark, classifier.exportDir, renamed).toPandas().sort_values("row")
+    np.testing.assert_array_equal(p, theirs["score"].to_numpy().astype(np.float64))
+
+    auc = BinaryClassificationEvaluator().evaluate(out)
+    assert 0.8 < auc <= 1.0, auc
+    strict = scored(pipeline_model.copy({classifier.threshold: 0.9}).transform(frame))
+    np.testing.assert_array_equal(strict["prediction"], (p > 0.9).astype(float))
+
+    path = str(tmp_path / "pipeline")
+    pipeline_model.write().save(path)
+    stage = next((tmp_path / "pipeline" / "stages").glob("*Classifier*"))
+    assert sorted(p.name for p in (stage / "model").iterdir()) == ["model.json", "model.safetensors"]
+    loaded = PipelineModel.load(path)
+    assert isinstance(loaded.stages[-1], ClassifierModel)
+    assert loaded.stages[-1].exportDir.endswith("/model")
+    again = scored(loaded.transform(frame))
+    np.testing.assert_array_equal(np.stack(again["probability"]), probability)
+    np.testing.assert_array_equal(again["prediction"], ours["prediction"])
+
+
+@pytest.fixture(scope="module")
+def multiclass(frame, model_dir):
+    """An MLP over a list of columns with three classes, and its estimator."""
+    classifier = Classifier(
+        featuresCol=DENSE,  # a list of columns, as xgboost.spark's features_col takes
+        labelCol="klass",
+        model="mlp",
+        hidden=[16],
+        learningRate=0.02,
+        batchSize=32,
+        epochs=3,
+        numWorkers=2,
+        modelDir=model_dir,
+        trainOptions=QUIET,
+    )
+    return classifier, classifier.fit(frame)
+
+
+def test_a_multiclass_model_predicts_the_most_probable_of_its_classes(frame, multiclass):
+    classifier, model = multiclass
+    assert classifier.getFeaturesCols() == DENSE
+    assert model.getNumClasses() == 3  # the largest label plus one
+    ours = scored(model.transform(frame))
+    probability = np.stack(ours["probability"])
+    assert probability.shape == (ROWS, 3)
+    np.testing.assert_allclose(probability.sum(axis=1), 1.0, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(ours["prediction"], probability.argmax(axis=1).astype(float))
+    # Log-probabilities, a saturated one held at log(1e-12) rather than -inf.
+    logits = np.log(np.clip(probability, 1e-12, None))
+    np.testing.assert_allclose(np.stack(ours["rawPrediction"]), logits, rtol=1e-12)
+    # The model trained on three columns reads the same values from a vector column too.
+    vectors = VectorAssembler(inputCols=DENSE, outputCol="vec").transform(frame)
+    from_vector = scored(model.copy().setFeaturesCol("vec").transform(vectors))
+    np.testing.assert_array_equal(np.stack(from_vector["probability"]), probability)
+    evaluator = MulticlassClassificationEvaluator(labelCol="klass", metricName="accuracy")
+    accuracy = evaluator.evaluate(model.transform(frame))
+    assert accuracy > 0.75, accuracy
+
+
+# The HDFS case takes hdfs_url at run time, which the automatic marking cannot see.
+@pytest.fixture(params=[pytest.param("hdfs", marks=pytest.mark.hdfs), "s3"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """The root of a remote store: MiniDFS, or a bucket of the S3 server."""
+    return request.getfixturevalue("hdfs_url" if request.param == "hdfs" else "s3_url")
+
+
+def test_a_model_saves_to_a_remote_store_and_scores_the_same_from_there(frame, multiclass, store_url):
+    classifier, model = multiclass
+    url = f"{store_url}/ml/klass-{uuid.uuid4().hex[:8]}"
+    model.write().save(url)
+    with pytest.raises(PathExistsError):
+        model.write().save(url)
+    model.write().overwrite().save(url)
+    assert sorted(f.path.rsplit("/", 1)[1] for f in st.fs.ls(f"{url}/model")) == [
+        "model.json",
+        "model.safetensors",
+    ]
+    loaded = ClassifierModel.load(url)
+    assert loaded.exportDir == f"{url}/model"
+    assert loaded.getFeaturesCols() == DENSE
+    assert loaded.getNumClasses() == 3
+    expected = np.stack(scored(model.transform(frame))["probability"])
+    np.testing.assert_array_equal(np.stack(scored(loaded.transform(frame))["probability"]), expected)
+
+    # The estimator saves too, params and all.
+    classifier.write().save(f"{url}-estimator")
+    assert Classifier.load(f"{url}-estimator").extractParamMap() == classifier.extractParamMap()
+
+
+def test_cross_validator_picks_a_learning_rate_by_two_real_aucs(frame, model_dir):
+    data = VectorAssembler(inputCols=DENSE, outputCol="features").transform(
+        frame.withColumn("label", (F.col("outcome") == "yes").cast("double"))
+    )
+    classifier = Classifier(
+        model="logistic_regression",
+        optimizer="sgd",
+        batchSize=64,
+        numWorkers=2,
+        modelDir=model_dir,
+        trainOptions=QUIET,
+    )
+    rates = [0.0005, 0.5]
+    grid = ParamGridBuilder().addGrid(classifier.learningRate, rates).build()
+    evaluator = BinaryClassificationEvaluator()
+    cv = CrossValidator(
+        estimator=classifier, estimatorParamMaps=grid, evaluator=evaluator, numFolds=2, seed=3
+    )
+    fitted = cv.fit(data)
+    assert len(fitted.avgMetrics) == 2
+    assert all(0.5 < m <= 1.0 for m in fitted.avgMetrics), fitted.avgMetrics
+    assert fitted.avgMetrics[0] != fitted.avgMetrics[1]
+    best = fitted.bestModel
+    assert isinstance(best, ClassifierModel)
+    assert best.getLearningRate() == rates[int(np.argmax(fitted.avgMetrics))]
+    assert evaluator.evaluate(best.transform(data)) > 0.7
+
+
+def test_embeddings_are_the_exported_tables(spark, pipeline_model):
+    export_dir = pipeline_model.stages[-1].exportDir
+    weights = load_file(export_dir.removeprefix("file://") + "/model.safetensors")
+    tables = st.embeddings(spark, export_dir).toPandas()
+    assert sorted(tables["table"].unique()) == ["deep/embeddings", "wide/ids"]
+    for name, dim in (("deep/embeddings", 4), ("wide/ids", 1)):
+        table = tables[tables["table"] == name].sort_values("id")
+        assert weights[name].shape == (2 * BUCKETS, dim)
+        np.testing.assert_array_equal(table["id"], np.arange(2 * BUCKETS))
+        np.testing.assert_array_equal(np.stack(table["vector"]), weights[name])
+        # Both columns share one id space: shop owns its first BUCKETS ids, city the next.
+        assert list(table["feature"]) == ["shop"] * BUCKETS + ["city"] * BUCKETS
+        np.testing.assert_array_equal(table["bucket"], np.tile(np.arange(BUCKETS), 2))
+    wide = st.embeddings(spark, export_dir, "wide/ids", rows_per_batch=5)
+    assert wide.count() == 2 * BUCKETS
+    assert wide.rdd.getNumPartitions() == 1  # one task per weights file
+    with pytest.raises(InvalidArgumentError, match=r"^table='deep'"):
+        st.embeddings(spark, export_dir, "deep")
+
+
+def test_bad_params_fail_on_the_driver_before_any_spark_job(spark, frame):
+    with pytest.raises(InvalidArgumentError, match=r"^batchSize=0"):
+        Classifier(batchSize=0)
+    with pytest.raises(InvalidArgumentError, match=r"^model='svm'"):
+        Classifier(model="svm")
+    classifier = Classifier()
+    with pytest.raises(InvalidArgumentError, match=r"^learningRate=-1\.0"):
+        classifier.copy({classifier.learningRate: -1.0})
+    data = VectorAssembler(inputCols=DENSE, outputCol="features").transform(frame)
+    cases = {
+        "categoricalCols": Classifier(model="wide_deep"),
+        "featuresCol": Classifier(featuresCol="vector"),
+        "labelCol": Classifier(labelCol="outcome"),
+        "trainOptions": Classifier(trainOptions={"batch_size": 3}),
+        "dim": Classifier(model="mlp", dim=4),
+        "bogus": Classifier(trainOptions={"bogus": 1}),
+    }
+    spark.sparkContext.setJobGroup("sparktrain-bad-params", "fits that must not start")
+    try:
+        for name, estimator in cases.items():
+            with pytest.raises(InvalidArgumentError, match=name):
+                estimator.fit(data)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup("sparktrain-bad-params") == []

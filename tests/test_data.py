@@ -101,10 +101,19 @@ def test_parquet_files_and_chosen_columns(tmp_path: Path) -> None:
     assert sorted(ids_of(data)) == list(range(100))
 
 
+def test_decoding_threads_change_nothing_but_speed(tmp_path: Path) -> None:
+    root = write_files(str(tmp_path / "d"), 3, 5000)
+    one = [b.to_pydict() for b in Dataset(root, batch_size=1000, shuffle_buffer=3000, seed=5).batches()]
+    four = Dataset(root, batch_size=1000, shuffle_buffer=3000, seed=5, threads=4).batches()
+    assert [b.to_pydict() for b in four] == one
+
+
 def test_bad_arguments_are_refused_by_name(tmp_path: Path) -> None:
     root = write_files(str(tmp_path / "d"), 1, 5)
     with pytest.raises(InvalidArgumentError, match="batch_size"):
         Dataset(root, batch_size=0)
+    with pytest.raises(InvalidArgumentError, match="threads"):
+        Dataset(root, threads=0)
     with pytest.raises(InvalidArgumentError, match="shard"):
         Dataset(root, shard=(2, 2))
     with pytest.raises(InvalidArgumentError, match="nope"):

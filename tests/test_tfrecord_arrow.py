@@ -156,3 +156,41 @@ def test_raw_writer_in_failed_block_leaves_no_file(tmp_path: Path) -> None:
     with pytest.raises(KeyError):
         write_then_fail()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("compression", [None, "GZIP"])
+def test_decoding_on_several_threads_gives_the_same_batches(tmp_path: Path, compression: str | None) -> None:
+    rows = 25_000
+    table = pa.table(
+        {
+            "id": pa.array(range(rows), pa.int64()),
+            "x": pa.array(np.arange(rows, dtype=np.float32) / 7),
+            "word": pa.array([None if i % 9 == 0 else f"w{i}" for i in range(rows)]),
+            "tags": pa.array([list(range(i % 5)) for i in range(rows)], pa.list_(pa.int64())),
+        }
+    )
+    suffix = ".gz" if compression else ""
+    for part in range(3):
+        tfrecord.write_batches(
+            str(tmp_path / f"part-{part}.tfrecord{suffix}"), table.slice(part * 9000, 9000)
+        )
+
+    def batches(threads: int) -> list[pa.RecordBatch]:
+        return list(tfrecord.read(str(tmp_path), batch_size=5000, threads=threads))
+
+    one = batches(1)
+    assert sum(b.num_rows for b in one) == rows
+    for threads in (2, 3):
+        several = batches(threads)
+        assert [b.num_rows for b in several] == [b.num_rows for b in one]
+        assert all(a.equals(b) for a, b in zip(several, one, strict=True))
+
+
+def test_a_bad_record_read_on_several_threads_names_file_and_record(tmp_path: Path) -> None:
+    words = pa.array([f"w{i}" for i in range(10_000)])
+    tfrecord.write_batches(str(tmp_path / "a.tfrecord"), pa.table({"v": words}))
+    schema = pa.schema([("v", pa.int64())])
+    with pytest.raises(errors.RecordDecodeError, match=r"a\.tfrecord: record 0, feature 'v'"):
+        list(tfrecord.read(str(tmp_path), schema=schema, threads=4))
+    with pytest.raises(errors.InvalidArgumentError, match="threads=0"):
+        tfrecord.read(str(tmp_path), threads=0)

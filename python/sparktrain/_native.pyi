@@ -128,6 +128,7 @@ class ExampleReader:
         infer_max_records: int = ...,
         record_type: str = "Example",
         max_record_bytes: int = ...,
+        threads: int = 1,
     ) -> ExampleReader: ...
     @property
     def schema(self) -> pa.Schema: ...

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 
-from sparktrain import _native
+from sparktrain import _checks, _native
 from sparktrain._deps import require_spark
 from sparktrain._native import SkippedRecord
 from sparktrain.dataframes import WriteResult, read_dataframe, write
@@ -136,6 +136,7 @@ def read(
     compression: str | None = None,
     skip_corrupt: bool = False,
     max_record_bytes: int = _native.DEFAULT_MAX_RECORD_BYTES,
+    threads: int = 1,
 ) -> ExampleBatches:
     """Reads ``tf.train.Example`` TFRecord files as Arrow record batches.
 
@@ -148,7 +149,11 @@ def read(
     header claims more than ``max_record_bytes`` (256 MiB by default) is damage of kind
     ``record_too_long``, refused before it is read: a damaged or hostile file cannot make the
     reader hold gigabytes.
+
+    ``threads`` decode each file on that many cores (the calling thread frames the records,
+    the others turn them into columns); the batches are the same whatever the number.
     """
+    threads = _checks.integer("threads", threads, minimum=1)
     return ExampleBatches(
         _native.ExampleReader(
             path_or_glob,
@@ -158,6 +163,7 @@ def read(
             compression,
             skip_corrupt,
             max_record_bytes=max_record_bytes,
+            threads=threads,
         )
     )
 

@@ -7,11 +7,14 @@ In one run, on one core (the process pins itself to CPU 0):
   (c) sparktrain reads the file back into Arrow;
   (d) ``tf.data.TFRecordDataset`` + batched ``tf.io.parse_example`` reads it (and raw, unparsed);
 
+and (e) sparktrain reads it again decoding on N threads with the process on N cores, for each N
+of ``--threads`` (default: 2 and every core; the scaling against (c));
+
 each measured ``--repeat`` times (median). It prints rows/s, MB/s and the ratios, plus single-core
 CRC-32C and memcpy bandwidth as the physical reference. TensorFlow's Python writer builds about 12k
 Examples/s, so it writes a slice of the table (``--tf-write-rows``) and its rate is compared.
 
-    python tests/bench/bench_tfrecord.py [--rows 1000000] [--tf-write-rows 50000]
+    python tests/bench/bench_tfrecord.py [--rows 1000000] [--tf-write-rows 50000] [--threads 2,4]
 """
 
 from __future__ import annotations
@@ -79,6 +82,11 @@ def main() -> None:
     parser.add_argument("--tf-write-rows", type=int, default=50_000)
     parser.add_argument("--no-pin", action="store_true", help="do not pin the process to CPU 0")
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (median)")
+    parser.add_argument(
+        "--threads",
+        default=",".join(str(n) for n in sorted({2, os.cpu_count() or 1}) if n > 1),
+        help="comma-separated decoder thread counts for (e), each on as many cores",
+    )
     args = parser.parse_args()
     global REPEAT
     REPEAT = args.repeat
@@ -132,6 +140,25 @@ def main() -> None:
         assert n == args.rows, n
         results["(c) read: sparktrain, TFRecord -> Arrow"] = (args.rows, seconds, size)
 
+        scaling = [int(n) for n in args.threads.split(",") if n and int(n) <= (os.cpu_count() or 1)]
+        for threads in scaling:
+
+            def our_read_threaded(threads: int = threads) -> int:
+                batches = tfrecord.read(ours, batch_size=65536, threads=threads)
+                return sum(b.num_rows for b in batches)
+
+            # The decoder threads start in the reader and inherit this thread's CPUs.
+            os.sched_setaffinity(0, set(range(threads)))
+            seconds, n = timed(our_read_threaded)
+            if not args.no_pin:
+                os.sched_setaffinity(0, {0})
+            assert n == args.rows, n
+            results[f"(e) read: sparktrain, {threads} threads on {threads} cores"] = (
+                args.rows,
+                seconds,
+                size,
+            )
+
         spec = {"label": tf.io.FixedLenFeature([], tf.int64)}
         spec.update({name: tf.io.FixedLenFeature([], tf.float32) for name in DENSE})
         spec.update({name: tf.io.FixedLenFeature([], tf.int64) for name in SPARSE})
@@ -164,10 +191,18 @@ def main() -> None:
         rate[name] = rows / seconds
         mbps = nbytes / seconds / 1e6
         print(f"{name:48} {rows:>10,} {seconds:>8.2f} {rows / seconds:>12,.0f} {mbps:>8.1f}")
-    keys = list(results)
-    print(f"write ratio sparktrain / TensorFlow: {rate[keys[0]] / rate[keys[1]]:.1f}x")
-    print(f"read ratio sparktrain / tf.data+parse_example: {rate[keys[2]] / rate[keys[3]]:.1f}x")
-    print(f"read ratio sparktrain / tf.data raw: {rate[keys[2]] / rate[keys[4]]:.1f}x")
+
+    def rate_of(prefix: str) -> float:
+        return next(r for name, r in rate.items() if name.startswith(prefix))
+
+    print(f"write ratio sparktrain / TensorFlow: {rate_of('(a)') / rate_of('(b)'):.1f}x")
+    print(f"read ratio sparktrain / tf.data+parse_example: {rate_of('(c)') / rate_of('(d)'):.1f}x")
+    raw = rate_of("(d')")
+    print(f"read ratio sparktrain / tf.data raw: {rate_of('(c)') / raw:.1f}x")
+    for name in results:
+        if name.startswith("(e)"):
+            threads = name.removeprefix("(e) read: sparktrain, ")
+            print(f"read scaling, {threads} / one thread: {rate[name] / rate_of('(c)'):.2f}x")
     print(f"crc32c: {reference['crc32c_gbps']:.1f} GB/s; memcpy: {reference['memcpy_gbps']:.1f} GB/s")
     sys.stdout.flush()
 

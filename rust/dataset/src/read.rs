@@ -7,7 +7,8 @@ use arrow::datatypes::{Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use sparktrain_storage::FileStatus;
 use sparktrain_tfrecord::{
-    Compression, DEFAULT_MAX_RECORD_BYTES, ExampleBatchReader, ReaderOptions, RecordType, SkippedRegion,
+    Compression, DEFAULT_MAX_RECORD_BYTES, ExampleBatchReader, ParallelBatchReader, ReaderOptions,
+    RecordReader, RecordType, SkippedRegion,
 };
 
 use crate::error::{Error, Result};
@@ -33,6 +34,9 @@ pub struct ReadOptions {
     pub infer_max_records: usize,
     /// What the records hold.
     pub record_type: RecordType,
+    /// Threads decoding each file's records into columns (1: in the calling thread). The
+    /// batches are the same whatever the number.
+    pub threads: usize,
 }
 
 impl Default for ReadOptions {
@@ -46,6 +50,7 @@ impl Default for ReadOptions {
             max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
             infer_max_records: InferOptions::default().max_records,
             record_type: RecordType::Example,
+            threads: 1,
         }
     }
 }
@@ -63,7 +68,7 @@ pub struct SkippedInFile {
 pub struct DatasetReader {
     files: Vec<FileStatus>,
     next_file: usize,
-    current: Option<ExampleBatchReader<Box<dyn Read + Send>>>,
+    current: Option<FileBatches>,
     schema: SchemaRef,
     options: ReadOptions,
     skipped: Vec<SkippedInFile>,
@@ -75,6 +80,9 @@ impl DatasetReader {
     pub fn open(path_or_glob: &str, options: ReadOptions) -> Result<Self> {
         if options.batch_size == 0 {
             return Err(Error::InvalidArgument("batch_size must be at least 1".into()));
+        }
+        if options.threads == 0 {
+            return Err(Error::InvalidArgument("threads must be at least 1".into()));
         }
         let files = input_files(path_or_glob)?;
         let full = match &options.schema {
@@ -144,12 +152,41 @@ impl DatasetReader {
                 max_record_bytes: self.options.max_record_bytes,
             };
             let records = open_records(&file.url, self.options.compression, options)?;
-            self.current = Some(ExampleBatchReader::with_record_type(
-                records,
-                self.schema.clone(),
-                self.options.batch_size,
-                self.options.record_type,
-            )?);
+            let (schema, size, kind) =
+                (self.schema.clone(), self.options.batch_size, self.options.record_type);
+            self.current = Some(if self.options.threads > 1 {
+                FileBatches::Parallel(ParallelBatchReader::new(
+                    records,
+                    schema,
+                    size,
+                    kind,
+                    self.options.threads,
+                )?)
+            } else {
+                FileBatches::Serial(ExampleBatchReader::with_record_type(records, schema, size, kind)?)
+            });
+        }
+    }
+}
+
+/// One file's batches, decoded in the calling thread or on several.
+enum FileBatches {
+    Serial(ExampleBatchReader<Box<dyn Read + Send>>),
+    Parallel(ParallelBatchReader<Box<dyn Read + Send>>),
+}
+
+impl FileBatches {
+    fn records(&self) -> &RecordReader<Box<dyn Read + Send>> {
+        match self {
+            FileBatches::Serial(reader) => reader.records(),
+            FileBatches::Parallel(reader) => reader.records(),
+        }
+    }
+
+    fn next(&mut self) -> Option<sparktrain_tfrecord::Result<RecordBatch>> {
+        match self {
+            FileBatches::Serial(reader) => reader.next(),
+            FileBatches::Parallel(reader) => reader.next(),
         }
     }
 }

@@ -27,6 +27,7 @@ mod py {
     import_exception!(sparktrain.errors, StorageError);
     import_exception!(sparktrain.errors, PathNotFoundError);
     import_exception!(sparktrain.errors, PathExistsError);
+    import_exception!(sparktrain.errors, TFRecordError);
     import_exception!(sparktrain.errors, TFRecordCorruptError);
     import_exception!(sparktrain.errors, RecordDecodeError);
     import_exception!(sparktrain.errors, SchemaError);
@@ -205,6 +206,10 @@ fn record<'py>(py: Python<'py>, e: RecordError, attrs: &Attrs<'py>) -> PyResult<
             py::SchemaError::type_object(py)
         }
         RecordError::Arrow { .. } => py::SchemaError::type_object(py),
+        RecordError::DecoderStopped { path } => {
+            attrs.set_item("path", path)?;
+            py::TFRecordError::type_object(py)
+        }
         RecordError::InvalidArgument(_) => py::InvalidArgumentError::type_object(py),
     })
 }

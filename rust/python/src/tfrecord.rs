@@ -230,7 +230,7 @@ struct ExampleReader {
 #[pymethods]
 impl ExampleReader {
     #[new]
-    #[pyo3(signature = (path, schema=None, columns=None, batch_size=ReadOptions::default().batch_size, compression=None, skip_corrupt=false, infer_max_records=InferOptions::default().max_records, record_type="Example", max_record_bytes=DEFAULT_MAX_RECORD_BYTES))]
+    #[pyo3(signature = (path, schema=None, columns=None, batch_size=ReadOptions::default().batch_size, compression=None, skip_corrupt=false, infer_max_records=InferOptions::default().max_records, record_type="Example", max_record_bytes=DEFAULT_MAX_RECORD_BYTES, threads=1))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -243,6 +243,7 @@ impl ExampleReader {
         infer_max_records: usize,
         record_type: &str,
         max_record_bytes: u64,
+        threads: usize,
     ) -> Result<Self> {
         let schema = schema.map(Schema::from_pyarrow_bound).transpose()?.map(Arc::new);
         let record_type = convert::record_type(record_type)?;
@@ -255,6 +256,7 @@ impl ExampleReader {
             max_record_bytes,
             infer_max_records,
             record_type,
+            threads,
         };
         let reader = detach(py, || DatasetReader::open(&path, options))?;
         Ok(ExampleReader { inner: Mutex::new(reader) })

@@ -129,6 +129,13 @@ pub enum Error {
         #[source]
         source: arrow::error::ArrowError,
     },
+    /// A decoder thread of a parallel reader ended before its work was done (it panicked,
+    /// or the process is short of threads).
+    #[error("{path}: the decoder threads stopped before the end of the stream")]
+    DecoderStopped {
+        /// The file (or a description of the stream).
+        path: String,
+    },
     /// A caller passed an option that makes no sense.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -454,6 +454,13 @@ def test_spark_input_needs_a_dataframe():
         JobOptions(main_fun=main_fun, name="job", input_mode="spark", data=[1, 2])
 
 
+def test_kept_results_need_spark_executors():
+    # Local mode runs the tasks on the driver: there are no executors to keep results on.
+    with pytest.raises(InvalidArgumentError, match=r"^keep_results=True: results stay on Spark executors"):
+        JobOptions(main_fun=main_fun, name="job", local=True, keep_results=True)
+    assert JobOptions(main_fun=main_fun, name="job", keep_results=True).keep_results is True
+
+
 def test_the_restart_options_are_checked():
     with pytest.raises(InvalidArgumentError, match=r"^max_restarts=-1: must be >= 0"):
         JobOptions(main_fun=main_fun, name="job", max_restarts=-1)

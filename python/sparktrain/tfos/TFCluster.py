@@ -102,11 +102,16 @@ def _lazy_rdd_class() -> type:
     from pyspark import RDD
 
     class InferenceRDD(RDD):  # type: ignore[type-arg]
-        """The RDD ``TFCluster.inference`` returns: its job runs when the RDD is first used
-        (an action, or a transformation built on it), and its results are read from the
-        executors where the nodes left them."""
+        """The RDD ``TFCluster.inference`` returns, and every RDD mapped from it: the nodes'
+        job runs at the first action (``collect``, ``count``, ``saveAsTextFile``...), and the
+        results are read from the executors where the nodes left them.
 
-        def __init__(self, sc: Any, compute: Callable[[], Any]) -> None:
+        ``map``, ``flatMap``, ``filter``, ``mapPartitions`` and the like (all of which go
+        through ``mapPartitionsWithIndex``) stay lazy, as does ``getNumPartitions``; an
+        operation that needs the JVM RDD itself (``union``, ``persist``, ``partitionBy``)
+        runs the job when it is called."""
+
+        def __init__(self, sc: Any, compute: Callable[[], Any], num_partitions: int) -> None:
             # RDD.__init__ takes the JVM RDD, which exists only once the job has run.
             self.ctx = sc
             self.is_cached = False
@@ -114,6 +119,7 @@ def _lazy_rdd_class() -> type:
             self.has_resource_profile = False
             self.partitioner = None
             self._compute = compute
+            self._num_partitions = num_partitions
             self._results: Any = None
             self._failure: BaseException | None = None
 
@@ -131,12 +137,30 @@ def _lazy_rdd_class() -> type:
         def __getattr__(self, name: str) -> Any:
             # Only what RDD.__init__ would have set from the JVM RDD is missing here.
             if name == "_jrdd":
-                return self._materialized()._jrdd
+                rdd = self._materialized()
+                if self.__dict__.get("_bypass_serializer"):
+                    # partitionBy sets this on the RDD it keys (this one) before it reads
+                    # _jrdd: the RDD that really runs must write its pairs unbatched too.
+                    rdd._bypass_serializer = True
+                return rdd._jrdd
             if name == "_jrdd_deserializer":
                 return self._materialized()._jrdd_deserializer
             if name == "_id":
                 return self._materialized().id()
             raise AttributeError(name)
+
+        def mapPartitionsWithIndex(self, f: Any, preservesPartitioning: bool = False) -> Any:
+            """Lazy: ``f`` applies to the results once an action needs them."""
+            parent = self
+
+            def compute() -> Any:
+                return RDD.mapPartitionsWithIndex(parent._materialized(), f, preservesPartitioning)
+
+            return type(self)(self.ctx, compute, self._num_partitions)
+
+        def getNumPartitions(self) -> int:
+            """The input's number of partitions, known without running the job."""
+            return self._num_partitions
 
         def __repr__(self) -> str:
             if self._results is None:
@@ -235,11 +259,11 @@ class TFCluster:
         """An RDD of the results the nodes pass to ``batch_results``: one per input row,
         partitioned like ``dataRDD`` (an RDD or a DataFrame) and in its order.
 
-        As in TFoS the RDD is lazy: the nodes start, with the data, when it is first used (an
-        action such as ``collect`` or ``saveAsTextFile``, or a transformation built on it),
-        and that call waits for them. The results stay on the executors (nothing is collected
-        on the driver); they are kept there while the RDD is referenced. ``feed_timeout`` and
-        ``qname`` are accepted for compatibility."""
+        As in TFoS the RDD is lazy: the nodes start, with the data, at the first action on it
+        or on an RDD mapped from it (``collect``, ``count``, ``saveAsTextFile``...), and that
+        action waits for them; ``map`` and the like start nothing. The results stay on the
+        executors (nothing is collected on the driver); they are kept there while the RDD is
+        referenced. ``feed_timeout`` and ``qname`` are accepted for compatibility."""
         del feed_timeout, qname
         self._check_spark_mode("inference")
         _check_feed(dataRDD)
@@ -251,7 +275,7 @@ class TFCluster:
             self._cluster = self._start(plan, frame, keep_results=True)
             return _in_input_order(self._cluster.result_rdd(), partitions)
 
-        return _lazy_rdd_class()(self.sc, compute)
+        return _lazy_rdd_class()(self.sc, compute, partitions)
 
     def shutdown(self, ssc: Any = None, grace_secs: float = 0, timeout: float = 259200) -> None:
         """Waits for the nodes to finish (at most ``timeout`` seconds, -1 for no limit), stops

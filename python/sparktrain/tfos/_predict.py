@@ -11,6 +11,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from sparktrain.errors import InvalidArgumentError
+
 #: ``(export_dir, tag_set, signature key, input tensors, output tensors, batch size)``.
 ModelSpec = tuple[str, "str | None", str, list[str], list[str], int]
 
@@ -55,7 +57,10 @@ def run_model(rows: Iterable[Any], spec: ModelSpec, tf_args: Any) -> Iterator[tu
     specs = {name: t for name, t in predict.structured_input_signature[1].items()}
     for name in inputs:
         if name not in specs:
-            raise KeyError(f"input tensor {name!r} is not an input of signature {key!r}: {sorted(specs)}")
+            raise InvalidArgumentError(
+                f"input_mapping: {name!r} is not an input of signature {key!r} in {export_dir}: "
+                f"its inputs are {sorted(specs)}"
+            )
     for columns in _batches(rows, batch_size, len(inputs)):
         feed = {}
         for name, values in zip(inputs, columns, strict=True):
@@ -68,11 +73,15 @@ def run_model(rows: Iterable[Any], spec: ModelSpec, tf_args: Any) -> Iterator[tu
         predictions = predict(**feed)
         missing = [name for name in outputs if name not in predictions]
         if missing:
-            raise KeyError(
-                f"output tensors {missing} are not outputs of signature {key!r}: {sorted(predictions)}"
+            raise InvalidArgumentError(
+                f"output_mapping: {missing} are not outputs of signature {key!r} in {export_dir}: "
+                f"its outputs are {sorted(predictions)}"
             )
         values = [predictions[name].numpy().tolist() for name in outputs]
         for out in values:
             if len(out) != len(columns[0]):
-                raise ValueError(f"the model returned {len(out)} outputs for {len(columns[0])} inputs")
+                raise InvalidArgumentError(
+                    f"output_mapping: signature {key!r} returned {len(out)} values for "
+                    f"{len(columns[0])} input rows; map only outputs with one value per row"
+                )
         yield from zip(*values, strict=True)

@@ -645,6 +645,19 @@ def test_tf_config_names_nodes_as_tfos_does():
     ]
 
 
+def test_parameter_server_jobs_get_inter_op_threads_for_remote_calls(monkeypatch):
+    # One inter-op thread (the launcher's default for spark.task.cpus=1) deadlocks a
+    # ParameterServerStrategy job; a larger value set for the job is kept.
+    from sparktrain.tfos._node import _allow_remote_calls
+
+    monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "1")
+    _allow_remote_calls(4)
+    assert os.environ["TF_NUM_INTEROP_THREADS"] == "5"
+    monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "16")
+    _allow_remote_calls(4)
+    assert os.environ["TF_NUM_INTEROP_THREADS"] == "16"
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [

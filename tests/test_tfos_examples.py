@@ -266,10 +266,6 @@ def test_keras_mnist_pipeline_example_fits_and_transforms_in_spark_mode(spark, t
     assert (guessed == test_labels).mean() > 0.8
 
 
-@pytest.mark.skip(
-    reason="stalls here: ParameterServerStrategy's coordinator connects to the worker and the "
-    "parameter server and then makes no progress (TF 2.21, tf-keras); not yet diagnosed"
-)
 def test_parameter_server_strategy_job_with_a_ps_and_an_evaluator(spark, tmp_path, tf_env):
     # A job shaped like TFoS's Estimator examples with parameter servers (and the ps/worker
     # write-ups): ParameterServerStrategy's coordinator on the chief, a worker and a parameter
@@ -364,7 +360,6 @@ def test_parameter_server_strategy_job_with_a_ps_and_an_evaluator(spark, tmp_pat
     assert time.monotonic() - started < 600
 
 
-@pytest.mark.skip(reason="not yet run to completion; enable once it passes")
 def test_tf1_ps_worker_graph_trains_on_variables_held_by_the_parameter_server(spark, tmp_path, tf_env):
     # The ps/worker pattern of TFoS's TF1 and Estimator examples (tf.estimator itself is gone
     # from TensorFlow 2.16 and later): every node starts its server with

@@ -372,6 +372,14 @@ def _await_release(ctx: TrainerContext, background: _Background | None) -> None:
             continue
 
 
+def _allow_remote_calls(num_tasks: int) -> None:
+    """Raises ``TF_NUM_INTEROP_THREADS`` (one per task's CPU, as the launcher sets it) to at
+    least ``num_tasks + 1``. With parameter servers, an op a node runs for another one can wait
+    on a third node, holding an inter-op thread meanwhile: with one thread the job deadlocks."""
+    current = int(os.environ.get("TF_NUM_INTEROP_THREADS") or 0)
+    os.environ["TF_NUM_INTEROP_THREADS"] = str(max(current, num_tasks + 1))
+
+
 def run_map_fun(plan: NodePlan, ctx: TrainerContext) -> Any:
     """The trainer's ``main_fun``: builds TFoS's ``ctx`` and ``TF_CONFIG``, starts TensorBoard
     on the chief when asked, and runs the user's ``map_fun`` in the foreground or the
@@ -380,6 +388,8 @@ def run_map_fun(plan: NodePlan, ctx: TrainerContext) -> Any:
     A fed inference node returns its results as ``(position, result)`` pairs."""
     tf_config = tfos_tf_config(ctx, plan)
     os.environ["TF_CONFIG"] = json.dumps(tf_config)
+    if plan.num_ps > 0:
+        _allow_remote_calls(len(ctx.tasks))
     if isinstance(plan.tf_args, list):
         sys.argv = list(plan.tf_args)  # TFoS hands an ARGV list over as the command line
     job_name, task_index = tf_config["task"]["type"], tf_config["task"]["index"]

@@ -17,7 +17,7 @@ import pytest
 
 from sparktrain import Cluster
 from sparktrain.cluster.context import TrainerContext
-from sparktrain.errors import SlotsUnavailable, Unauthenticated, WorkerFailed
+from sparktrain.errors import InvalidArgumentError, SlotsUnavailable, Unauthenticated, WorkerFailed
 
 
 @pytest.mark.parametrize(("num_workers", "num_evaluators"), [(2, 0), (3, 0), (2, 1)])
@@ -329,3 +329,21 @@ def test_the_control_plane_can_run_over_tls(spark, tmp_path):
         with pytest.raises(ClusterError):
             plain.barrier(0, "x", 1.0)
         assert cluster.results() == [0, 1]
+
+
+def test_kept_results_stay_on_the_executors_and_roles_name_the_evaluators(spark):
+    def main_fun(args, ctx):
+        return [ctx.rank] * (ctx.rank + 1)
+
+    cluster = Cluster.run(
+        spark, main_fun, None, 2, num_evaluators=1, evaluator_roles=["ps"], keep_results=True
+    )
+    assert cluster.wait(timeout=120) is None
+    rdd = cluster.result_rdd()
+    # One partition per task, in task order, computed where the tasks left them.
+    assert rdd.getNumPartitions() == 3
+    assert rdd.glom().collect() == [[[0]], [[1, 1]], [[2, 2, 2]]]
+    assert sorted(cluster.status()["hosts"]) == ["chief:0", "ps:0", "worker:0"]
+    with pytest.raises(InvalidArgumentError, match="use result_rdd"):
+        cluster.results()
+    cluster.shutdown()

@@ -265,6 +265,11 @@ def test_role_names_by_task_index(workers, evaluators, names):
     assert role_names(workers, evaluators) == names
 
 
+def test_role_names_number_each_evaluator_role_on_its_own():
+    names = role_names(2, 3, ("ps", "ps", "evaluator"))
+    assert names == ["chief:0", "worker:0", "ps:0", "ps:1", "evaluator:0"]
+
+
 # --- Spark confs ----------------------------------------------------------------------------
 
 
@@ -427,6 +432,8 @@ def test_job_options_keep_good_arguments_and_normalize_them(pem_files):
         ("tls", ("cert.pem", None), "its key must be the path of a PEM file"),
         ("tls", ("cert.pem", "key.pem", 3), "its ca must be the path of a PEM file"),
         ("work", 3, "must be a str"),
+        ("evaluator_roles", "ps", "must be a list of role names"),
+        ("evaluator_roles", ["ps"], "names 1 roles for num_evaluators=0"),
     ],
 )
 def test_each_bad_argument_is_named(parameter, value, requirement):
@@ -445,6 +452,13 @@ def test_spark_input_needs_a_dataframe():
         JobOptions(main_fun=main_fun, name="job", input_mode="spark")
     with pytest.raises(InvalidArgumentError, match=r"^data=\[1, 2\]: must be a pyspark DataFrame"):
         JobOptions(main_fun=main_fun, name="job", input_mode="spark", data=[1, 2])
+
+
+def test_kept_results_need_spark_executors():
+    # Local mode runs the tasks on the driver: there are no executors to keep results on.
+    with pytest.raises(InvalidArgumentError, match=r"^keep_results=True: results stay on Spark executors"):
+        JobOptions(main_fun=main_fun, name="job", local=True, keep_results=True)
+    assert JobOptions(main_fun=main_fun, name="job", keep_results=True).keep_results is True
 
 
 def test_the_restart_options_are_checked():
@@ -480,8 +494,16 @@ def test_cluster_run_checks_its_arguments_before_touching_spark():
         ({"num_executors": "2"}, r"^num_executors='2': must be an integer"),
         ({"num_ps": -1}, r"^num_ps=-1: must be >= 0"),
         ({"reservation_timeout": -5}, r"^reservation_timeout=-5: must be > 0"),
-        ({"num_ps": 1}, r"^num_ps=1: parameter servers are not supported"),
-        ({"master_node": "master"}, r"^master_node='master': use None or 'chief'"),
+        (
+            {"num_ps": 1, "input_mode": 1},
+            r"^num_ps=1: parameter servers need input_mode=InputMode.TENSORFLOW",
+        ),
+        ({"eval_node": True, "input_mode": 1}, r"^eval_node=True: an evaluator needs"),
+        ({"driver_ps_nodes": True}, r"^driver_ps_nodes=True: parameter servers run as tasks"),
+        ({"num_ps": 1, "eval_node": True}, r"^num_executors=2 leaves no training node"),
+        ({"eval_grace_secs": -1}, r"^eval_grace_secs=-1: must be"),
+        ({"log_dir": 5}, r"^log_dir=5: must be a str"),
+        ({"master_node": "boss"}, r"^master_node='boss': use None, 'chief' or 'master'"),
         ({"input_mode": 2}, r"^input_mode=2: use InputMode"),
         ({"eval_node": True, "num_executors": 1}, r"^num_executors=1 leaves no training node"),
         ({}, r"^sc=None: must be a SparkContext"),
@@ -496,10 +518,11 @@ def test_tfcluster_run_names_a_bad_argument(arguments, message):
 
 
 def test_tfcluster_feeds_only_rdds_and_dataframes():
+    from sparktrain.tfos._node import NodePlan
     from sparktrain.tfos.TFCluster import InputMode, TFCluster
 
     # In InputMode.SPARK nothing starts before train or inference.
-    cluster = TFCluster(None, main_fun, None, 2, 0, InputMode.SPARK, None, 60.0)
+    cluster = TFCluster(None, NodePlan(main_fun, None, None), 2, 0, 0, InputMode.SPARK, 60.0)
     with pytest.raises(InvalidArgumentError, match=r"^dataRDD=\[1, 2\]: must be an RDD or a DataFrame"):
         cluster.train([1, 2])
     with pytest.raises(InvalidArgumentError, match=r"^dataRDD='rows': must be an RDD or a DataFrame"):
@@ -515,22 +538,124 @@ def test_tfparallel_run_names_a_bad_argument():
         TFParallel.run(None, main_fun, None, 0)
 
 
+class _FedContext:
+    """What a FeedManager reads from a trainer's context: its partition, as Arrow batches."""
+
+    def __init__(self, rows):
+        self._rows = rows
+
+    def feed(self):
+        import pyarrow as pa
+
+        from sparktrain.tfos._node import INDEX_COLUMN
+
+        positions = list(range(len(self._rows)))
+        columns = [
+            pa.array(positions, pa.int64()),
+            *(pa.array(list(c)) for c in zip(*self._rows, strict=True)),
+        ]
+        names = [INDEX_COLUMN] + [f"c{i}" for i in range(len(columns) - 1)]
+        yield pa.record_batch(columns, names=names)
+
+
+def _manager(rows, epochs=1, inference=False):
+    from sparktrain.tfos._node import FeedManager
+
+    return FeedManager(_FedContext(rows), epochs, pickled_rows=False, inference=inference)
+
+
 def test_datafeed_names_a_bad_argument():
     from sparktrain.tfos.TFNode import DataFeed
 
-    class Manager:
-        def __init__(self):
-            self.results = []
-
-        def rows(self):
-            return iter([(0, ("a", 1)), (1, ("b", 2))])
-
     with pytest.raises(InvalidArgumentError, match=r"^input_mapping=\['x'\]: must be a dict"):
-        DataFeed(Manager(), input_mapping=["x"])
-    feed = DataFeed(Manager(), input_mapping={"a": "x", "b": "y"})
+        DataFeed(_manager([("a", 1), ("b", 2)]), input_mapping=["x"])
+    feed = DataFeed(_manager([("a", 1), ("b", 2)]), input_mapping={"a": "x", "b": "y"})
     with pytest.raises(InvalidArgumentError, match=r"^batch_size=0: must be >= 1"):
         feed.next_batch(0)
     assert feed.next_batch(5) == {"x": ["a", "b"], "y": [1, 2]}
+    assert feed.should_stop()
+    with pytest.raises(InvalidArgumentError, match=r"exists only in InputMode\.SPARK"):
+        DataFeed(None)
+
+
+def test_the_feeds_of_a_node_share_its_rows_for_every_epoch_and_terminate_together():
+    from sparktrain.tfos import TFNode
+    from sparktrain.tfos.TFNode import DataFeed
+
+    mgr = _manager([(i,) for i in range(5)], epochs=2)
+    first, second = DataFeed(mgr), DataFeed(mgr)
+    assert first.next_batch(3) == [(0,), (1,), (2,)]
+    assert second.next_batch(3) == [(3,), (4,), (0,)]  # the second epoch follows the first
+    assert TFNode.next_batch(mgr, 2) == [(1,), (2,)]
+    assert not first.should_stop()
+    first.terminate()
+    assert mgr.get("state") == "terminating"
+    assert second.next_batch(10) == []
+    assert second.should_stop()
+    # Results in training are dropped, as TFoS drops them.
+    second.batch_results(["ignored"])
+    assert mgr.results == []
+
+
+def test_inference_pairs_results_with_the_rows_read_in_order():
+    from sparktrain.tfos import TFNode
+
+    mgr = _manager([(i,) for i in range(4)], inference=True)
+    feed = mgr.default_feed()
+    assert feed.next_batch(3) == [(0,), (1,), (2,)]
+    TFNode.batch_results(mgr, ["r0", "r1"])
+    with pytest.raises(InvalidArgumentError, match="1 rows were read but got no result"):
+        mgr.check_answered()
+    with pytest.raises(InvalidArgumentError, match="batch_results got 2 results for 1 rows"):
+        feed.batch_results(["r2", "extra"])
+    feed.batch_results(["r2"])
+    assert TFNode.next_batch(mgr, 3) == [(3,)]
+    TFNode.batch_results(mgr, ["r3"])
+    mgr.check_answered()
+    assert mgr.results == [(0, "r0"), (1, "r1"), (2, "r2"), (3, "r3")]
+
+
+def test_tf_config_names_nodes_as_tfos_does():
+    from types import SimpleNamespace
+
+    from sparktrain.cluster.context import TaskInfo
+    from sparktrain.tfos._node import NodePlan, tfos_tf_config
+
+    tasks = [TaskInfo(i, "x", 0, f"h{i}", 1000 + i, 2000 + i, str(i)) for i in range(5)]
+    # sparktrain's job: the chief, two workers, then three evaluator tasks for 2 ps and an evaluator.
+    ctx = SimpleNamespace(tasks=tasks[:5], num_workers=2, num_evaluators=3, rank=3)
+    plan = NodePlan(main_fun, None, "chief", num_ps=2)
+    assert tfos_tf_config(ctx, plan) == {
+        "cluster": {
+            "chief": ["h0:2000"],
+            "worker": ["h1:2001"],
+            "ps": ["h2:2002", "h3:2003"],
+            "evaluator": ["h4:2004"],
+        },
+        "task": {"type": "ps", "index": 1},
+        "environment": "cloud",
+    }
+    ctx.rank = 1
+    assert tfos_tf_config(ctx, NodePlan(main_fun, None, None, num_ps=2))["task"] == {
+        "type": "worker",
+        "index": 1,
+    }
+    assert tfos_tf_config(ctx, NodePlan(main_fun, None, "master", num_ps=2))["cluster"]["master"] == [
+        "h0:2000"
+    ]
+
+
+def test_parameter_server_jobs_get_inter_op_threads_for_remote_calls(monkeypatch):
+    # One inter-op thread (the launcher's default for spark.task.cpus=1) deadlocks a
+    # ParameterServerStrategy job; a larger value set for the job is kept.
+    from sparktrain.tfos._node import _allow_remote_calls
+
+    monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "1")
+    _allow_remote_calls(4)
+    assert os.environ["TF_NUM_INTEROP_THREADS"] == "5"
+    monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "16")
+    _allow_remote_calls(4)
+    assert os.environ["TF_NUM_INTEROP_THREADS"] == "16"
 
 
 @pytest.mark.parametrize(

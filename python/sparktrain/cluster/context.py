@@ -118,6 +118,12 @@ class TrainerContext:
         return f"{self.master_addr}:{self.master_port}"
 
     @property
+    def barrier_timeout(self) -> float:
+        """Seconds :meth:`barrier` waits for the others unless told otherwise (the job's
+        ``barrier_timeout``)."""
+        return self._barrier_timeout
+
+    @property
     def worker_num(self) -> int:
         """TensorFlowOnSpark's name for :attr:`rank`."""
         return self.rank

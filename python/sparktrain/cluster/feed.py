@@ -30,7 +30,6 @@ from sparktrain.errors import InputError
 
 if TYPE_CHECKING:
     from sparktrain.cluster.settings import JobSettings
-    from sparktrain.cluster.task import TaskResult
 
 _RESULT_SCHEMA = pa.schema([("rank", pa.int32()), ("value", pa.binary())])
 #: Where a task that stopped serving says why, beside the socket (the engine reads it too).
@@ -151,8 +150,10 @@ def _raise_if_failed(path: str) -> None:
     raise InputError(f"the Spark task serving the feed at {path} failed: {why}", path=path)
 
 
-def run_fed_stage(data: Any, num_tasks: int, settings: JobSettings) -> list[TaskResult]:
-    """Runs the job's barrier stage over ``data`` repartitioned to ``num_tasks`` partitions."""
+def run_fed_stage(data: Any, num_tasks: int, settings: JobSettings, keep: bool = False) -> Any:
+    """Runs the job's barrier stage over ``data`` repartitioned to ``num_tasks`` partitions.
+    Returns the tasks' results; with ``keep``, an RDD of ``(rank, pickled value)`` pairs left
+    on the executors (a local checkpoint, partition ``i`` holding task ``i``'s)."""
     from sparktrain.cluster.task import TaskResult, run_task
     from sparktrain.spark_types import arrow_schema_of
 
@@ -163,5 +164,9 @@ def run_fed_stage(data: Any, num_tasks: int, settings: JobSettings) -> list[Task
         columns = [pa.array([result.rank], pa.int32()), pa.array([result.value], pa.binary())]
         yield pa.record_batch(columns, schema=_RESULT_SCHEMA)
 
-    rows = data.repartition(num_tasks).mapInArrow(body, "rank int, value binary", barrier=True).collect()
+    stage = data.repartition(num_tasks).mapInArrow(body, "rank int, value binary", barrier=True)
+    if keep:
+        kept = stage.localCheckpoint(eager=True)
+        return kept.rdd.map(lambda row: (row[0], bytes(row[1])), preservesPartitioning=True)
+    rows = stage.collect()
     return [TaskResult(rank=row["rank"], value=bytes(row["value"])) for row in rows]

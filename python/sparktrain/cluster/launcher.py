@@ -26,7 +26,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from sparktrain import storage_options
@@ -157,6 +157,18 @@ def local_gpus(sc: Any, options: JobOptions) -> list[tuple[str, ...]]:
     return per_task + [()] * options.num_evaluators
 
 
+def checkpoint_locally(rdd: Any) -> Any:
+    """Computes ``rdd`` once and keeps its partitions on the executors (Spark's local
+    checkpoint: memory, then local disk), cutting its lineage so that nothing recomputes the
+    stage behind it. Returns a plain RDD over the kept partitions: a PySpark ``map`` on the
+    original would fuse with the functions before the checkpoint and run them again."""
+    from pyspark import RDD
+
+    rdd.localCheckpoint()
+    rdd._jrdd.count()
+    return RDD(rdd._jrdd, rdd.ctx, rdd._jrdd_deserializer)
+
+
 def spark_context(sc_or_session: Any) -> Any:
     """The SparkContext of ``sc_or_session`` (a SparkContext, or a session that has one);
     anything else is refused naming the parameter ``sc``."""
@@ -205,6 +217,8 @@ class Cluster:
         min_workers: int | None = None,
         barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT,
         local: bool = False,
+        evaluator_roles: Sequence[str] | None = None,
+        keep_results: bool = False,
     ) -> Cluster:
         """Starts ``main_fun(args, ctx)`` on ``num_workers`` training tasks (task 0 is the
         chief) and ``num_evaluators`` evaluators, one per Spark task slot, and returns at once.
@@ -246,6 +260,16 @@ class Cluster:
         the heartbeats, the output on the driver, restarts); ``gpus_per_worker`` then takes
         the driver's GPUs (``spark.driver.resource.gpu.*``).
 
+        ``evaluator_roles`` names the part each evaluator task plays in logs and errors (one
+        name per evaluator, e.g. ``["ps", "evaluator"]``: ``ps:0``, ``evaluator:0``); the
+        trainers see them as evaluators all the same.
+
+        ``keep_results=True`` leaves every task's return value on its executor instead of
+        bringing it to the driver: :meth:`result_rdd` is then an RDD of them, one partition per
+        task, and :meth:`wait` returns None. Use it for large results (predictions); they stay
+        in the executors' block managers (memory, then local disk) while the RDD is referenced,
+        and are lost with an executor that is lost.
+
         Every argument is checked here, on the driver, before any Spark job starts:
         :class:`~sparktrain.errors.InvalidArgumentError` names the one at fault,
         :class:`~sparktrain.errors.MissingDependencyError` says when pyspark (or pandas, for
@@ -277,6 +301,8 @@ class Cluster:
             min_workers=min_workers,
             barrier_timeout=barrier_timeout,
             local=local,
+            evaluator_roles=evaluator_roles,
+            keep_results=keep_results,
         )
         return cls(spark_context(sc), options)
 
@@ -290,7 +316,7 @@ class Cluster:
         self._sc = sc
         self._options = options
         self._num_tasks = options.num_tasks
-        self._roles = role_names(options.num_workers, options.num_evaluators)
+        self._roles = role_names(options.num_workers, options.num_evaluators, options.evaluator_roles or ())
         # A bad conf fails at once, not after the wait for slots.
         spark_conf = sc.getConf()
         conf = read_conf(spark_conf, options.tls, options.gpus_per_worker)
@@ -346,6 +372,7 @@ class Cluster:
             collective_sealed=conf.collective_sealed,
             barrier_timeout=options.barrier_timeout,
             storage=storage,
+            evaluator_roles=tuple(options.evaluator_roles or ()),
         )
         self._deadline = time.monotonic() + options.reservation_timeout
         self._console = Console(self._roles, enabled=options.log)
@@ -359,6 +386,8 @@ class Cluster:
         self._restarts: list[Restart] = []
         self._last_signature: tuple[str, int | None] | None = None
         self._results: list[Any] | None = None
+        #: The tasks' ``(rank, pickled value)`` pairs left on the executors (``keep_results``).
+        self._kept: Any = None
         self._hosts: dict[int, str] = {}
         self._exits: dict[int, int] = {}
         self._exit_times: dict[int, float] = {}
@@ -399,6 +428,10 @@ class Cluster:
                         self._set_failed(failure, e)
                         return
                     continue
+                if self._options.keep_results:
+                    self._kept = results
+                    self._set_results([None] * self._num_tasks)
+                    return
                 by_rank = sorted(results, key=lambda r: r.rank)
                 self._set_results([pickle.loads(r.value) for r in by_rank])
                 return
@@ -406,21 +439,27 @@ class Cluster:
             self._stage_done.set()
             self._finished.set()
 
-    def _run_stage(self, data: Any) -> list[TaskResult]:
+    def _run_stage(self, data: Any) -> Any:
+        """Runs the current generation's stage; returns the tasks' results, or with
+        ``keep_results`` an RDD of ``(rank, pickled value)`` checkpointed on the executors."""
         settings = self._settings
+        keep = self._options.keep_results
         if self._options.local:
             return self._run_local_stage()
         self._sc.setJobGroup(self._job_group(), f"sparktrain job {self.name}", interruptOnCancel=True)
         if data is not None:
             from sparktrain.cluster.feed import run_fed_stage
 
-            return run_fed_stage(data, self._num_tasks, settings)
+            return run_fed_stage(data, self._num_tasks, settings, keep=keep)
 
         def body(_: Iterator[int]) -> Iterator[TaskResult]:
             yield run_task(settings)
 
         n = self._num_tasks
-        results: list[TaskResult] = self._sc.parallelize(range(n), n).barrier().mapPartitions(body).collect()
+        stage = self._sc.parallelize(range(n), n).barrier().mapPartitions(body)
+        if keep:
+            return checkpoint_locally(stage.map(lambda r: (r.rank, r.value)))
+        results: list[TaskResult] = stage.collect()
         return results
 
     def _run_local_stage(self) -> list[TaskResult]:
@@ -551,7 +590,7 @@ class Cluster:
                 self._settings, secret=secret, generation=generation, num_workers=num_workers
             )
             self._num_tasks = num_workers + options.num_evaluators
-            self._roles = role_names(num_workers, options.num_evaluators)
+            self._roles = role_names(num_workers, options.num_evaluators, options.evaluator_roles or ())
             self._console.roles = self._roles
             self._hosts, self._exits, self._exit_times, self._metrics = {}, {}, {}, {}
             self._cause = None
@@ -779,8 +818,21 @@ class Cluster:
     def results(self) -> list[Any]:
         """Every task's return value by task index, once the job has succeeded."""
         self.wait()
+        if self._options.keep_results:
+            raise InvalidArgumentError(
+                "keep_results=True left the results on the executors: use result_rdd()"
+            )
         assert self._results is not None
         return list(self._results)
+
+    def result_rdd(self) -> Any:
+        """With ``keep_results=True``: an RDD of every task's return value, partition ``i``
+        holding task ``i``'s, read where the tasks left them (nothing passes through the
+        driver). Waits for the job like :meth:`wait`."""
+        self.wait()
+        if not self._options.keep_results:
+            raise InvalidArgumentError("result_rdd() needs Cluster.run(..., keep_results=True)")
+        return self._kept.map(lambda pair: pickle.loads(pair[1]), preservesPartitioning=True)
 
     def shutdown(self) -> None:
         """Stops the job (if it still runs): trainers are stopped and the stage cancelled."""
@@ -816,6 +868,7 @@ class Cluster:
                     dict(dataclasses.asdict(r), steps_redone=r.steps_redone) for r in self._restarts
                 ],
                 "registered": sorted(self._hosts),
+                "hosts": {self._roles[r]: h for r, h in self._hosts.items()},
                 "exit_codes": dict(self._exits),
                 "exited_at": dict(self._exit_times),
                 "metrics": {self._roles[r]: dict(m) for r, m in self._metrics.items()},

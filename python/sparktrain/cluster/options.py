@@ -9,7 +9,7 @@ driver, not minutes later in a Spark task or a trainer.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -56,6 +56,8 @@ class JobOptions:
     #: Run the trainers on the driver's machine, started by the driver itself, instead of in
     #: a Spark stage (PySpark's ``TorchDistributor(local_mode=True)``).
     local: bool = False
+    evaluator_roles: Sequence[str] | None = None
+    keep_results: bool = False
 
     def __post_init__(self) -> None:
         # Frozen: the checked, normalized values replace the given ones here, once.
@@ -106,6 +108,12 @@ class JobOptions:
             raise _checks.refuse(
                 "input_mode", self.input_mode, "a DataFrame feeds Spark tasks: not with local=True"
             )
+        put("evaluator_roles", _evaluator_roles(self.evaluator_roles, self.num_evaluators))
+        put("keep_results", bool(self.keep_results))
+        if self.local and self.keep_results:
+            raise _checks.refuse(
+                "keep_results", self.keep_results, "results stay on Spark executors: not with local=True"
+            )
 
     @property
     def num_tasks(self) -> int:
@@ -119,6 +127,23 @@ def _check_data(data: Any) -> None:
     from pyspark.sql import DataFrame
 
     _checks.instance("data", data, DataFrame, "a pyspark DataFrame for input_mode='spark'")
+
+
+def _evaluator_roles(roles: object, num_evaluators: int) -> tuple[str, ...]:
+    """``roles`` as a tuple of one role name per evaluator (or none at all)."""
+    if roles is None:
+        return ()
+    if isinstance(roles, str | bytes) or not isinstance(roles, tuple | list):
+        raise _checks.refuse("evaluator_roles", roles, "must be a list of role names, one per evaluator")
+    names = tuple(roles)
+    if names and len(names) != num_evaluators:
+        raise _checks.refuse(
+            "evaluator_roles", roles, f"names {len(names)} roles for num_evaluators={num_evaluators}"
+        )
+    for name in names:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise _checks.refuse("evaluator_roles", roles, f"{name!r} is not a role name such as 'ps'")
+    return names
 
 
 def _tls_paths(tls: object) -> tuple[str, ...] | None:

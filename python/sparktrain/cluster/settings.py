@@ -7,15 +7,26 @@ never crosses the control plane. Nothing read from the control plane is ever unp
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sparktrain.cluster.context import DEFAULT_BARRIER_TIMEOUT, TaskInfo
 
 
-def role_names(num_workers: int, num_evaluators: int) -> list[str]:
-    """``chief:0``, ``worker:0``..., ``evaluator:0``... by task index."""
+def role_names(num_workers: int, num_evaluators: int, evaluator_roles: Sequence[str] = ()) -> list[str]:
+    """``chief:0``, ``worker:0``..., ``evaluator:0``... by task index.
+
+    ``evaluator_roles`` names what each evaluator task plays, for logs and errors (the TFoS
+    shim's parameter servers are ``ps``); each name is numbered on its own (``ps:0``, ``ps:1``,
+    ``evaluator:0``). Evaluators it does not name are ``evaluator``."""
     names = ["chief:0"] + [f"worker:{i}" for i in range(num_workers - 1)]
-    return names + [f"evaluator:{i}" for i in range(num_evaluators)]
+    counts: Counter[str] = Counter()
+    for i in range(num_evaluators):
+        role = evaluator_roles[i] if i < len(evaluator_roles) else "evaluator"
+        names.append(f"{role}:{counts[role]}")
+        counts[role] += 1
+    return names
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,8 @@ class JobSettings:
     #: The session's object-store keys (:mod:`sparktrain.storage_options`), for the trainers'
     #: storage; left out of the repr, like the secret.
     storage: dict[str, str] = field(default_factory=dict, repr=False)
+    #: What each evaluator task plays, for logs and errors (see :func:`role_names`).
+    evaluator_roles: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

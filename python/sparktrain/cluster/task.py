@@ -370,7 +370,7 @@ def run_task(
     me = identity if identity is not None else TaskIdentity.of_spark_task()
     rank, attempt, executor_address, host, gpus = me.rank, me.attempt, me.executor_address, me.host, me.gpus
     if settings.gpus_per_worker is not None and len(gpus) < settings.gpus_per_worker:
-        role = role_names(settings.num_workers, settings.num_evaluators)[rank]
+        role = role_names(settings.num_workers, settings.num_evaluators, settings.evaluator_roles)[rank]
         what = (
             f"has GPUs {list(gpus)} but the job asks for {settings.gpus_per_worker}; "
             "set spark.task.resource.gpu.amount"
@@ -465,7 +465,7 @@ def _supervise(
     me: TaskInfo,
     attempt: int,
 ) -> TaskResult:
-    role = f"{me.role}:{me.index}"
+    role = role_names(settings.num_workers, settings.num_evaluators, settings.evaluator_roles)[launch.rank]
     unresponsive = None
     while process.poll() is None:
         reason = heartbeat.beat()

@@ -1,9 +1,14 @@
 """TFoS's ``TFCluster``: ``run`` a TensorFlow cluster on Spark executors, feed it RDDs in
-``InputMode.SPARK``, and ``shutdown``.
+``InputMode.SPARK`` (``train``, and ``inference``, which returns a lazy RDD of results), and
+``shutdown``.
 
-``TF_CONFIG`` is exactly TFoS's: with ``master_node="chief"`` task 0 is the ``chief`` and the
-others are ``worker`` 0..n-2; without it every node is a ``worker``. ``eval_node=True`` makes the
-last node an ``evaluator``.
+The cluster is one barrier stage of sparktrain's launcher: ``num_executors`` tasks, the
+training nodes first (task 0 is the chief), then the ``num_ps`` parameter servers, then the
+evaluator. ``TF_CONFIG`` and ``ctx`` name them as TFoS does (see :mod:`sparktrain.tfos._node`):
+with ``master_node="chief"`` (or ``"master"``) task 0 is that node and the others are
+``worker`` 0..n-2; without it every training node is a ``worker``. Parameter servers are
+``ps``, listed in ``TF_CONFIG`` so that ParameterServerStrategy (or an Estimator's ps/worker
+training) finds them; they run ``map_fun`` in the background and stop when training ends.
 """
 
 from __future__ import annotations
@@ -19,18 +24,27 @@ from sparktrain.cluster import Cluster
 from sparktrain.cluster.launcher import spark_context
 from sparktrain.cluster.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF
 from sparktrain.errors import InvalidArgumentError
-from sparktrain.tfos._node import INDEX_COLUMN, ROW_COLUMN, run_map_fun
+from sparktrain.tfos._node import (
+    DEFAULT_EPOCHS,
+    INDEX_COLUMN,
+    OFFSET_BITS,
+    ROW_COLUMN,
+    NodePlan,
+    run_map_fun,
+)
 
-#: The largest pickled inference output one trainer sends back through the driver.
+#: The largest pickled inference output one node keeps for the result RDD.
 INFERENCE_RESULT_BYTES = 512 << 20
+#: Seconds between looks at the chief's report of its TensorBoard port.
+_POLL_SECONDS = 0.2
 
 
 class InputMode:
     """Where a TFoS job's data comes from."""
 
-    #: The trainers read their data themselves (files, tf.data).
+    #: The nodes read their data themselves (files, tf.data).
     TENSORFLOW = 0
-    #: ``TFCluster.train`` / ``inference`` feed an RDD to the trainers.
+    #: ``TFCluster.train`` / ``inference`` feed an RDD to the nodes.
     SPARK = 1
 
 
@@ -49,63 +63,177 @@ def _num_partitions(data: Any) -> int:
 
 
 def _feed_frame(sc: Any, data: Any) -> tuple[Any, bool]:
-    """``data`` as a DataFrame whose first column is the row's position; for an RDD the second
-    column holds each row pickled (True), for a DataFrame its own columns follow (False)."""
+    """``data`` as a DataFrame whose first column is the row's position (its partition in the
+    bits above :data:`OFFSET_BITS`, its offset there below); for an RDD the second column
+    holds each row pickled (True), for a DataFrame its own columns follow (False). Starts no
+    Spark job."""
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql import functions as F
 
     if isinstance(data, DataFrame):
-        return data.select(F.monotonically_increasing_id().alias(INDEX_COLUMN), *data.columns), False
+        return data.select(F.monotonically_increasing_id().alias(INDEX_COLUMN), "*"), False
     session = SparkSession.getActiveSession() or SparkSession(sc)
-    pairs = data.zipWithIndex().map(lambda p: (p[1], pickle.dumps(p[0], protocol=pickle.HIGHEST_PROTOCOL)))
+    shift = OFFSET_BITS
+
+    def tag(split: int, rows: Any) -> Any:
+        base = split << shift
+        for offset, row in enumerate(rows):
+            yield base + offset, pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL)
+
+    pairs = data.mapPartitionsWithIndex(tag)
     return session.createDataFrame(pairs, f"{INDEX_COLUMN} long, {ROW_COLUMN} binary"), True
 
 
+def _in_input_order(kept: Any, partitions: int) -> Any:
+    """The nodes' ``(position, result)`` pairs (an RDD of one list per node) as an RDD of the
+    results alone, partitioned like the input and in its order, computed on the executors."""
+    shift = OFFSET_BITS
+
+    def in_order(pairs: Any) -> Any:
+        return [result for _, result in sorted(pairs, key=lambda p: p[0])]
+
+    by_input = kept.flatMap(lambda results: results or []).partitionBy(partitions, lambda pos: pos >> shift)
+    return by_input.mapPartitions(in_order, preservesPartitioning=True)
+
+
+def _lazy_rdd_class() -> type:
+    """:class:`pyspark.RDD`'s subclass for results computed on first use (pyspark is imported
+    only when a Spark job is at hand)."""
+    from pyspark import RDD
+
+    class InferenceRDD(RDD):  # type: ignore[type-arg]
+        """The RDD ``TFCluster.inference`` returns, and every RDD mapped from it: the nodes'
+        job runs at the first action (``collect``, ``count``, ``saveAsTextFile``...), and the
+        results are read from the executors where the nodes left them.
+
+        ``map``, ``flatMap``, ``filter``, ``mapPartitions`` and the like (all of which go
+        through ``mapPartitionsWithIndex``) stay lazy, as does ``getNumPartitions``; an
+        operation that needs the JVM RDD itself (``union``, ``persist``, ``partitionBy``)
+        runs the job when it is called."""
+
+        def __init__(self, sc: Any, compute: Callable[[], Any], num_partitions: int) -> None:
+            # RDD.__init__ takes the JVM RDD, which exists only once the job has run.
+            self.ctx = sc
+            self.is_cached = False
+            self.is_checkpointed = False
+            self.has_resource_profile = False
+            self.partitioner = None
+            self._compute = compute
+            self._num_partitions = num_partitions
+            self._results: Any = None
+            self._failure: BaseException | None = None
+
+        def _materialized(self) -> Any:
+            if self._failure is not None:
+                raise self._failure
+            if self._results is None:
+                try:
+                    self._results = self._compute()
+                except BaseException as e:
+                    self._failure = e
+                    raise
+            return self._results
+
+        def __getattr__(self, name: str) -> Any:
+            # Only what RDD.__init__ would have set from the JVM RDD is missing here.
+            if name == "_jrdd":
+                rdd = self._materialized()
+                if self.__dict__.get("_bypass_serializer"):
+                    # partitionBy sets this on the RDD it keys (this one) before it reads
+                    # _jrdd: the RDD that really runs must write its pairs unbatched too.
+                    rdd._bypass_serializer = True
+                return rdd._jrdd
+            if name == "_jrdd_deserializer":
+                return self._materialized()._jrdd_deserializer
+            if name == "_id":
+                return self._materialized().id()
+            raise AttributeError(name)
+
+        def mapPartitionsWithIndex(self, f: Any, preservesPartitioning: bool = False) -> Any:
+            """Lazy: ``f`` applies to the results once an action needs them."""
+            parent = self
+
+            def compute() -> Any:
+                return RDD.mapPartitionsWithIndex(parent._materialized(), f, preservesPartitioning)
+
+            return type(self)(self.ctx, compute, self._num_partitions)
+
+        def getNumPartitions(self) -> int:
+            """The input's number of partitions, known without running the job."""
+            return self._num_partitions
+
+        def __repr__(self) -> str:
+            if self._results is None:
+                return "TFCluster.inference results (not computed yet)"
+            return repr(self._results)
+
+    return InferenceRDD
+
+
 class TFCluster:
-    """A TFoS job: started by :func:`run`."""
+    """A TFoS job, started by :func:`run`."""
 
     def __init__(
         self,
         sc: Any,
-        map_fun: Callable[[Any, Any], Any],
-        tf_args: Any,
-        num_workers: int,
+        plan: NodePlan,
+        num_executors: int,
+        num_ps: int,
         num_evaluators: int,
         input_mode: int,
-        master_node: str | None,
         reservation_timeout: float,
         max_restarts: int = DEFAULT_MAX_RESTARTS,
         restart_backoff: float = DEFAULT_RESTART_BACKOFF,
     ) -> None:
         self.sc = sc
-        self._max_restarts, self._restart_backoff = max_restarts, restart_backoff
         self.input_mode = input_mode
-        self._map_fun, self._tf_args, self._master_node = map_fun, tf_args, master_node
-        self._num_workers, self._num_evaluators = num_workers, num_evaluators
+        self.num_executors = num_executors
+        self._plan = plan
+        self._num_ps, self._num_evaluators = num_ps, num_evaluators
         self._reservation_timeout = reservation_timeout
+        self._max_restarts, self._restart_backoff = max_restarts, restart_backoff
         self._cluster: Cluster | None = None
+        self._tensorboard: str | None = None
         if input_mode == InputMode.TENSORFLOW:
-            self._cluster = self._start(epochs=1, data=None, pickled=False)
+            self._cluster = self._start(self._plan, data=None)
 
-    def _start(self, epochs: int, data: Any, pickled: bool, max_result_bytes: int = 64 << 20) -> Cluster:
-        packed = (self._map_fun, self._tf_args, self._master_node, epochs, data is not None, pickled)
+    def _start(self, plan: NodePlan, data: Any, keep_results: bool = False) -> Cluster:
+        extra = self._num_ps + self._num_evaluators
         return Cluster.run(
             self.sc,
             run_map_fun,
-            packed,
-            self._num_workers,
-            num_evaluators=self._num_evaluators,
+            plan,
+            self.num_executors - extra,
+            num_evaluators=extra,
+            evaluator_roles=["ps"] * self._num_ps + ["evaluator"] * self._num_evaluators,
             input_mode="spark" if data is not None else "files",
             data=data,
             reservation_timeout=self._reservation_timeout,
-            max_result_bytes=max_result_bytes,
+            max_result_bytes=INFERENCE_RESULT_BYTES if plan.inference else 64 << 20,
             max_restarts=self._max_restarts,
             restart_backoff=self._restart_backoff,
+            keep_results=keep_results,
         )
 
     def _check_spark_mode(self, what: str) -> None:
         if self.input_mode != InputMode.SPARK:
             raise InvalidArgumentError(f"TFCluster.{what} needs input_mode=InputMode.SPARK")
+
+    def _fed_plan(self, frame_pickled: bool, epochs: int, inference: bool) -> NodePlan:
+        p = self._plan
+        return NodePlan(
+            map_fun=p.map_fun,
+            tf_args=p.tf_args,
+            master_node=p.master_node,
+            num_ps=p.num_ps,
+            epochs=epochs,
+            fed=True,
+            pickled_rows=frame_pickled,
+            inference=inference,
+            tensorboard=p.tensorboard,
+            log_dir=p.log_dir,
+            eval_grace_secs=p.eval_grace_secs,
+        )
 
     def train(
         self,
@@ -114,45 +242,74 @@ class TFCluster:
         feed_timeout: float = 600,
         qname: str = "input",
     ) -> None:
-        """Starts the trainers with ``dataRDD`` (an RDD or a DataFrame) as their input and waits
-        until they finish. Every trainer reads its share ``num_epochs`` times (0 means once),
-        replayed from a local spool instead of a ``union`` of copies."""
+        """Starts the nodes with ``dataRDD`` (an RDD or a DataFrame) as their input and waits
+        until they finish. Every node reads its share ``num_epochs`` times (0 means 10, as in
+        TFoS), replayed from a local spool instead of a ``union`` of copies. A node that calls
+        ``terminate()`` reads no more. ``feed_timeout`` and ``qname`` are accepted for
+        compatibility."""
         del feed_timeout, qname
         self._check_spark_mode("train")
         _check_feed(dataRDD)
-        num_epochs = _checks.integer("num_epochs", num_epochs, minimum=0)
+        num_epochs = _checks.integer("num_epochs", num_epochs, minimum=0) or DEFAULT_EPOCHS
         frame, pickled = _feed_frame(self.sc, dataRDD)
-        self._cluster = self._start(num_epochs, frame, pickled)
+        self._cluster = self._start(self._fed_plan(pickled, num_epochs, inference=False), frame)
         self._cluster.wait()
 
     def inference(self, dataRDD: Any, feed_timeout: float = 600, qname: str = "input") -> Any:
-        """Starts the trainers with ``dataRDD`` as input and returns an RDD of the results they
-        passed to ``DataFeed.batch_results``: one per input row, in the input's order."""
+        """An RDD of the results the nodes pass to ``batch_results``: one per input row,
+        partitioned like ``dataRDD`` (an RDD or a DataFrame) and in its order.
+
+        As in TFoS the RDD is lazy: the nodes start, with the data, at the first action on it
+        or on an RDD mapped from it (``collect``, ``count``, ``saveAsTextFile``...), and that
+        action waits for them; ``map`` and the like start nothing. The results stay on the
+        executors (nothing is collected on the driver); they are kept there while the RDD is
+        referenced. ``feed_timeout`` and ``qname`` are accepted for compatibility."""
         del feed_timeout, qname
         self._check_spark_mode("inference")
         _check_feed(dataRDD)
+        partitions = max(1, _num_partitions(dataRDD))
         frame, pickled = _feed_frame(self.sc, dataRDD)
-        self._cluster = self._start(1, frame, pickled, INFERENCE_RESULT_BYTES)
-        self._cluster.wait()
-        pairs = sorted((p for per_task in self._cluster.results() for p in per_task), key=lambda p: p[0])
-        return self.sc.parallelize([result for _, result in pairs], max(1, _num_partitions(dataRDD)))
+        plan = self._fed_plan(pickled, 1, inference=True)
+
+        def compute() -> Any:
+            self._cluster = self._start(plan, frame, keep_results=True)
+            return _in_input_order(self._cluster.result_rdd(), partitions)
+
+        return _lazy_rdd_class()(self.sc, compute, partitions)
 
     def shutdown(self, ssc: Any = None, grace_secs: float = 0, timeout: float = 259200) -> None:
-        """Waits for the trainers to finish (at most ``timeout`` seconds, -1 for no limit) and
-        raises the first failure. ``ssc`` (Spark Streaming) is not supported."""
+        """Waits for the nodes to finish (at most ``timeout`` seconds, -1 for no limit), stops
+        the job and raises its first failure. The parameter servers and the evaluator have
+        stopped by then: they end with training. ``grace_secs`` is accepted for compatibility:
+        the chief finishes its own work (export, evaluation) before training ends, so no grace
+        period is needed. ``ssc`` (Spark Streaming) is not supported."""
+        del grace_secs
         if ssc is not None:
-            raise InvalidArgumentError("Spark Streaming (ssc) is not supported")
+            raise InvalidArgumentError("ssc: Spark Streaming is not supported by sparktrain.tfos")
         if self._cluster is not None:
             try:
                 self._cluster.wait(timeout if timeout > 0 else None)
             finally:
                 self._cluster.shutdown()
-        if grace_secs > 0:
-            time.sleep(grace_secs)
 
-    def tensorboard_url(self) -> None:
-        """TensorBoard is not started by the shim: run it on ``log_dir`` yourself."""
-        return None
+    def tensorboard_url(self) -> str | None:
+        """``http://host:port`` of the TensorBoard the chief started (``tensorboard=True``),
+        or None. Waits up to ``reservation_timeout`` for the chief to start it; None when the
+        job has not started (``InputMode.SPARK`` before ``train``) or ended without it."""
+        if not self._plan.tensorboard or self._cluster is None:
+            return self._tensorboard
+        deadline = time.monotonic() + self._reservation_timeout
+        while self._tensorboard is None and time.monotonic() < deadline:
+            status = self._cluster.status()
+            port = status["metrics"].get("chief:0", {}).get("tensorboard_port")
+            host = status["hosts"].get("chief:0")
+            if port is not None and host is not None:
+                self._tensorboard = f"http://{host}:{int(port)}"
+            elif status["state"] not in ("starting", "running", "restarting"):
+                break
+            else:
+                time.sleep(_POLL_SECONDS)
+        return self._tensorboard
 
 
 def run(
@@ -170,21 +327,35 @@ def run(
     queues: Any = None,
     eval_node: bool = False,
     release_port: bool = True,
+    *,
     max_restarts: int = DEFAULT_MAX_RESTARTS,
     restart_backoff: float = DEFAULT_RESTART_BACKOFF,
+    eval_grace_secs: float = 600,
 ) -> TFCluster:
-    """Starts a TFoS-style cluster of ``num_executors`` nodes running ``map_fun(tf_args, ctx)``.
+    """Starts a TFoS-style cluster of ``num_executors`` nodes running ``map_fun(tf_args, ctx)``:
+    ``num_ps`` parameter servers, an evaluator with ``eval_node=True``, and training nodes for
+    the rest (the first one the chief, named ``master_node``).
 
     In ``InputMode.TENSORFLOW`` the nodes start now; in ``InputMode.SPARK`` they start with
-    their data when ``train`` or ``inference`` is called. Parameter servers are refused:
-    sparktrain trains with MultiWorkerMirroredStrategy-style all-reduce only.
+    their data when ``train`` is called or ``inference``'s RDD is used. ``tensorboard=True``
+    starts TensorBoard on the chief, on ``log_dir`` (by default ``tensorboard_<n>`` in the
+    task's working directory; ``TENSORBOARD_PORT`` picks its port), for as long as training
+    runs; :meth:`TFCluster.tensorboard_url` says where.
+
+    Parameter servers and the evaluator run ``map_fun`` in the background and stop when
+    training has ended: when the chief and every worker have returned, or with parameter
+    servers when the chief has returned (the workers then stop too). An evaluator still running
+    then has ``eval_grace_secs`` more to finish.
 
     A node that dies restarts the cluster up to ``max_restarts`` times (see
-    :meth:`sparktrain.Cluster.run`); ``map_fun`` sees ``ctx.generation`` and resumes from its
-    own checkpoints (Keras: ``tf.keras.callbacks.BackupAndRestore``).
+    :meth:`sparktrain.Cluster.run`); ``map_fun`` sees ``ctx.trainer.generation`` and resumes
+    from its own checkpoints (Keras: ``tf.keras.callbacks.BackupAndRestore``).
 
-    The arguments are checked at once, on the driver, even in ``InputMode.SPARK``."""
-    del tensorboard, log_dir, queues, release_port
+    Not supported, and refused: ``driver_ps_nodes=True``, and parameter servers or an
+    evaluator in ``InputMode.SPARK`` (the data would also go to them). ``queues`` and
+    ``release_port`` are accepted for compatibility (the port is always released before
+    ``map_fun`` starts). Every argument is checked at once, on the driver."""
+    del queues, release_port
     require_spark("sparktrain.tfos.TFCluster.run", arrow_udfs=input_mode == InputMode.SPARK)
     _checks.function("map_fun", map_fun)
     num_executors = _checks.integer("num_executors", num_executors, minimum=1)
@@ -192,28 +363,49 @@ def run(
     reservation_timeout = _checks.seconds("reservation_timeout", reservation_timeout)
     max_restarts = _checks.integer("max_restarts", max_restarts, minimum=0)
     restart_backoff = _checks.seconds("restart_backoff", restart_backoff, allow_zero=True)
-    if num_ps > 0 or driver_ps_nodes:
-        raise InvalidArgumentError(
-            f"num_ps={num_ps}: parameter servers are not supported; use MultiWorkerMirroredStrategy "
-            "(num_ps=0) with master_node='chief'"
-        )
-    if master_node not in (None, "chief"):
-        raise InvalidArgumentError(f"master_node={master_node!r}: use None or 'chief'")
+    eval_grace_secs = _checks.seconds("eval_grace_secs", eval_grace_secs, allow_zero=True)
+    log_dir = _checks.optional_text("log_dir", log_dir)
     if input_mode not in (InputMode.TENSORFLOW, InputMode.SPARK):
         raise InvalidArgumentError(f"input_mode={input_mode!r}: use InputMode.TENSORFLOW or InputMode.SPARK")
+    if master_node not in (None, "chief", "master"):
+        raise InvalidArgumentError(f"master_node={master_node!r}: use None, 'chief' or 'master'")
+    if driver_ps_nodes:
+        raise InvalidArgumentError(
+            "driver_ps_nodes=True: parameter servers run as tasks of the job; "
+            "count them in num_executors and leave driver_ps_nodes False"
+        )
+    if input_mode == InputMode.SPARK and num_ps > 0:
+        raise InvalidArgumentError(
+            f"num_ps={num_ps}: parameter servers need input_mode=InputMode.TENSORFLOW "
+            "(in InputMode.SPARK every node receives a share of the data)"
+        )
+    if input_mode == InputMode.SPARK and eval_node:
+        raise InvalidArgumentError(
+            "eval_node=True: an evaluator needs input_mode=InputMode.TENSORFLOW, as in TFoS"
+        )
     num_evaluators = 1 if eval_node else 0
-    num_workers = num_executors - num_evaluators
-    if num_workers < 1:
-        raise InvalidArgumentError(f"num_executors={num_executors} leaves no training node")
+    if num_executors - num_ps - num_evaluators < 1:
+        raise InvalidArgumentError(
+            f"num_executors={num_executors} leaves no training node beside num_ps={num_ps} "
+            f"and eval_node={bool(eval_node)}"
+        )
     spark_context(sc)
+    plan = NodePlan(
+        map_fun=map_fun,
+        tf_args=tf_args,
+        master_node=master_node,
+        num_ps=num_ps,
+        tensorboard=bool(tensorboard),
+        log_dir=log_dir,
+        eval_grace_secs=eval_grace_secs,
+    )
     return TFCluster(
         sc,
-        map_fun,
-        tf_args,
-        num_workers,
+        plan,
+        num_executors,
+        num_ps,
         num_evaluators,
         input_mode,
-        master_node,
         reservation_timeout,
         max_restarts,
         restart_backoff,

@@ -14,22 +14,24 @@ from sparktrain.cluster.context import TrainerContext
 
 def _run_single(packed: tuple[Callable[[Any, Any], Any], Any], ctx: TrainerContext) -> Any:
     import os
+    import sys
 
-    from sparktrain.tfos._node import NodeContext
+    from sparktrain.tfos._node import NodeContext, default_fs
 
     map_fn, tf_args = packed
     os.environ.pop("TF_CONFIG", None)
+    if isinstance(tf_args, list):
+        sys.argv = list(tf_args)
     node = NodeContext(
+        executor_id=ctx.rank,
         job_name="worker",
         task_index=ctx.rank,
-        num_workers=ctx.num_workers,
-        worker_num=ctx.rank,
-        executor_id=ctx.rank,
         cluster_spec={},
-        defaultFS=ctx.default_fs,
+        defaultFS=default_fs(ctx.default_fs),
         working_dir=ctx.working_dir,
         mgr=None,
         trainer=ctx,
+        num_workers=ctx.num_workers,
     )
     return map_fn(tf_args, node)
 

@@ -1,22 +1,37 @@
 """TensorFlowOnSpark compatibility: existing TFoS jobs run on sparktrain's launcher by changing
 their imports from ``tensorflowonspark`` to ``sparktrain.tfos``.
 
-- :mod:`~sparktrain.tfos.TFCluster`: ``TFCluster.run``, ``InputMode``, ``train``,
-  ``inference`` and ``shutdown``;
-- :mod:`~sparktrain.tfos.TFNode`: ``DataFeed`` and ``hdfs_path``;
+- :mod:`~sparktrain.tfos.TFCluster`: ``TFCluster.run`` (parameter servers, an evaluator,
+  TensorBoard on the chief), ``InputMode``, ``train``, ``inference`` (a lazy RDD of results,
+  left on the executors) and ``shutdown``;
+- :mod:`~sparktrain.tfos.TFNode`: ``DataFeed``, ``next_batch``/``batch_results``/``terminate``,
+  ``hdfs_path``, ``start_cluster_server`` and ``export_saved_model``; the ``ctx`` a
+  ``map_fun`` receives has them as methods too (``ctx.get_data_feed()``...);
 - :mod:`~sparktrain.tfos.compat`: ``export_saved_model``, ``disable_auto_shard``,
   ``is_gpu_available``;
+- :mod:`~sparktrain.tfos.dfutil`: ``saveAsTFRecords``, ``loadTFRecords``, ``isLoadedDF``;
+- :mod:`~sparktrain.tfos.pipeline`: the Spark ML ``TFEstimator`` and ``TFModel``;
 - :mod:`~sparktrain.tfos.TFParallel`: independent single-node runs on every executor.
 
-What differs from TFoS: parameter servers (``num_ps > 0``) are refused, since
-MultiWorkerMirroredStrategy has none; ``tensorboard=True`` is accepted and ignored (point
-TensorBoard at ``log_dir``); in ``InputMode.SPARK`` the trainers start when ``train`` or
-``inference`` is called, with the data, and the data reaches them as Arrow batches rather than
-through a multiprocessing queue.
+What differs from TFoS: the nodes of a job are one barrier stage of sparktrain's launcher
+(registration with time-outs, failure detection, restarts), task 0 is the chief and the
+parameter servers and the evaluator come last; in ``InputMode.SPARK`` the nodes start when
+``train`` is called or ``inference``'s RDD is first used, with the data, which reaches them as
+Arrow batches rather than through a multiprocessing queue; parameter servers and an evaluator
+need ``InputMode.TENSORFLOW``, and ``driver_ps_nodes`` is refused.
 """
 
 from __future__ import annotations
 
-from sparktrain.tfos import TFCluster, TFNode, TFParallel, compat
+from sparktrain.tfos import TFCluster, TFNode, TFParallel, compat, dfutil
 
-__all__ = ["TFCluster", "TFNode", "TFParallel", "compat"]
+__all__ = ["TFCluster", "TFNode", "TFParallel", "compat", "dfutil", "pipeline"]
+
+
+def __getattr__(name: str) -> object:
+    # The pipeline module imports pyspark.ml (and so NumPy) as it loads: only when asked for.
+    if name == "pipeline":
+        import importlib
+
+        return importlib.import_module("sparktrain.tfos.pipeline")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,105 +1,429 @@
 """What runs inside a trainer for the TFoS shim: the ``ctx`` TFoS functions expect, the feed
-behind ``ctx.mgr``, and the wrapper around the user's ``map_fun``."""
+behind ``ctx.mgr``, TensorBoard on the chief, and the wrapper around the user's ``map_fun``.
+
+Roles. sparktrain's job has the chief (task 0), the workers, then its evaluator tasks; the shim
+plays TFoS's parameter servers and evaluator on those evaluator tasks. ``TF_CONFIG`` and
+``ctx`` name them as TFoS does: task 0 is ``master_node`` (``chief`` or ``master``), or
+``worker`` 0 without one; then ``worker``, ``ps`` and ``evaluator``.
+
+Foreground and background. As in TFoS, a parameter server's and an evaluator's ``map_fun``
+runs in the background (typically ``server.join()``, which never returns), and the node ends
+when training has ended. In a job with parameter servers the chief alone decides when that is
+(ParameterServerStrategy's workers only serve, like the parameter servers; an Estimator's
+workers stop at the same global step as the chief), so the workers run in the background too.
+Without parameter servers, training ends when the chief and every worker have returned.
+
+Every node meets the others at one barrier, :data:`RELEASE_BARRIER`: a foreground node when its
+``map_fun`` has returned, a background node at once, waiting in short slices so that its
+``map_fun`` failing fails the job at once. A background node still running when the barrier
+completes is stopped with the trainer process; an evaluator first gets ``eval_grace_secs`` to
+finish. Every wait ends when the job fails or is shut down (the driver aborts the barrier).
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import pickle
+import socket
+import subprocess
+import sys
+import threading
+from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from sparktrain.cluster.context import TrainerContext
+from sparktrain.errors import BarrierTimeout, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from sparktrain.cluster.context import TrainerContext
+    from sparktrain.tfos.TFNode import DataFeed
 
 #: The columns of the DataFrame an RDD becomes to be fed: the row's position, the pickled row.
 INDEX_COLUMN = "_sparktrain_index"
 ROW_COLUMN = "_sparktrain_row"
+#: Bits of a row's position that hold its offset in its partition (the partition index is
+#: above them), as in Spark's ``monotonically_increasing_id``.
+OFFSET_BITS = 33
+#: The barrier every node reaches when training has ended for it (see the module's docstring).
+RELEASE_BARRIER = "sparktrain.tfos.release"
+#: Seconds a background node waits at the release barrier at a time before it looks at its
+#: ``map_fun`` again.
+RELEASE_POLL_SECONDS = 1.0
+#: Epochs ``TFCluster.train`` feeds when it is given ``num_epochs=0``, as TFoS does.
+DEFAULT_EPOCHS = 10
 
 
 class FeedManager:
-    """``ctx.mgr``: the task's partition, as rows, for ``num_epochs`` passes; and the
-    inference results the trainer hands back."""
+    """``ctx.mgr``: the task's share of the fed RDD, read row by row for ``epochs`` passes by
+    every :class:`~sparktrain.tfos.TFNode.DataFeed` of the node (they share one reader, as
+    TFoS's feeds share one queue), and the inference results handed back."""
 
-    def __init__(self, ctx: TrainerContext, epochs: int, pickled_rows: bool) -> None:
+    def __init__(self, ctx: TrainerContext, epochs: int, pickled_rows: bool, inference: bool) -> None:
         self._ctx = ctx
         self._epochs = max(1, epochs)
         self._pickled = pickled_rows
-        #: ``(row position, result)`` pairs from ``DataFeed.batch_results``.
+        #: Whether the job is ``TFCluster.inference``: rows read are then owed a result.
+        self.inference = inference
+        self._rows = self._read()
+        self._exhausted = False
+        #: ``"running"``, or ``"terminating"`` once a feed was terminated.
+        self.state = "running"
+        #: Positions of the rows read and not answered yet, in order.
+        self.pending: deque[int] = deque()
+        #: ``(row position, result)`` pairs from ``batch_results``.
         self.results: list[tuple[int, Any]] = []
+        self._default_feed: DataFeed | None = None
 
-    def rows(self) -> Iterator[tuple[int, Any]]:
+    def _read(self) -> Iterator[tuple[int, Any]]:
         """``(position, row)`` for every row of every epoch."""
         for _ in range(self._epochs):
             for batch in self._ctx.feed():
+                positions = batch.column(INDEX_COLUMN).to_pylist()
                 if self._pickled:
-                    positions = batch.column(INDEX_COLUMN).to_pylist()
                     rows = [pickle.loads(r) for r in batch.column(ROW_COLUMN).to_pylist()]
                 else:
-                    positions = batch.column(INDEX_COLUMN).to_pylist()
                     columns = [batch.column(i).to_pylist() for i in range(1, batch.num_columns)]
-                    rows = list(zip(*columns, strict=True))
+                    rows = [tuple(r) for r in zip(*columns, strict=True)]
                 yield from zip(positions, rows, strict=True)
+
+    def take(self, n: int) -> list[Any]:
+        """Up to ``n`` rows; fewer (or none) at the end of the feed or after ``terminate``."""
+        rows: list[Any] = []
+        while len(rows) < n and not self._exhausted and self.state == "running":
+            item = next(self._rows, None)
+            if item is None:
+                self._exhausted = True
+                break
+            if self.inference:
+                self.pending.append(item[0])
+            rows.append(item[1])
+        return rows
+
+    def answer(self, results: list[Any]) -> None:
+        """Pairs ``results`` with the oldest rows read and not answered yet."""
+        if not self.inference:
+            return  # TFoS drops results in training: nobody reads its output queue there
+        if len(results) > len(self.pending):
+            raise InvalidArgumentError(
+                f"batch_results got {len(results)} results for {len(self.pending)} rows not yet answered"
+            )
+        for result in results:
+            self.results.append((self.pending.popleft(), result))
+
+    def terminate(self) -> None:
+        """Stops feeding: every feed of the node reads nothing more."""
+        self.state = "terminating"
+
+    def get(self, key: str) -> Any:
+        """TFoS's ``mgr.get``: only ``"state"`` is kept."""
+        if key != "state":
+            raise InvalidArgumentError(f"mgr.get({key!r}): only 'state' is kept")
+        return self.state
+
+    def default_feed(self) -> DataFeed:
+        """The feed behind TFoS's module functions ``TFNode.next_batch(mgr, ...)`` and
+        ``TFNode.batch_results(mgr, ...)``."""
+        if self._default_feed is None:
+            from sparktrain.tfos.TFNode import DataFeed
+
+            self._default_feed = DataFeed(self, train_mode=not self.inference)
+        return self._default_feed
+
+    def check_answered(self) -> None:
+        """In inference, fails when rows read got no result: their outputs would be missing."""
+        if self.inference and self.pending:
+            raise InvalidArgumentError(
+                f"inference: {len(self.pending)} rows were read but got no result from batch_results; "
+                "TFCluster.inference needs one result per row read"
+            )
 
 
 @dataclass
 class NodeContext:
-    """The ``ctx`` a TFoS ``map_fun`` receives."""
+    """The ``ctx`` a TFoS ``map_fun`` receives (TFoS's ``TFNodeContext``).
 
+    ``executor_id`` and ``worker_num`` are the task's index in the whole job (0 is the chief;
+    TFoS numbers its parameter servers first, sparktrain last). ``num_workers`` counts the
+    training nodes (``chief``/``master`` and ``worker``), as TFoS does. ``trainer`` is
+    sparktrain's own :class:`~sparktrain.cluster.context.TrainerContext`."""
+
+    executor_id: int
     job_name: str
     task_index: int
-    num_workers: int
-    worker_num: int
-    executor_id: int
     cluster_spec: dict[str, list[str]]
     defaultFS: str  # TFoS's spelling
     working_dir: str
     mgr: FeedManager | None
     trainer: TrainerContext
+    num_workers: int = 0
+    #: TFoS's reserved-port socket: sparktrain releases the port before ``map_fun`` starts.
+    tmp_socket: socket.socket | None = field(default=None, repr=False)
+
+    @property
+    def worker_num(self) -> int:
+        """TFoS's older name for :attr:`executor_id`."""
+        return self.executor_id
 
     def absolute_path(self, path: str) -> str:
-        """``path`` as a full URL (see :meth:`TrainerContext.absolute_path`)."""
-        return self.trainer.absolute_path(path)
+        """``path`` as a full URL (see :func:`~sparktrain.tfos.TFNode.hdfs_path`)."""
+        from sparktrain.tfos.TFNode import hdfs_path
+
+        return hdfs_path(self, path)
+
+    def get_data_feed(
+        self,
+        train_mode: bool = True,
+        qname_in: str = "input",
+        qname_out: str = "output",
+        input_mapping: dict[str, str] | None = None,
+    ) -> DataFeed:
+        """A :class:`~sparktrain.tfos.TFNode.DataFeed` over this node's share of the RDD."""
+        from sparktrain.tfos.TFNode import DataFeed
+
+        return DataFeed(self.mgr, train_mode, qname_in, qname_out, input_mapping)
+
+    def start_cluster_server(self, num_gpus: int = 1, rdma: bool = False) -> tuple[Any, Any]:
+        """``(tf.train.ClusterSpec, tf.distribute.Server)`` for this node (see
+        :func:`~sparktrain.tfos.TFNode.start_cluster_server`)."""
+        from sparktrain.tfos.TFNode import start_cluster_server
+
+        return start_cluster_server(self, num_gpus, rdma)
+
+    def export_saved_model(
+        self, model_or_sess: Any, export_dir: str, tag_set: str | None = None, signatures: Any = None
+    ) -> None:
+        """Exports a SavedModel: a Keras model as :func:`~sparktrain.tfos.compat.export_saved_model`
+        does (every node must call it under a multi-worker strategy; the chief's copy is kept),
+        or a TF1 session with ``tag_set`` and ``signatures`` as
+        :func:`~sparktrain.tfos.TFNode.export_saved_model` does."""
+        if tag_set is not None or signatures is not None:
+            from sparktrain.tfos.TFNode import export_saved_model
+
+            if tag_set is None or signatures is None:
+                raise InvalidArgumentError(
+                    "export_saved_model of a TF1 session needs both tag_set and signatures"
+                )
+            export_saved_model(model_or_sess, export_dir, tag_set, signatures)
+            return
+        from sparktrain.tfos.compat import export_saved_model as export_keras
+
+        export_keras(model_or_sess, export_dir, self.trainer.is_chief)
+
+    def release_port(self) -> None:
+        """Nothing to do: the port reserved for TensorFlow is released before ``map_fun``
+        starts (TFoS's ``release_port=False`` needs this call)."""
+        self.tmp_socket = None
 
 
-def tfos_tf_config(ctx: TrainerContext, master_node: str | None) -> dict[str, Any]:
-    """``TF_CONFIG`` as TFoS writes it: with ``master_node="chief"`` it is sparktrain's own;
-    without a master node every training task is a ``worker`` (worker 0 acts as chief)."""
-    if master_node == "chief":
-        return ctx.tf_config
-    cluster = dict(ctx.tf_config["cluster"])
-    workers = cluster.pop("chief", []) + cluster.pop("worker", [])
-    cluster["worker"] = workers
-    if ctx.job_name == "evaluator":
-        task = {"type": "evaluator", "index": ctx.task_index}
-    else:
-        task = {"type": "worker", "index": ctx.rank}
-    return {"cluster": cluster, "task": task}
+@dataclass(frozen=True)
+class NodePlan:
+    """What every node of a TFoS job runs: the user's function and the cluster's shape."""
+
+    map_fun: Callable[[Any, Any], Any]
+    tf_args: Any
+    master_node: str | None
+    num_ps: int = 0
+    #: How many passes over the fed data (``InputMode.SPARK``); 0 when nothing is fed.
+    epochs: int = 0
+    fed: bool = False
+    #: Whether fed rows travel pickled (an RDD) or as the DataFrame's columns.
+    pickled_rows: bool = False
+    inference: bool = False
+    tensorboard: bool = False
+    log_dir: str | None = None
+    #: Seconds an evaluator may still run once training has ended.
+    eval_grace_secs: float = 600.0
 
 
-#: ``(map_fun, tf_args, master_node, epochs, fed, pickled_rows)``.
-Packed = tuple[Callable[..., Any], Any, str | None, int, bool, bool]
+def tfos_roles(ctx: TrainerContext, plan: NodePlan) -> list[tuple[str, int]]:
+    """TFoS's ``(job name, task index)`` of every task, by sparktrain task index."""
+    roles: list[tuple[str, int]] = []
+    for rank in range(ctx.num_workers):
+        if plan.master_node is None:
+            roles.append(("worker", rank))
+        else:
+            roles.append((plan.master_node, 0) if rank == 0 else ("worker", rank - 1))
+    for j in range(ctx.num_evaluators):
+        roles.append(("ps", j) if j < plan.num_ps else ("evaluator", j - plan.num_ps))
+    return roles
 
 
-def run_map_fun(packed: Packed, ctx: TrainerContext) -> Any:
-    """The trainer's ``main_fun``: builds TFoS's ``ctx`` and calls the user's ``map_fun``.
+def tfos_tf_config(ctx: TrainerContext, plan: NodePlan) -> dict[str, Any]:
+    """``TF_CONFIG`` as TFoS writes it: every node's job name and TensorFlow address, this
+    node's own ``task``, and ``"environment": "cloud"`` with a master node. Without a master
+    node TFoS sets no ``TF_CONFIG``; the shim still writes one, every training node a
+    ``worker``, so that MultiWorkerMirroredStrategy finds its peers."""
+    roles = tfos_roles(ctx, plan)
+    cluster: dict[str, list[str]] = {}
+    for task, (job, _) in zip(ctx.tasks, roles, strict=True):
+        cluster.setdefault(job, []).append(f"{task.host}:{task.tf_port}")
+    job, index = roles[ctx.rank]
+    config: dict[str, Any] = {"cluster": cluster, "task": {"type": job, "index": index}}
+    if plan.master_node is not None:
+        config["environment"] = "cloud"
+    return config
 
-    A fed trainer returns its inference results as ``(position, result)`` pairs."""
-    map_fun, tf_args, master_node, epochs, fed, pickled_rows = packed
-    tf_config = tfos_tf_config(ctx, master_node)
+
+def default_fs(fs: str) -> str:
+    """``fs.defaultFS`` as TFoS hands it to ``ctx``: ``file:///`` loses its last slash."""
+    if fs.startswith("file://") and len(fs) > 7 and fs.endswith("/"):
+        return fs[:-1]
+    return fs
+
+
+class _TensorBoard:
+    """TensorBoard on this node, stopped with it (and killed if the trainer dies first)."""
+
+    #: Runs TensorBoard after asking the kernel to stop it when the trainer that started it dies.
+    _BOOT = (
+        "import ctypes, os, runpy, signal, sys\n"
+        "try:\n"
+        "    ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)\n"
+        "except (OSError, AttributeError):\n"
+        "    pass\n"
+        "if os.getppid() != int(sys.argv[1]):\n"
+        "    sys.exit(0)\n"
+        "sys.argv = ['tensorboard'] + sys.argv[2:]\n"
+        "runpy.run_module('tensorboard.main', run_name='__main__')\n"
+    )
+
+    def __init__(self, host: str, log_dir: str) -> None:
+        port = int(os.environ.get("TENSORBOARD_PORT", "0")) or _free_port(host)
+        if "://" not in log_dir:
+            os.makedirs(log_dir, exist_ok=True)
+        self.url = f"http://{host}:{port}"
+        self.port = port
+        self._process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                self._BOOT,
+                str(os.getpid()),
+                f"--logdir={log_dir}",
+                f"--port={port}",
+                f"--host={host}",
+            ],
+            stdin=subprocess.DEVNULL,
+        )
+
+    def stop(self) -> None:
+        """Stops TensorBoard: SIGTERM, then SIGKILL after 5 s."""
+        self._process.terminate()
+        try:
+            self._process.wait(5.0)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(5.0)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+class _Background:
+    """``map_fun`` on a thread of its own; its error, if any, is kept for the main thread."""
+
+    def __init__(self, map_fun: Callable[[Any, Any], Any], args: Any, node: NodeContext) -> None:
+        self.error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                map_fun(args, node)
+            except BaseException as e:  # handed to the main thread, which fails the node
+                self.error = e
+
+        self._thread = threading.Thread(target=run, name=f"tfos-{node.job_name}", daemon=True)
+        self._thread.start()
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def finish(self, grace: float) -> None:
+        """Waits up to ``grace`` seconds for ``map_fun`` to return; raises its error."""
+        self._thread.join(grace)
+        self.raise_error()
+        if self._thread.is_alive():
+            print(
+                f"sparktrain.tfos: map_fun still ran {grace:g} s after training ended; it was stopped",
+                file=sys.stderr,
+            )
+
+
+def _await_release(ctx: TrainerContext, background: _Background | None) -> None:
+    """Arrives at the release barrier and waits until every node has. A foreground node waits
+    at most the job's ``barrier_timeout``; a background node as long as the job runs, in short
+    slices, raising its ``map_fun``'s error as soon as it fails. The driver aborting the job
+    ends either wait (``JobAborted``)."""
+    client = ctx.control_client()
+    if background is None:
+        client.barrier(ctx.rank, RELEASE_BARRIER, ctx.barrier_timeout)
+        return
+    while True:
+        background.raise_error()
+        try:
+            client.barrier(ctx.rank, RELEASE_BARRIER, RELEASE_POLL_SECONDS)
+            return
+        except BarrierTimeout:
+            continue
+
+
+def _allow_remote_calls(num_tasks: int) -> None:
+    """Raises ``TF_NUM_INTEROP_THREADS`` (one per task's CPU, as the launcher sets it) to at
+    least ``num_tasks + 1``. With parameter servers, an op a node runs for another one can wait
+    on a third node, holding an inter-op thread meanwhile: with one thread the job deadlocks."""
+    current = int(os.environ.get("TF_NUM_INTEROP_THREADS") or 0)
+    os.environ["TF_NUM_INTEROP_THREADS"] = str(max(current, num_tasks + 1))
+
+
+def run_map_fun(plan: NodePlan, ctx: TrainerContext) -> Any:
+    """The trainer's ``main_fun``: builds TFoS's ``ctx`` and ``TF_CONFIG``, starts TensorBoard
+    on the chief when asked, and runs the user's ``map_fun`` in the foreground or the
+    background (see the module's docstring).
+
+    A fed inference node returns its results as ``(position, result)`` pairs."""
+    tf_config = tfos_tf_config(ctx, plan)
     os.environ["TF_CONFIG"] = json.dumps(tf_config)
-    mgr = FeedManager(ctx, epochs, pickled_rows) if fed else None
+    if plan.num_ps > 0:
+        _allow_remote_calls(len(ctx.tasks))
+    if isinstance(plan.tf_args, list):
+        sys.argv = list(plan.tf_args)  # TFoS hands an ARGV list over as the command line
+    job_name, task_index = tf_config["task"]["type"], tf_config["task"]["index"]
+    mgr = FeedManager(ctx, plan.epochs, plan.pickled_rows, plan.inference) if plan.fed else None
+    cluster = tf_config["cluster"]
     node = NodeContext(
-        job_name=tf_config["task"]["type"],
-        task_index=tf_config["task"]["index"],
-        num_workers=ctx.num_workers + ctx.num_evaluators,
-        worker_num=ctx.rank,
         executor_id=ctx.rank,
-        cluster_spec=tf_config["cluster"],
-        defaultFS=ctx.default_fs,
+        job_name=job_name,
+        task_index=task_index,
+        cluster_spec=cluster,
+        defaultFS=default_fs(ctx.default_fs),
         working_dir=ctx.working_dir,
         mgr=mgr,
         trainer=ctx,
+        num_workers=sum(len(v) for k, v in cluster.items() if k in ("chief", "master", "worker")),
     )
-    map_fun(tf_args, node)
-    return mgr.results if mgr is not None else None
+    board = None
+    if plan.tensorboard and ctx.rank == 0:
+        log_dir = plan.log_dir or os.path.join(ctx.working_dir, f"tensorboard_{ctx.rank}")
+        board = _TensorBoard(ctx.tasks[ctx.rank].host, log_dir)
+        print(f"TensorBoard running at: {board.url}", flush=True)
+        ctx.report(tensorboard_port=board.port)
+    try:
+        if job_name in ("ps", "evaluator") or (plan.num_ps > 0 and ctx.rank != 0):
+            background = _Background(plan.map_fun, plan.tf_args, node)
+            _await_release(ctx, background)
+            if job_name == "evaluator":
+                background.finish(plan.eval_grace_secs)
+            return None
+        plan.map_fun(plan.tf_args, node)
+        if mgr is not None:
+            mgr.check_answered()
+        _await_release(ctx, None)
+    finally:
+        if board is not None:
+            board.stop()
+    return mgr.results if mgr is not None and plan.inference else None

@@ -8,6 +8,8 @@ Modules:
 - :mod:`sparktrain.training`: synchronous training on the Rust engine (``ctx.trainer``), and
   :func:`train`, the whole job in one call.
 - :mod:`sparktrain.prediction`: :func:`predict`, scoring a DataFrame with an exported model.
+- :mod:`sparktrain.servable`: :func:`export_onnx`, the exported model as ONNX for serving, and
+  :func:`onnx_inputs`, the inputs it takes.
 - :mod:`sparktrain.tfrecord`: TFRecord files to and from Arrow, on local paths and HDFS.
 - :mod:`sparktrain.fs`: file-system operations on local paths, ``hdfs://`` and ``viewfs://``.
 - :mod:`sparktrain.errors`: the exceptions sparktrain raises.
@@ -25,21 +27,24 @@ if TYPE_CHECKING:
     from sparktrain.cluster import Cluster
     from sparktrain.jvm import jar_path
     from sparktrain.prediction import predict
+    from sparktrain.servable import export_onnx, onnx_inputs
     from sparktrain.training import train
 
 __all__ = [
     "Cluster",
     "__version__",
     "errors",
+    "export_onnx",
     "fs",
     "jar_path",
+    "onnx_inputs",
     "predict",
     "tfrecord",
     "train",
     "training",
 ]
 
-_SUBMODULES = {"cluster", "errors", "fs", "prediction", "tfos", "tfrecord", "training"}
+_SUBMODULES = {"cluster", "errors", "fs", "prediction", "servable", "tfos", "tfrecord", "training"}
 
 
 def __getattr__(name: str) -> Any:
@@ -63,6 +68,10 @@ def __getattr__(name: str) -> Any:
         from sparktrain.prediction import predict
 
         return predict
+    if name in ("export_onnx", "onnx_inputs"):
+        from sparktrain import servable
+
+        return getattr(servable, name)
     if name == "__version__":
         from sparktrain._native import __version__
 

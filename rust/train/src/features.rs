@@ -19,8 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Result, TrainError};
 use crate::rng::mix;
 
-/// The hash of a missing categorical value (not mixed: no key can hash to it by chance more
-/// often than to any other value).
+/// The hash of a missing categorical value, taken as it is (not mixed).
 pub(crate) const NULL_HASH: u64 = 0x6e75_6c6c;
 
 /// The hash a crossed column starts from before it mixes in each of its columns in turn.
@@ -161,19 +160,13 @@ impl FeatureSpec {
         out
     }
 
-    /// (offset, buckets) of each categorical then crossed column in the shared id space, as
-    /// the model's ids are laid out.
-    pub fn id_layout(&self) -> Vec<(u32, u32)> {
-        self.id_ranges()
-    }
-
     /// The size of the shared id space.
     pub fn id_space(&self) -> usize {
         self.id_ranges().iter().map(|r| r.1 as usize).sum()
     }
 
     /// (offset, buckets) of each categorical then crossed column in the shared id space.
-    fn id_ranges(&self) -> Vec<(u32, u32)> {
+    pub(crate) fn id_ranges(&self) -> Vec<(u32, u32)> {
         let buckets =
             self.categorical.iter().map(|c| c.buckets).chain(self.crossed.iter().map(|c| c.buckets));
         let mut offset = 0u32;

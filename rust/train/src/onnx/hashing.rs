@@ -30,7 +30,7 @@ fn mix(g: &mut Graph, x: &str) -> String {
 pub(crate) fn ids(g: &mut Graph, spec: &FeatureSpec, keys: &str, missing: &str) -> String {
     let columns = spec.key_columns();
     let index = |name: &str| columns.iter().position(|c| c == name).expect("a key column") as i64;
-    let layout = spec.id_layout();
+    let layout = spec.id_ranges();
 
     // Where picks between int64s: its uint64 kernel is not in every runtime, and the casts
     // between int64 and uint64 keep the bits.

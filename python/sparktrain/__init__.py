@@ -12,6 +12,8 @@ Modules:
   and ``CrossValidator``.
 - :mod:`sparktrain.contents`: :func:`embeddings`, an exported model's embedding tables as a
   DataFrame.
+- :mod:`sparktrain.servable`: :func:`export_onnx`, the exported model as ONNX for serving, and
+  :func:`onnx_inputs`, the inputs it takes.
 - :mod:`sparktrain.tfrecord`: TFRecord files to and from Arrow, on local paths and HDFS.
 - :mod:`sparktrain.fs`: file-system operations on local paths, ``hdfs://`` and ``viewfs://``.
 - :mod:`sparktrain.errors`: the exceptions sparktrain raises.
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from sparktrain.contents import embeddings
     from sparktrain.jvm import jar_path
     from sparktrain.prediction import predict
+    from sparktrain.servable import export_onnx, onnx_inputs
     from sparktrain.training import train
 
 __all__ = [
@@ -37,15 +40,28 @@ __all__ = [
     "__version__",
     "embeddings",
     "errors",
+    "export_onnx",
     "fs",
     "jar_path",
+    "onnx_inputs",
     "predict",
     "tfrecord",
     "train",
     "training",
 ]
 
-_SUBMODULES = {"cluster", "contents", "errors", "fs", "ml", "prediction", "tfos", "tfrecord", "training"}
+_SUBMODULES = {
+    "cluster",
+    "contents",
+    "errors",
+    "fs",
+    "ml",
+    "prediction",
+    "servable",
+    "tfos",
+    "tfrecord",
+    "training",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -73,6 +89,10 @@ def __getattr__(name: str) -> Any:
         from sparktrain.contents import embeddings
 
         return embeddings
+    if name in ("export_onnx", "onnx_inputs"):
+        from sparktrain import servable
+
+        return getattr(servable, name)
     if name == "__version__":
         from sparktrain._native import __version__
 

@@ -40,6 +40,7 @@ __all__ = [
     "Trainer",
     "TrainerConfig",
     "__version__",
+    "export_onnx",
     "fs_configure",
     "fs_configured",
     "fs_delete",
@@ -56,6 +57,7 @@ __all__ = [
     "generate_secret",
     "infer_example_schema",
     "infer_features",
+    "onnx_signature",
 ]
 
 __version__: str
@@ -373,6 +375,11 @@ class FeatureSpec:
     def crossed(self) -> list[tuple[list[str], int]]: ...
     @property
     def label(self) -> str: ...
+    @property
+    def key_columns(self) -> list[str]: ...
+    def serving_inputs(
+        self, batch: pa.RecordBatch
+    ) -> tuple[int, pa.Float32Array, pa.Int64Array, pa.BooleanArray]: ...
     def __eq__(self, value: object, /) -> bool: ...
 
 @final
@@ -449,6 +456,8 @@ class Input:
     def schema(self) -> pa.Schema: ...
 
 def infer_features(schema: pa.Schema, label: str, buckets: int = ...) -> FeatureSpec: ...
+def export_onnx(export_dir: str, out: str) -> None: ...
+def onnx_signature(path: str) -> tuple[FeatureSpec, list[str]]: ...
 
 @final
 class LogLine:

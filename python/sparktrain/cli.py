@@ -1,5 +1,6 @@
 """The ``sparktrain`` console script: ``sparktrain pack``, ``sparktrain submit`` and
-``sparktrain doctor``, each a thin front for its module in :mod:`sparktrain.deploy`."""
+``sparktrain doctor``, each a thin front for its module in :mod:`sparktrain.deploy`, and
+``sparktrain export-onnx`` (:mod:`sparktrain.servable`)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ COMMANDS = {
     "pack": ("sparktrain.deploy.pack", "pack this Python environment for --archives"),
     "submit": ("sparktrain.deploy.submit", "spark-submit a training job with the confs it needs"),
     "doctor": ("sparktrain.deploy.doctor", "check a Spark cluster and its storage for a training job"),
+    "export-onnx": ("sparktrain.servable", "write the ONNX model of an export folder, for serving"),
 }
 
 
 def _usage() -> str:
     lines = ["usage: sparktrain <command> [options]   (sparktrain <command> --help for its options)", ""]
-    lines += [f"  {name:8} {summary}" for name, (_, summary) in COMMANDS.items()]
+    lines += [f"  {name:11} {summary}" for name, (_, summary) in COMMANDS.items()]
     return "\n".join(lines)
 
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
-use arrow::array::{Array, Float32Array, RecordBatch};
+use arrow::array::{Array, BooleanArray, Float32Array, Int64Array, RecordBatch};
 use arrow::datatypes::Schema;
 use arrow::pyarrow::{FromPyArrow, ToPyArrow};
 use pyo3::prelude::*;
@@ -122,6 +122,31 @@ impl FeatureSpec {
     #[getter]
     fn label(&self) -> String {
         self.inner.label.clone()
+    }
+
+    /// The columns whose values the ONNX model takes as keys, in the `keys` input's order.
+    #[getter]
+    fn key_columns(&self) -> Vec<String> {
+        self.inner.key_columns()
+    }
+
+    /// The features of a `pyarrow.RecordBatch` as the exported ONNX model takes them:
+    /// `(rows, dense, keys, missing)`, flat `pyarrow` arrays (float32, int64, bool) row after
+    /// row.
+    #[allow(clippy::type_complexity)]
+    fn serving_inputs<'py>(
+        &self,
+        py: Python<'py>,
+        batch: &Bound<'py, PyAny>,
+    ) -> Result<(usize, Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        let batch = RecordBatch::from_pyarrow_bound(batch)?;
+        let inputs = detach(py, || self.inner.serving_inputs(&batch))?;
+        Ok((
+            inputs.rows,
+            Float32Array::from(inputs.dense).to_data().to_pyarrow(py)?,
+            Int64Array::from(inputs.keys).to_data().to_pyarrow(py)?,
+            BooleanArray::from(inputs.missing).to_data().to_pyarrow(py)?,
+        ))
     }
 
     fn __repr__(&self) -> String {
@@ -673,6 +698,22 @@ impl ExportedModel {
     }
 }
 
+/// Writes the ONNX model of the export folder `export_dir` to the file `out` (both any
+/// storage URL).
+#[pyfunction]
+fn export_onnx(py: Python<'_>, export_dir: String, out: String) -> Result<()> {
+    detach(py, || sparktrain_train::onnx::export_onnx(&export_dir, &out))?;
+    Ok(())
+}
+
+/// The feature spec in the metadata of the ONNX model at `path` (any storage URL), and the
+/// names of the inputs its graph takes.
+#[pyfunction]
+fn onnx_signature(py: Python<'_>, path: String) -> Result<(FeatureSpec, Vec<String>)> {
+    let (inner, inputs) = detach(py, || sparktrain_train::onnx::read_signature(&path))?;
+    Ok((FeatureSpec { inner }, inputs))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<FeatureSpec>()?;
     m.add_class::<TrainerConfig>()?;
@@ -685,6 +726,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<FitSummary>()?;
     m.add_class::<Progress>()?;
     m.add_function(wrap_pyfunction!(infer_features, m)?)?;
+    m.add_function(wrap_pyfunction!(export_onnx, m)?)?;
+    m.add_function(wrap_pyfunction!(onnx_signature, m)?)?;
     m.add("DEFAULT_BUCKETS", DEFAULT_BUCKETS)?;
     m.add("FEED_ERROR_FILE", sparktrain_train::input::FEED_ERROR_FILE)?;
     m.add("MODELS", MODELS.to_vec())?;

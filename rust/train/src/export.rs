@@ -138,6 +138,7 @@ pub fn export(
 /// A model loaded from an export folder, ready to score Arrow batches.
 pub struct Exported {
     model: Box<dyn Model>,
+    kind: ModelKind,
     entries: Vec<Entry>,
     weights: Vec<f32>,
     features: FeatureSpec,
@@ -176,7 +177,18 @@ impl Exported {
             flat.extend(view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
         }
         model.parameters().set_flat(&flat)?;
-        Ok(Exported { model, entries, weights: flat, features: config.features, loss })
+        Ok(Exported { model, kind: config.model, entries, weights: flat, features: config.features, loss })
+    }
+
+    /// Which model, with its shape.
+    pub fn kind(&self) -> &ModelKind {
+        &self.kind
+    }
+
+    /// The shape and values of the parameter called `name` (a variable or a whole table).
+    pub fn parameter(&self, name: &str) -> Option<(&[usize], &[f32])> {
+        let entry = self.entries.iter().find(|e| e.name == name)?;
+        Some((entry.shape.as_slice(), &self.weights[entry.offset..entry.offset + entry.len()]))
     }
 
     /// The loss the model was trained with.

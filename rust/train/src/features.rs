@@ -6,7 +6,10 @@
 //!   buckets; crossed columns hash a tuple of columns together. Every categorical and crossed
 //!   column owns a range of one shared id space, so one embedding table serves them all.
 //! - The hash (SplitMix64 over the value, FNV-1a for bytes) is fixed, so every worker, the
-//!   exported model and later predictions agree on ids.
+//!   exported model and later predictions agree on ids. It runs in two steps: each value's
+//!   64-bit key (the integer itself, or FNV-1a of the bytes), then SplitMix64 of the key. The
+//!   ONNX export computes the second step in its graph and takes the keys as inputs
+//!   ([`FeatureSpec::serving_inputs`]).
 
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{DataType, Float32Type, Int64Type, Schema, UInt64Type};
@@ -15,6 +18,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
 use crate::rng::mix;
+
+/// The hash of a missing categorical value, taken as it is (not mixed).
+pub(crate) const NULL_HASH: u64 = 0x6e75_6c6c;
+
+/// The hash a crossed column starts from before it mixes in each of its columns in turn.
+pub(crate) const CROSS_SEED: u64 = 0x5171;
 
 /// Buckets given to a categorical column when the spec is inferred.
 pub const DEFAULT_BUCKETS: u32 = 10_000;
@@ -50,6 +59,22 @@ pub struct FeatureSpec {
     pub crossed: Vec<Crossed>,
     /// The label column (0/1 or a class id).
     pub label: String,
+}
+
+/// A batch's features as the exported ONNX model takes them: dense values, and the key of
+/// every categorical value with whether it is missing (see [`FeatureSpec::key_columns`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServingInputs {
+    /// Examples in the batch.
+    pub rows: usize,
+    /// `rows × dense` values, row after row; a missing value is 0.
+    pub dense: Vec<f32>,
+    /// `rows × key columns` keys, row after row: an integer value itself (an unsigned one by
+    /// its bit pattern), or FNV-1a 64 of a string's UTF-8 bytes (or of a binary value), as
+    /// two's complement; 0 where the value is missing.
+    pub keys: Vec<i64>,
+    /// `rows × key columns`: whether the value is missing (null).
+    pub missing: Vec<bool>,
 }
 
 /// A batch encoded for a model.
@@ -121,13 +146,27 @@ impl FeatureSpec {
         self.categorical.len() + self.crossed.len()
     }
 
+    /// The columns whose values are keyed and hashed into ids: every categorical column, then
+    /// every column a cross reads that is not one already, each once, in order of appearance.
+    pub fn key_columns(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let names =
+            self.categorical.iter().map(|c| &c.name).chain(self.crossed.iter().flat_map(|c| &c.names));
+        for name in names {
+            if !out.contains(name) {
+                out.push(name.clone());
+            }
+        }
+        out
+    }
+
     /// The size of the shared id space.
     pub fn id_space(&self) -> usize {
         self.id_ranges().iter().map(|r| r.1 as usize).sum()
     }
 
     /// (offset, buckets) of each categorical then crossed column in the shared id space.
-    fn id_ranges(&self) -> Vec<(u32, u32)> {
+    pub(crate) fn id_ranges(&self) -> Vec<(u32, u32)> {
         let buckets =
             self.categorical.iter().map(|c| c.buckets).chain(self.crossed.iter().map(|c| c.buckets));
         let mut offset = 0u32;
@@ -178,22 +217,8 @@ impl FeatureSpec {
     fn encode_with(&self, batch: &RecordBatch, need_label: bool) -> Result<Encoded> {
         self.validate()?;
         let rows = batch.num_rows();
-        let column = |name: &str| -> Result<&ArrayRef> {
-            batch.column_by_name(name).ok_or_else(|| {
-                TrainError::InvalidArgument(format!("the feature column '{name}' is not in the data"))
-            })
-        };
-        let mut out = Encoded { rows, ..Encoded::default() };
-
-        // Column by column into row-major order: each column is one strided pass.
-        let width = self.dense.len();
-        out.dense = vec![0.0; rows * width];
-        for (j, name) in self.dense.iter().enumerate() {
-            let values = floats(name, column(name)?, 0.0)?;
-            for (row, value) in out.dense.chunks_exact_mut(width).zip(values.iter()) {
-                row[j] = *value;
-            }
-        }
+        let column = |name: &str| find_column(batch, name);
+        let mut out = Encoded { rows, dense: self.dense_values(batch)?, ..Encoded::default() };
 
         let hashes = |name: &str| hash_column(name, column(name)?);
         let categorical: Vec<Vec<u64>> =
@@ -203,7 +228,7 @@ impl FeatureSpec {
             .iter()
             .map(|c| {
                 let parts: Vec<Vec<u64>> = c.names.iter().map(|n| hashes(n)).collect::<Result<_>>()?;
-                Ok((0..rows).map(|r| parts.iter().fold(0x5171_u64, |h, p| mix(h ^ p[r]))).collect())
+                Ok((0..rows).map(|r| parts.iter().fold(CROSS_SEED, |h, p| mix(h ^ p[r]))).collect())
             })
             .collect::<Result<_>>()?;
         let ranges = self.id_ranges();
@@ -231,6 +256,52 @@ impl FeatureSpec {
         out.labels = floats(&self.label, labels, f32::NAN)?;
         Ok(out)
     }
+
+    /// The features of `batch` as the exported ONNX model takes them; the label is not read.
+    /// The ONNX graph hashes the keys exactly as [`FeatureSpec::encode`] hashes the values.
+    pub fn serving_inputs(&self, batch: &RecordBatch) -> Result<ServingInputs> {
+        self.validate()?;
+        let rows = batch.num_rows();
+        let names = self.key_columns();
+        let mut out = ServingInputs {
+            rows,
+            dense: self.dense_values(batch)?,
+            keys: vec![0; rows * names.len()],
+            missing: vec![false; rows * names.len()],
+        };
+        for (j, name) in names.iter().enumerate() {
+            let keys = key_column(name, find_column(batch, name)?)?;
+            let rows_out =
+                out.keys.chunks_exact_mut(names.len()).zip(out.missing.chunks_exact_mut(names.len()));
+            for ((key_row, missing_row), key) in rows_out.zip(keys) {
+                match key {
+                    Some(k) => key_row[j] = k as i64,
+                    None => missing_row[j] = true,
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `rows × dense` values, row after row, a missing value as 0.
+    fn dense_values(&self, batch: &RecordBatch) -> Result<Vec<f32>> {
+        // Column by column into row-major order: each column is one strided pass.
+        let width = self.dense.len();
+        let mut out = vec![0.0; batch.num_rows() * width];
+        for (j, name) in self.dense.iter().enumerate() {
+            let values = floats(name, find_column(batch, name)?, 0.0)?;
+            for (row, value) in out.chunks_exact_mut(width).zip(values.iter()) {
+                row[j] = *value;
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn find_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef> {
+    batch
+        .column_by_name(name)
+        .ok_or_else(|| TrainError::InvalidArgument(format!("the feature column '{name}' is not in the data")))
 }
 
 fn is_bytes(t: &DataType) -> bool {
@@ -259,26 +330,31 @@ fn floats(name: &str, array: &ArrayRef, missing: f32) -> Result<Vec<f32>> {
 
 /// Every value of a categorical column hashed to 64 bits; nulls get a hash of their own.
 fn hash_column(name: &str, array: &ArrayRef) -> Result<Vec<u64>> {
-    const NULL: u64 = 0x6e75_6c6c;
+    Ok(key_column(name, array)?.into_iter().map(|k| k.map_or(NULL_HASH, mix)).collect())
+}
+
+/// Every value of a categorical column as its 64-bit key (None for a null): an integer by
+/// its two's complement bits, bytes and strings by FNV-1a.
+fn key_column(name: &str, array: &ArrayRef) -> Result<Vec<Option<u64>>> {
     let t = array.data_type();
-    let hashed: Vec<u64> = if t.is_signed_integer() {
+    let keys: Vec<Option<u64>> = if t.is_signed_integer() {
         let cast = arrow::compute::cast(array, &DataType::Int64).expect("integers widen to int64");
         let v = cast.as_primitive::<Int64Type>();
-        (0..v.len()).map(|i| if v.is_null(i) { NULL } else { mix(v.value(i) as u64) }).collect()
+        (0..v.len()).map(|i| (!v.is_null(i)).then(|| v.value(i) as u64)).collect()
     } else if t.is_unsigned_integer() {
         let cast = arrow::compute::cast(array, &DataType::UInt64).expect("integers widen to uint64");
         let v = cast.as_primitive::<UInt64Type>();
-        (0..v.len()).map(|i| if v.is_null(i) { NULL } else { mix(v.value(i)) }).collect()
+        (0..v.len()).map(|i| (!v.is_null(i)).then(|| v.value(i))).collect()
     } else if is_bytes(t) {
         let cast = arrow::compute::cast(array, &DataType::LargeBinary).expect("strings are bytes");
         let v = cast.as_binary::<i64>();
-        (0..v.len()).map(|i| if v.is_null(i) { NULL } else { mix(fnv1a(v.value(i))) }).collect()
+        (0..v.len()).map(|i| (!v.is_null(i)).then(|| fnv1a(v.value(i)))).collect()
     } else {
         return Err(TrainError::InvalidArgument(format!(
             "categorical column '{name}' has type {t}: use integers, strings or bytes"
         )));
     };
-    Ok(hashed)
+    Ok(keys)
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {

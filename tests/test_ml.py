@@ -18,7 +18,6 @@ from pyspark.ml.evaluation import BinaryClassificationEvaluator, MulticlassClass
 from pyspark.ml.feature import StringIndexer, VectorAssembler
 from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
 from pyspark.sql import functions as F
-from safetensors.numpy import load_file
 
 import sparktrain as st
 from sparktrain.errors import InvalidArgumentError, PathExistsError
@@ -243,6 +242,9 @@ def test_cross_validator_picks_a_learning_rate_by_two_real_aucs(frame, model_dir
 
 
 def test_embeddings_are_the_exported_tables(spark, pipeline_model):
+    # Imported here: the PySpark 3.5 environment collects this file without the package.
+    from safetensors.numpy import load_file
+
     export_dir = pipeline_model.stages[-1].exportDir
     weights = load_file(export_dir.removeprefix("file://") + "/model.safetensors")
     tables = st.embeddings(spark, export_dir).toPandas()

@@ -67,6 +67,16 @@ def seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
     return number
 
 
+def positive_number(name: str, value: object) -> float:
+    """``value`` as a finite ``float`` greater than zero."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise refuse(name, value, "must be a number > 0")
+    number = float(value)
+    if not (number > 0 and math.isfinite(number)):  # also refuses NaN
+        raise refuse(name, value, "must be a finite number > 0")
+    return number
+
+
 def text(name: str, value: object) -> str:
     """``value`` as a non-empty ``str``."""
     if not isinstance(value, str):

@@ -15,6 +15,7 @@ __all__ = [
     "FEED_ERROR_FILE",
     "HYPERPARAMETERS",
     "LEARNING_RATES",
+    "LOSSES",
     "MAX_WAIT_SECONDS",
     "MODELS",
     "Communicator",
@@ -40,6 +41,7 @@ __all__ = [
     "Trainer",
     "TrainerConfig",
     "__version__",
+    "check_early_stopping",
     "export_onnx",
     "fs_configure",
     "fs_configured",
@@ -66,6 +68,7 @@ DEFAULT_MAX_RECORD_BYTES: int
 FEED_ERROR_FILE: str
 MAX_WAIT_SECONDS: int
 MODELS: list[str]
+LOSSES: list[str]
 LEARNING_RATES: list[tuple[str, float]]
 HYPERPARAMETERS: list[str]
 
@@ -366,6 +369,7 @@ class FeatureSpec:
         categorical: list[tuple[str, int]] = ...,
         crossed: list[tuple[list[str], int]] = ...,
         label: str = "label",
+        multi_hot: list[tuple[str, int, str]] = ...,
     ) -> FeatureSpec: ...
     @property
     def dense(self) -> list[str]: ...
@@ -377,9 +381,17 @@ class FeatureSpec:
     def label(self) -> str: ...
     @property
     def key_columns(self) -> list[str]: ...
+    @property
+    def multi_hot(self) -> list[tuple[str, int, str]]: ...
     def serving_inputs(
         self, batch: pa.RecordBatch
-    ) -> tuple[int, pa.Float32Array, pa.Int64Array, pa.BooleanArray]: ...
+    ) -> tuple[
+        int,
+        pa.Float32Array,
+        pa.Int64Array,
+        pa.BooleanArray,
+        list[tuple[int, pa.Int64Array, pa.BooleanArray]],
+    ]: ...
     def __eq__(self, value: object, /) -> bool: ...
 
 @final
@@ -406,6 +418,12 @@ class TrainerConfig:
         tensorboard_dir: str | None = None,
         log_every: int | None = None,
         device: str | None = None,
+        loss: str | None = None,
+        class_weight: list[float] | None = None,
+        lr_schedule: str | None = None,
+        clip_norm: float | None = None,
+        regularization: str | None = None,
+        cross_layers: int | None = None,
     ) -> TrainerConfig: ...
     @property
     def model(self) -> str: ...
@@ -413,6 +431,14 @@ class TrainerConfig:
     def classes(self) -> int: ...
     @property
     def loss(self) -> str: ...
+    @property
+    def class_weight(self) -> list[float] | None: ...
+    @property
+    def lr_schedule(self) -> str: ...
+    @property
+    def clip_norm(self) -> float | None: ...
+    @property
+    def regularization(self) -> str: ...
     @property
     def optimizer(self) -> str: ...
     @property
@@ -457,6 +483,7 @@ class Input:
 
 def infer_features(schema: pa.Schema, label: str, buckets: int = ...) -> FeatureSpec: ...
 def export_onnx(export_dir: str, out: str) -> None: ...
+def check_early_stopping(json: str) -> None: ...
 def onnx_signature(path: str) -> tuple[FeatureSpec, list[str]]: ...
 
 @final
@@ -481,7 +508,7 @@ class Metrics:
     @property
     def loss(self) -> float: ...
     @property
-    def accuracy(self) -> float: ...
+    def accuracy(self) -> float | None: ...
     @property
     def auc(self) -> float | None: ...
 
@@ -518,6 +545,12 @@ class FitSummary:
     def checkpoint(self) -> str | None: ...
     @property
     def first_step_at(self) -> float | None: ...
+    @property
+    def stopped_early(self) -> bool: ...
+    @property
+    def best(self) -> tuple[int, float] | None: ...
+    @property
+    def best_checkpoint(self) -> str | None: ...
 
 @final
 class Progress:
@@ -542,6 +575,8 @@ class Trainer:
         eval_every: int | None = ...,
         eval: Input | None = None,
         on_log: Callable[[LogLine], None] | None = None,
+        early_stopping: str | None = None,
+        on_eval: Callable[[EvalLine], object] | None = None,
     ) -> FitSummary: ...
     def evaluate(self, input: Input) -> Metrics: ...
     def export(self, dir: str) -> bool: ...

@@ -10,15 +10,19 @@ operators of opset 18. The graph takes, each shaped ``[batch, width]``:
 - ``keys`` (int64) and ``missing`` (bool): one column per key column (the categorical columns,
   then the other columns that crosses read, each once; ``FeatureSpec.key_columns`` and the
   model's ``sparktrain.key_columns`` metadata list them): the value's 64-bit key and whether it
-  is null (only for Wide&Deep and DeepFM, the models with embeddings).
+  is null (only for Wide&Deep, DeepFM and DCN, the models with embeddings);
+- ``bag_keys_<j>`` (int64) and ``bag_present_<j>`` (bool), for the spec's multi-hot column
+  ``j`` (in its order; the ``sparktrain.bag_columns`` metadata lists them), shaped
+  ``[batch, values]`` with ``values`` the batch's longest list: each row's values' keys from
+  the left, then padding, and which slots hold a value (for the models with embeddings).
 
 and gives ``scores`` (float32): ``[batch, 1]`` probabilities of a binary model, ``[batch,
-classes]`` of a softmax one. A value's key is the integer itself (an unsigned 64-bit value by its
+classes]`` of a softmax one, ``[batch, 1]`` outputs of a regression model. A value's key is the integer itself (an unsigned 64-bit value by its
 bit pattern), or FNV-1a 64 of a string's UTF-8 bytes (or of a binary value), as a signed
 int64; the key of a missing value is ignored. The graph hashes keys into ids exactly as the
 engine does; keying strings is the one step outside it, since no standard operator reads a
-string's bytes. :func:`onnx_inputs` builds all three inputs from Arrow data, by the engine's
-own code.
+string's bytes. :func:`onnx_inputs` builds every input from Arrow data, by the engine's own
+code.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ if TYPE_CHECKING:
 
 #: The names of the ONNX model's inputs and output.
 DENSE, KEYS, MISSING, SCORES = "dense", "keys", "missing", "scores"
+#: The prefixes of each multi-hot column's inputs (``bag_keys_0``, ``bag_present_0``...).
+BAG_KEYS, BAG_PRESENT = "bag_keys_", "bag_present_"
 
 
 def export_onnx(export_dir: str, out_path: str) -> str:
@@ -77,7 +83,7 @@ def onnx_inputs(
     if isinstance(data, pa.Table):
         data = _one_batch(data)
     _checks.instance("data", data, pa.RecordBatch, "a pyarrow RecordBatch or Table")
-    rows, dense, keys, missing = spec.serving_inputs(data)
+    rows, dense, keys, missing, bags = spec.serving_inputs(data)
     out: dict[str, np.ndarray] = {}
     if spec.dense:
         out[DENSE] = dense.to_numpy().reshape(rows, len(spec.dense))
@@ -85,6 +91,10 @@ def onnx_inputs(
     if width:
         out[KEYS] = keys.to_numpy().reshape(rows, width)
         out[MISSING] = np.asarray(missing.to_numpy(zero_copy_only=False), dtype=np.bool_).reshape(rows, width)
+    for j, (values, bag_keys, present) in enumerate(bags):
+        out[f"{BAG_KEYS}{j}"] = bag_keys.to_numpy().reshape(rows, values)
+        flags = np.asarray(present.to_numpy(zero_copy_only=False), dtype=np.bool_)
+        out[f"{BAG_PRESENT}{j}"] = flags.reshape(rows, values)
     return out if taken is None else {name: value for name, value in out.items() if name in taken}
 
 
@@ -136,6 +146,8 @@ def _pair(item: str) -> tuple[str, str]:
 
 
 __all__ = [
+    "BAG_KEYS",
+    "BAG_PRESENT",
     "DENSE",
     "KEYS",
     "MISSING",

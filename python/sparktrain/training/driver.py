@@ -11,7 +11,7 @@ from sparktrain._deps import require_spark
 from sparktrain.cluster.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF
 from sparktrain.errors import InvalidArgumentError
 from sparktrain.training.results import FeatureSpec, FitResult, TrainResult
-from sparktrain.training.trainer import DEFAULTS, Trainer, check_fit_arguments
+from sparktrain.training.trainer import DEFAULTS, EvalCallback, Trainer, check_fit_arguments
 
 if TYPE_CHECKING:
     from sparktrain.cluster.context import TrainerContext
@@ -49,6 +49,8 @@ def train(
     max_restarts: int = DEFAULT_MAX_RESTARTS,
     restart_backoff: float = DEFAULT_RESTART_BACKOFF,
     min_workers: int | None = None,
+    early_stopping: Mapping[str, Any] | None = None,
+    on_eval: EvalCallback | None = None,
     **hyperparameters: Any,
 ) -> TrainResult:
     """Trains ``model`` on ``num_workers`` Spark task slots in sync and returns the final
@@ -67,6 +69,11 @@ def train(
     resumes from the chief's latest checkpoint (``checkpoint_every`` steps bound the work
     redone). ``TrainResult.restarts`` lists what happened.
 
+    ``early_stopping`` and ``on_eval`` are ``fit``'s (see
+    :meth:`~sparktrain.training.Trainer.fit`): with ``restore_best`` (the default) the export
+    holds the best evaluation's model. ``on_eval`` is pickled to the trainers and runs on the
+    chief.
+
     Every argument is checked here, before any Spark job starts:
     :class:`~sparktrain.errors.InvalidArgumentError` names the one at fault."""
     from sparktrain.cluster import Cluster
@@ -80,7 +87,9 @@ def train(
         raise InvalidArgumentError(f"eval_data={eval_data!r}: give a path")
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
         raise InvalidArgumentError(f"num_workers={num_workers!r} must be a positive integer")
-    check_fit_arguments(epochs, steps, eval_every, sharding)
+    check_fit_arguments(epochs, steps, eval_every, sharding, early_stopping, eval_data)
+    if on_eval is not None and not callable(on_eval):
+        raise InvalidArgumentError(f"on_eval={on_eval!r}: must be callable: on_eval(step, metrics) -> bool")
     if export_dir is None and model_dir is not None:
         export_dir = model_dir.rstrip("/") + "/export"
     trainer_args: dict[str, Any] = {
@@ -104,6 +113,8 @@ def train(
             "eval_data": eval_data,
             "eval_every": eval_every,
             "sharding": sharding,
+            "early_stopping": early_stopping,
+            "on_eval": on_eval,
         },
         "export_dir": export_dir,
     }

@@ -23,13 +23,17 @@ class FeatureSpec:
 
     ``dense`` columns (any numeric type) are float values; ``categorical`` columns (integers,
     strings or bytes) are hashed into a number of ids each (``{"shop": 1000}``); ``crossed``
-    hashes tuples of columns together (``[(("shop", "city"), 10000)]``); ``label`` is 0/1 for
-    binary models or a class id."""
+    hashes tuples of columns together (``[(("shop", "city"), 10000)]``); ``multi_hot`` columns
+    (lists of integers, strings or bytes, of any length) hash each value into a number of ids
+    and pool a row's embeddings by ``"mean"`` (the default) or ``"sum"`` (``{"tags": 1000}``,
+    or ``[("tags", 1000, "sum")]``); ``label`` is 0/1 for binary models, a class id, or any
+    number for regression."""
 
     dense: tuple[str, ...] = ()
     categorical: tuple[tuple[str, int], ...] = ()
     crossed: tuple[tuple[tuple[str, ...], int], ...] = ()
     label: str = "label"
+    multi_hot: tuple[tuple[str, int, str], ...] = ()
 
     @classmethod
     def of(cls, value: FeatureSpec | Mapping[str, Any]) -> FeatureSpec:
@@ -37,10 +41,10 @@ class FeatureSpec:
         if isinstance(value, FeatureSpec):
             spec = value
         else:
-            unknown = set(value) - {"dense", "categorical", "crossed", "label"}
+            unknown = set(value) - {"dense", "categorical", "crossed", "label", "multi_hot"}
             if unknown:
                 raise InvalidArgumentError(f"features: unknown feature spec keys {sorted(unknown)}")
-            for key in ("dense", "categorical", "crossed"):
+            for key in ("dense", "categorical", "crossed", "multi_hot"):
                 # A bare string would be taken letter by letter.
                 if isinstance(value.get(key), str):
                     raise InvalidArgumentError(f"features[{key!r}]={value[key]!r}: give a list of columns")
@@ -54,6 +58,7 @@ class FeatureSpec:
                         (tuple(str(n) for n in names), int(b)) for names, b in value.get("crossed", ())
                     ),
                     label=str(value.get("label", "label")),
+                    multi_hot=_multi_hot(value.get("multi_hot", ())),
                 )
             except (TypeError, ValueError) as e:
                 raise InvalidArgumentError(f"features: {e}") from e
@@ -68,6 +73,7 @@ class FeatureSpec:
                 categorical=list(self.categorical),
                 crossed=[(list(names), buckets) for names, buckets in self.crossed],
                 label=self.label,
+                multi_hot=list(self.multi_hot),
             )
         except OverflowError as e:
             raise InvalidArgumentError(f"features: a bucket count does not fit 32 bits: {e}") from e
@@ -80,6 +86,7 @@ class FeatureSpec:
             categorical=tuple(spec.categorical),
             crossed=tuple((tuple(names), buckets) for names, buckets in spec.crossed),
             label=spec.label,
+            multi_hot=tuple(spec.multi_hot),
         )
 
     def to_json(self) -> str:
@@ -89,6 +96,7 @@ class FeatureSpec:
                 "dense": list(self.dense),
                 "categorical": [{"name": n, "buckets": b} for n, b in self.categorical],
                 "crossed": [{"names": list(n), "buckets": b} for n, b in self.crossed],
+                "multi_hot": [{"name": n, "buckets": b, "pooling": p} for n, b, p in self.multi_hot],
                 "label": self.label,
             }
         )
@@ -102,17 +110,31 @@ class FeatureSpec:
             categorical=tuple((c["name"], c["buckets"]) for c in d["categorical"]),
             crossed=tuple((tuple(c["names"]), c["buckets"]) for c in d["crossed"]),
             label=d["label"],
+            multi_hot=tuple((m["name"], m["buckets"], m.get("pooling", "mean")) for m in d.get("multi_hot", ())),
         )
+
+
+def _multi_hot(value: Any) -> tuple[tuple[str, int, str], ...]:
+    """The multi-hot columns as ``(name, buckets, pooling)``: from ``{name: buckets}`` (mean
+    pooling), or a list of ``(name, buckets)`` or ``(name, buckets, pooling)``."""
+    items = value.items() if isinstance(value, Mapping) else value
+    out = []
+    for item in items:
+        name, buckets, *rest = item
+        if len(rest) > 1:
+            raise InvalidArgumentError(f"features['multi_hot']: {item!r} has more than 3 parts")
+        out.append((str(name), int(buckets), str(rest[0]) if rest else "mean"))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
 class Metrics:
     """An evaluation over every trainer's share: the mean loss, the accuracy (threshold 0.5,
-    or the largest logit) and, for binary models, the AUC."""
+    or the largest logit; None for regression) and, for binary models, the AUC."""
 
     examples: int
     loss: float
-    accuracy: float
+    accuracy: float | None
     auc: float | None
 
     @classmethod
@@ -128,7 +150,10 @@ class FitResult:
     trainers; ``loss`` is the mean training loss of the last progress window; ``history``
     holds the progress lines (``step``, ``epoch``, ``loss``, ``examples_per_sec``,
     ``learning_rate``, ``wall_time``) and ``evaluations`` ``(step, Metrics)`` pairs;
-    ``first_step_at`` is the wall time (``time.time()``) when this call's first step ended."""
+    ``first_step_at`` is the wall time (``time.time()``) when this call's first step ended.
+    ``stopped_early`` says early stopping or ``on_eval`` ended training; ``best`` is the best
+    evaluation's ``(step, value)`` of early stopping's metric, and ``best_checkpoint`` the
+    folder of its checkpoint."""
 
     steps: int
     new_steps: int
@@ -142,6 +167,9 @@ class FitResult:
     evaluations: list[tuple[int, Metrics]] = field(default_factory=list)
     checkpoint: str | None = None
     first_step_at: float | None = None
+    stopped_early: bool = False
+    best: tuple[int, float] | None = None
+    best_checkpoint: str | None = None
 
     @classmethod
     def from_native(cls, s: _native.FitSummary) -> FitResult:
@@ -159,6 +187,9 @@ class FitResult:
             evaluations=[(e.step, Metrics.from_native(e.metrics)) for e in s.evaluations],
             checkpoint=s.checkpoint,
             first_step_at=s.first_step_at,
+            stopped_early=s.stopped_early,
+            best=s.best,
+            best_checkpoint=s.best_checkpoint,
         )
 
     @property

@@ -7,7 +7,8 @@ read from it when this module loads."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sparktrain import _checks, _native
@@ -22,6 +23,56 @@ DEFAULTS = _native.TrainerConfig()
 
 #: How the input is split among the trainers.
 SHARDINGS = ("static", "dynamic")
+
+#: What ``fit``'s ``on_eval`` is called with on the chief: the step and the evaluation's
+#: figures; a true return value stops training on every trainer.
+EvalCallback = Callable[[int, Metrics], object]
+
+
+def _json(parameter: str, value: Mapping[str, Any] | None) -> str | None:
+    """A dict setting as the JSON the engine reads (it checks the keys and values and names
+    ``parameter`` in its errors)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise _checks.refuse(parameter, value, "must be a dict")
+    try:
+        return json.dumps(dict(value))
+    except (TypeError, ValueError) as e:
+        raise _checks.refuse(parameter, value, f"cannot be read: {e}") from e
+
+
+def _class_weights(value: Mapping[int, float] | Sequence[float] | None, classes: int) -> list[float] | None:
+    """Keras's ``class_weight`` as one weight per class id: a dict leaves the classes it does
+    not name at 1.0; a list gives every class's weight in order."""
+    if value is None:
+        return None
+    count = 2 if classes == 1 else classes
+    try:
+        if isinstance(value, Mapping):
+            weights = [1.0] * count
+            for label, weight in value.items():
+                index = _checks.integer("class_weight key", label, minimum=0)
+                if index >= count:
+                    raise _checks.refuse(
+                        "class_weight", dict(value), f"class {index} is not among the {count} classes"
+                    )
+                weights[index] = float(weight)
+            return weights
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            raise _checks.refuse("class_weight", value, "must be a dict {class: weight} or a list")
+        return [float(w) for w in value]
+    except (TypeError, ValueError) as e:
+        raise _checks.refuse("class_weight", value, f"weights must be numbers: {e}") from e
+
+
+def early_stopping_json(early_stopping: Mapping[str, Any] | None) -> str | None:
+    """``early_stopping`` checked (``monitor``: ``loss``, ``accuracy`` or ``auc``; ``patience``,
+    ``min_delta``, ``restore_best``), as the JSON the engine reads."""
+    text = _json("early_stopping", early_stopping)
+    if text is not None:
+        _native.check_early_stopping(text)
+    return text
 
 
 def _rule(
@@ -61,13 +112,25 @@ class Trainer:
     data's schema: ``label`` is the label, floating-point columns are dense, integer and string
     columns categorical with ``buckets`` ids each. ``classes`` > 1 trains a softmax model.
 
+    ``loss`` is ``binary_cross_entropy`` (the default with one output),
+    ``softmax_cross_entropy`` (the default with ``classes`` > 1) or ``mean_squared_error``
+    (regression: the label is any number, the score the model's output). ``class_weight``
+    weighs each example's loss by its class, as in Keras (``{1: 5.0}``, or a list).
+
     Hyperparameters: ``optimizer`` (a name or a dict with ``name`` and its settings),
     ``learning_rate`` (the optimizer's default when None), and the optimizer's settings by
     name: ``momentum``, ``nesterov``, ``weight_decay``, ``beta1``, ``beta2``, ``eps``, ``l1``,
     ``l2``, ``initial_accumulator``; ``wide_optimizer`` and ``wide_learning_rate`` for the
     wide part; ``sparse_tables`` (update only the embedding rows a step touched, the "lazy"
     form for momentum and Adam). ``hidden`` and ``dim`` shape the model (None: the model's
-    own default).
+    own default); ``cross_layers`` sets DCN's cross layers.
+
+    Every step's gradient can be shaped three ways, the same on every trainer:
+    ``lr_schedule`` multiplies the step size (``{"name": "cosine", "steps": 10000, "alpha":
+    0.0, "warmup_steps": 500}``; also ``"step"`` and ``"exponential"`` with ``every`` and
+    ``rate``, and ``"constant"`` for a warm-up alone); ``regularization`` adds L1/L2 penalties
+    per group (``{"kernel": {"l2": 1e-4}, "bias": {...}, "embedding": {"l1": 1e-6}}``);
+    ``clip_norm`` clips the whole gradient to that global L2 norm.
 
     The chief checkpoints into ``model_dir`` every ``checkpoint_every`` steps and at the end
     (``keep_checkpoints`` kept, shards of at most ``max_shard_bytes``), and training resumes
@@ -107,6 +170,12 @@ class Trainer:
         log_every: int = DEFAULTS.log_every,
         threads: int = DEFAULTS.threads,
         device: str = DEFAULTS.device,
+        loss: str | None = None,
+        class_weight: Mapping[int, float] | Sequence[float] | None = None,
+        lr_schedule: Mapping[str, Any] | None = None,
+        clip_norm: float | None = None,
+        regularization: Mapping[str, Any] | None = None,
+        cross_layers: int | None = None,
         **hyperparameters: float,
     ) -> None:
         unknown = set(hyperparameters) - set(_native.HYPERPARAMETERS)
@@ -130,6 +199,9 @@ class Trainer:
             _checks.integer(name, value, minimum=1)
         _checks.optional_integer("checkpoint_every", checkpoint_every, minimum=1)
         _checks.optional_integer("dim", dim, minimum=1)
+        _checks.optional_integer("cross_layers", cross_layers, minimum=1)
+        if clip_norm is not None:
+            _checks.positive_number("clip_norm", clip_norm)
         shape: object = hidden  # typed as a sequence, but users pass anything
         if shape is not None and (isinstance(shape, str) or not isinstance(shape, Sequence)):
             raise _checks.refuse("hidden", hidden, "must be a sequence of layer widths")
@@ -161,6 +233,12 @@ class Trainer:
                 tensorboard_dir=resolve(tensorboard_dir) if tensorboard_dir else None,
                 log_every=log_every,
                 device=device,
+                loss=loss,
+                class_weight=_class_weights(class_weight, classes),
+                lr_schedule=_json("lr_schedule", lr_schedule),
+                clip_norm=None if clip_norm is None else float(clip_norm),
+                regularization=_json("regularization", regularization),
+                cross_layers=cross_layers,
             )
         except (OverflowError, TypeError) as e:
             # pyo3 refuses a negative count or a wrong type before the engine sees it.
@@ -240,16 +318,39 @@ class Trainer:
         eval_data: str | None = None,
         eval_every: int | None = None,
         sharding: str = "static",
+        early_stopping: Mapping[str, Any] | None = None,
+        on_eval: EvalCallback | None = None,
     ) -> FitResult:
         """Trains for ``epochs`` passes over ``data`` (counted from the start of training, so
         a resumed run finishes the remaining ones), or until ``steps`` steps in all;
-        evaluates on ``eval_data`` every ``eval_every`` steps and at the end."""
-        check_fit_arguments(epochs, steps, eval_every, sharding)
+        evaluates on ``eval_data`` every ``eval_every`` steps and at the end.
+
+        ``early_stopping`` stops when an evaluation metric stops improving, as Keras's
+        ``EarlyStopping``: ``{"monitor": "auc", "patience": 2, "min_delta": 0.0,
+        "restore_best": True}`` (``monitor`` is ``loss``, ``accuracy`` or ``auc``;
+        ``patience`` counts evaluations). The chief keeps the best model's checkpoint in
+        ``<model_dir>/best``, and with ``restore_best`` training ends with its weights, so
+        ``export`` writes the best model. ``on_eval(step, metrics)`` runs on the chief at every
+        evaluation; a true return value stops every trainer there."""
+        check_fit_arguments(epochs, steps, eval_every, sharding, early_stopping, eval_data)
+        if on_eval is not None and not callable(on_eval):
+            raise _checks.refuse("on_eval", on_eval, "must be callable: on_eval(step, metrics) -> bool")
         input = self._input(data, sharding)
         trainer = self._trainer(input)
         evaluation = self._input(eval_data) if eval_data is not None else None
+
+        def chief_sees(line: _native.EvalLine) -> object:
+            return on_eval(line.step, Metrics.from_native(line.metrics)) if on_eval is not None else False
+
         summary = trainer.fit(
-            input, epochs=epochs, max_steps=steps, eval_every=eval_every, eval=evaluation, on_log=self._report
+            input,
+            epochs=epochs,
+            max_steps=steps,
+            eval_every=eval_every,
+            eval=evaluation,
+            on_log=self._report,
+            early_stopping=early_stopping_json(early_stopping),
+            on_eval=chief_sees if on_eval is not None else None,
         )
         return FitResult.from_native(summary)
 
@@ -285,10 +386,21 @@ class Trainer:
             self._native.close()
 
 
-def check_fit_arguments(epochs: int, steps: int | None, eval_every: int | None, sharding: str) -> None:
+def check_fit_arguments(
+    epochs: int,
+    steps: int | None,
+    eval_every: int | None,
+    sharding: str,
+    early_stopping: Mapping[str, Any] | None = None,
+    eval_data: object = None,
+) -> None:
     """Refuses ``fit``'s arguments that cannot work, naming the parameter."""
     _checks.integer("epochs", epochs, minimum=0)
     _checks.optional_integer("steps", steps, minimum=0)
     _checks.optional_integer("eval_every", eval_every, minimum=1)
     if sharding not in SHARDINGS:
         raise InvalidArgumentError(f"sharding={sharding!r}: use one of {list(SHARDINGS)}")
+    if early_stopping is not None:
+        early_stopping_json(early_stopping)
+        if eval_data is None:
+            raise _checks.refuse("early_stopping", early_stopping, "needs eval_data to watch")

@@ -14,10 +14,12 @@ use arrow::pyarrow::{FromPyArrow, ToPyArrow};
 use pyo3::prelude::*;
 use sparktrain_cluster::TaskClient;
 use sparktrain_train::features::DEFAULT_BUCKETS;
-use sparktrain_train::named::{HYPERPARAMETERS, LEARNING_RATES, MODELS};
+use sparktrain_train::features::{MultiHot, Pooling};
+use sparktrain_train::named::{HYPERPARAMETERS, LEARNING_RATES, LOSSES, MODELS};
 use sparktrain_train::{
-    Categorical, Crossed, Exported, FitOptions, Input as RustInput, LogLine as RustLogLine, ModelKind,
-    OptimizerConfig, Rule, TrainError, Trainer as RustTrainer, WorkQueue,
+    Categorical, Crossed, EarlyStopping, EvalLine as RustEvalLine, Exported, FitOptions, Hooks,
+    Input as RustInput, LogLine as RustLogLine, Loss, ModelKind, OptimizerConfig, Regularization, Rule,
+    Schedule, TrainError, Trainer as RustTrainer, WorkQueue,
 };
 
 use crate::cluster::ControlClient;
@@ -80,13 +82,31 @@ pub struct FeatureSpec {
 impl FeatureSpec {
     /// Checks the spec (buckets, duplicate names, the id space) as it is built.
     #[new]
-    #[pyo3(signature = (dense=Vec::new(), categorical=Vec::new(), crossed=Vec::new(), label="label"))]
+    #[pyo3(signature = (
+        dense=Vec::new(), categorical=Vec::new(), crossed=Vec::new(), label="label", multi_hot=Vec::new(),
+    ))]
     fn new(
         dense: Vec<String>,
         categorical: Vec<(String, u32)>,
         crossed: Vec<(Vec<String>, u32)>,
         label: &str,
+        multi_hot: Vec<(String, u32, String)>,
     ) -> Result<Self> {
+        let multi_hot = multi_hot
+            .into_iter()
+            .map(|(name, buckets, pooling)| {
+                let pooling = match pooling.as_str() {
+                    "sum" => Pooling::Sum,
+                    "mean" => Pooling::Mean,
+                    other => {
+                        return Err(Error::invalid(format!(
+                            "multi-hot column '{name}': pooling '{other}', use 'sum' or 'mean'"
+                        )));
+                    }
+                };
+                Ok(MultiHot { name, buckets, pooling })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let inner = sparktrain_train::FeatureSpec {
             dense,
             categorical: categorical
@@ -94,6 +114,7 @@ impl FeatureSpec {
                 .map(|(name, buckets)| Categorical { name, buckets })
                 .collect(),
             crossed: crossed.into_iter().map(|(names, buckets)| Crossed { names, buckets }).collect(),
+            multi_hot,
             label: label.to_string(),
         };
         inner.validate()?;
@@ -118,6 +139,16 @@ impl FeatureSpec {
         self.inner.crossed.iter().map(|c| (c.names.clone(), c.buckets)).collect()
     }
 
+    /// `(column, buckets, pooling)` for each multi-hot (list) column; pooling is `sum` or `mean`.
+    #[getter]
+    fn multi_hot(&self) -> Vec<(String, u32, &'static str)> {
+        let name = |p: Pooling| match p {
+            Pooling::Sum => "sum",
+            Pooling::Mean => "mean",
+        };
+        self.inner.multi_hot.iter().map(|m| (m.name.clone(), m.buckets, name(m.pooling))).collect()
+    }
+
     /// The label column.
     #[getter]
     fn label(&self) -> String {
@@ -131,30 +162,49 @@ impl FeatureSpec {
     }
 
     /// The features of a `pyarrow.RecordBatch` as the exported ONNX model takes them:
-    /// `(rows, dense, keys, missing)`, flat `pyarrow` arrays (float32, int64, bool) row after
-    /// row.
+    /// `(rows, dense, keys, missing, bags)`, flat `pyarrow` arrays (float32, int64, bool) row
+    /// after row, and for each multi-hot column `(width, keys, present)`.
     #[allow(clippy::type_complexity)]
     fn serving_inputs<'py>(
         &self,
         py: Python<'py>,
         batch: &Bound<'py, PyAny>,
-    ) -> Result<(usize, Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    ) -> Result<(
+        usize,
+        Bound<'py, PyAny>,
+        Bound<'py, PyAny>,
+        Bound<'py, PyAny>,
+        Vec<(usize, Bound<'py, PyAny>, Bound<'py, PyAny>)>,
+    )> {
         let batch = RecordBatch::from_pyarrow_bound(batch)?;
         let inputs = detach(py, || self.inner.serving_inputs(&batch))?;
+        let bags = inputs
+            .bags
+            .into_iter()
+            .map(|b| {
+                Ok((
+                    b.width,
+                    Int64Array::from(b.keys).to_data().to_pyarrow(py)?,
+                    BooleanArray::from(b.present).to_data().to_pyarrow(py)?,
+                ))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
         Ok((
             inputs.rows,
             Float32Array::from(inputs.dense).to_data().to_pyarrow(py)?,
             Int64Array::from(inputs.keys).to_data().to_pyarrow(py)?,
             BooleanArray::from(inputs.missing).to_data().to_pyarrow(py)?,
+            bags,
         ))
     }
 
     fn __repr__(&self) -> String {
         format!(
-            "FeatureSpec(dense={:?}, categorical={:?}, crossed={:?}, label={:?})",
+            "FeatureSpec(dense={:?}, categorical={:?}, crossed={:?}, multi_hot={:?}, label={:?})",
             self.dense(),
             self.categorical(),
             self.crossed(),
+            self.multi_hot(),
             self.inner.label
         )
     }
@@ -173,6 +223,12 @@ pub struct TrainerConfig {
 /// `(name, learning rate, settings)` of an update rule as Python gives it.
 type RuleArgs = (String, Option<f64>, BTreeMap<String, f64>);
 
+/// A setting given as JSON by the Python layer (a dict there), read into the engine's own
+/// type, which holds its defaults and refuses unknown keys; `parameter` names it in errors.
+fn from_json<T: serde::de::DeserializeOwned>(parameter: &str, json: &str) -> Result<T> {
+    serde_json::from_str(json).map_err(|e| Error::invalid(format!("{parameter}: {e}")))
+}
+
 #[pymethods]
 impl TrainerConfig {
     #[new]
@@ -181,7 +237,8 @@ impl TrainerConfig {
         *, model="mlp", classes=1, hidden=None, dim=None, optimizer=("adam".to_string(), None, BTreeMap::new()),
         wide_optimizer=None, sparse_tables=None, threads=None, batch_size=None, shuffle_buffer=None,
         prefetch=None, seed=None, model_dir=None, checkpoint_every=None, keep_checkpoints=None,
-        max_shard_bytes=None, tensorboard_dir=None, log_every=None, device=None,
+        max_shard_bytes=None, tensorboard_dir=None, log_every=None, device=None, loss=None,
+        class_weight=None, lr_schedule=None, clip_norm=None, regularization=None, cross_layers=None,
     ))]
     fn new(
         model: &str,
@@ -203,17 +260,29 @@ impl TrainerConfig {
         tensorboard_dir: Option<String>,
         log_every: Option<u64>,
         device: Option<String>,
+        loss: Option<&str>,
+        class_weight: Option<Vec<f32>>,
+        lr_schedule: Option<&str>,
+        clip_norm: Option<f32>,
+        regularization: Option<&str>,
+        cross_layers: Option<usize>,
     ) -> Result<Self> {
         let rule = |(name, lr, settings): &RuleArgs| Rule::named(name, *lr, settings);
         let mut optimizers = OptimizerConfig::new(rule(&optimizer)?);
         optimizers.wide = wide_optimizer.as_ref().map(rule).transpose()?;
         optimizers.threads = threads.unwrap_or(optimizers.threads);
         optimizers.sparse_tables = sparse_tables.unwrap_or(optimizers.sparse_tables);
-        let model = ModelKind::named(model, classes, hidden, dim)?;
-        let mut config = sparktrain_train::TrainerConfig::new(model, optimizers);
-        if classes > 1 {
-            config.loss = sparktrain_train::Loss::SoftmaxCrossEntropy;
+        optimizers.clip_norm = clip_norm;
+        if let Some(json) = lr_schedule {
+            optimizers.schedule = from_json::<Schedule>("lr_schedule", json)?;
         }
+        if let Some(json) = regularization {
+            optimizers.regularization = from_json::<Regularization>("regularization", json)?;
+        }
+        let model = ModelKind::named(model, classes, hidden, dim, cross_layers)?;
+        let mut config = sparktrain_train::TrainerConfig::new(model, optimizers);
+        config.loss = Loss::named(loss, classes)?;
+        config.class_weights = class_weight;
         macro_rules! given {
             ($($field:ident),*) => {
                 $(if let Some(value) = $field {
@@ -250,10 +319,34 @@ impl TrainerConfig {
         self.classes
     }
 
-    /// `binary_cross_entropy` or `softmax_cross_entropy`.
+    /// `binary_cross_entropy`, `softmax_cross_entropy` or `mean_squared_error`.
     #[getter]
     fn loss(&self) -> &'static str {
         self.inner.loss.name()
+    }
+
+    /// Each class's weight in the loss, if given.
+    #[getter]
+    fn class_weight(&self) -> Option<Vec<f32>> {
+        self.inner.class_weights.clone()
+    }
+
+    /// The learning-rate schedule, as JSON.
+    #[getter]
+    fn lr_schedule(&self) -> String {
+        serde_json::to_string(&self.inner.optimizer.schedule).expect("a schedule serializes")
+    }
+
+    /// The global gradient norm steps are clipped to, if any.
+    #[getter]
+    fn clip_norm(&self) -> Option<f32> {
+        self.inner.optimizer.clip_norm
+    }
+
+    /// The L1/L2 penalties per group, as JSON.
+    #[getter]
+    fn regularization(&self) -> String {
+        serde_json::to_string(&self.inner.optimizer.regularization).expect("penalties serialize")
     }
 
     /// The optimizer's name.
@@ -440,7 +533,7 @@ impl From<&RustLogLine> for LogLine {
 }
 
 /// An evaluation over every worker's share: the mean loss, the accuracy (threshold 0.5, or
-/// the largest logit) and, for binary models, the AUC.
+/// the largest logit; None for regression) and, for binary models, the AUC.
 #[pyclass(module = "sparktrain._native", frozen, skip_from_py_object, get_all)]
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -448,8 +541,8 @@ pub struct Metrics {
     examples: u64,
     /// Mean loss.
     loss: f64,
-    /// Fraction predicted right.
-    accuracy: f64,
+    /// Fraction predicted right (None for regression).
+    accuracy: Option<f64>,
     /// Area under the ROC curve (None for softmax models or one class only).
     auc: Option<f64>,
 }
@@ -468,6 +561,12 @@ pub struct EvalLine {
     step: u64,
     /// Its figures.
     metrics: Metrics,
+}
+
+impl From<&RustEvalLine> for EvalLine {
+    fn from(e: &RustEvalLine) -> Self {
+        EvalLine { step: e.step, metrics: e.metrics.into() }
+    }
 }
 
 /// What `Trainer.fit` did.
@@ -498,6 +597,12 @@ pub struct FitSummary {
     checkpoint: Option<String>,
     /// Seconds since the Unix epoch when this call's first step ended.
     first_step_at: Option<f64>,
+    /// Whether training stopped before its epochs or steps were done.
+    stopped_early: bool,
+    /// The best evaluation's step and metric value (early stopping).
+    best: Option<(u64, f64)>,
+    /// The best model's checkpoint folder, when there is a `model_dir`.
+    best_checkpoint: Option<String>,
 }
 
 impl From<sparktrain_train::FitSummary> for FitSummary {
@@ -512,13 +617,12 @@ impl From<sparktrain_train::FitSummary> for FitSummary {
             loss: s.loss,
             resumed_from: s.resumed_from,
             history: s.history.iter().map(LogLine::from).collect(),
-            evaluations: s
-                .evaluations
-                .into_iter()
-                .map(|e| EvalLine { step: e.step, metrics: e.metrics.into() })
-                .collect(),
+            evaluations: s.evaluations.iter().map(EvalLine::from).collect(),
             checkpoint: s.checkpoint,
             first_step_at: s.first_step_at,
+            stopped_early: s.stopped_early,
+            best: s.best.map(|b| (b.step, b.value)),
+            best_checkpoint: s.best_checkpoint,
         }
     }
 }
@@ -563,10 +667,13 @@ impl Trainer {
 
     /// Trains on `input` for `epochs` passes (counted from the start of training) or until
     /// `max_steps` steps in all, evaluating on `eval` every `eval_every` steps and at the end;
-    /// `on_log(line)` gets every progress line.
+    /// `on_log(line)` gets every progress line. `early_stopping` (JSON of the engine's
+    /// `EarlyStopping`) stops when an evaluation metric stops improving; on the chief,
+    /// `on_eval(line)` sees every evaluation and stops every worker by returning true.
     #[pyo3(signature = (
         input, *, epochs=FitOptions::default().epochs, max_steps=FitOptions::default().max_steps,
-        eval_every=FitOptions::default().eval_every, eval=None, on_log=None,
+        eval_every=FitOptions::default().eval_every, eval=None, on_log=None, early_stopping=None,
+        on_eval=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn fit(
@@ -578,29 +685,48 @@ impl Trainer {
         eval_every: Option<u64>,
         eval: Option<&Input>,
         on_log: Option<Py<PyAny>>,
+        early_stopping: Option<&str>,
+        on_eval: Option<Py<PyAny>>,
     ) -> Result<FitSummary> {
         if eval_every == Some(0) {
             return Err(Error::invalid("eval_every=0 must be at least 1"));
         }
-        let options = FitOptions { epochs, max_steps, eval_every };
+        let early_stopping =
+            early_stopping.map(|json| from_json::<EarlyStopping>("early_stopping", json)).transpose()?;
+        let options = FitOptions { epochs, max_steps, eval_every, early_stopping };
         let (input, eval) = (input.inner.clone(), eval.map(|e| e.inner.clone()));
         let raised: Mutex<Option<PyErr>> = Mutex::new(None);
+        // Runs a Python callback with the GIL; an exception it raises (Ctrl-C included) is kept
+        // for the caller and stops training.
+        let call = |callback: &dyn Fn(Python<'_>) -> PyResult<bool>| -> sparktrain_train::Result<bool> {
+            let outcome = Python::attach(|py| -> PyResult<bool> {
+                py.check_signals()?;
+                callback(py)
+            });
+            outcome.map_err(|e| {
+                *lock(&raised) = Some(e);
+                TrainError::InvalidArgument("training was interrupted".into())
+            })
+        };
         let summary = detach(py, || {
             let mut trainer = lock(&self.inner);
-            let mut hook = |line: &RustLogLine| -> sparktrain_train::Result<()> {
-                let outcome = Python::attach(|py| -> PyResult<()> {
-                    py.check_signals()?;
+            let mut log_hook = |line: &RustLogLine| -> sparktrain_train::Result<()> {
+                call(&|py| {
                     if let Some(callback) = &on_log {
                         callback.call1(py, (LogLine::from(line),))?;
                     }
-                    Ok(())
-                });
-                outcome.map_err(|e| {
-                    *lock(&raised) = Some(e);
-                    TrainError::InvalidArgument("training was interrupted".into())
+                    Ok(false)
+                })
+                .map(drop)
+            };
+            let mut eval_hook = |line: &RustEvalLine| -> sparktrain_train::Result<bool> {
+                call(&|py| match &on_eval {
+                    Some(callback) => callback.bind(py).call1((EvalLine::from(line),))?.is_truthy(),
+                    None => Ok(false),
                 })
             };
-            trainer.fit(&input, &options, eval.as_deref(), &mut hook)
+            let mut hooks = Hooks { on_log: &mut log_hook, on_eval: Some(&mut eval_hook) };
+            trainer.fit(&input, &options, eval.as_deref(), &mut hooks)
         });
         if let Some(e) = raised.into_inner().unwrap_or_else(|p| p.into_inner()) {
             return Err(e.into());
@@ -698,6 +824,14 @@ impl ExportedModel {
     }
 }
 
+/// Checks early stopping's settings (JSON of the engine's `EarlyStopping`), so the driver
+/// refuses bad ones before any Spark job starts.
+#[pyfunction]
+fn check_early_stopping(json: &str) -> Result<()> {
+    from_json::<EarlyStopping>("early_stopping", json)?.validate()?;
+    Ok(())
+}
+
 /// Writes the ONNX model of the export folder `export_dir` to the file `out` (both any
 /// storage URL).
 #[pyfunction]
@@ -727,10 +861,12 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Progress>()?;
     m.add_function(wrap_pyfunction!(infer_features, m)?)?;
     m.add_function(wrap_pyfunction!(export_onnx, m)?)?;
+    m.add_function(wrap_pyfunction!(check_early_stopping, m)?)?;
     m.add_function(wrap_pyfunction!(onnx_signature, m)?)?;
     m.add("DEFAULT_BUCKETS", DEFAULT_BUCKETS)?;
     m.add("FEED_ERROR_FILE", sparktrain_train::input::FEED_ERROR_FILE)?;
     m.add("MODELS", MODELS.to_vec())?;
+    m.add("LOSSES", LOSSES.to_vec())?;
     m.add("LEARNING_RATES", LEARNING_RATES.to_vec())?;
     m.add("HYPERPARAMETERS", HYPERPARAMETERS.to_vec())?;
     Ok(())

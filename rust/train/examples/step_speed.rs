@@ -22,6 +22,7 @@ fn main() {
         ids: None,
         id_width: 0,
         labels: Tensor::from_vec(y, rows, &Device::Cpu).unwrap(),
+        bags: None,
     };
     let model = Mlp::new(inputs, &[256, 256], 1, 1).unwrap();
     let optimizer = OptimizerConfig::new(Rule::adam(1e-3));

@@ -1,12 +1,12 @@
 //! A batch as a model takes it (dense features, embedding ids and labels as tensors), and the
-//! [`Lookup`] of the embedding rows it touches.
+//! [`Lookup`] of the embedding rows it touches, which also pools multi-hot columns.
 
 use std::collections::BTreeMap;
 
-use candle_core::{Device, Tensor, Var};
+use candle_core::{DType, Device, Tensor, Var};
 
 use crate::error::{Result, TrainError};
-use crate::features::Encoded;
+use crate::features::{Encoded, Pooling};
 use crate::params::Entry;
 use crate::rows::gather_rows;
 
@@ -20,6 +20,26 @@ pub struct Batch {
     pub id_width: usize,
     /// `[rows]` labels (0/1 floats or class ids, as the loss wants).
     pub labels: Tensor,
+    /// The multi-hot columns' ids, for models with embeddings.
+    pub bags: Option<Bags>,
+}
+
+/// A batch's multi-hot ids: every row's lists, one per multi-hot column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bags {
+    /// `rows × width` counts of ids, row after row.
+    pub lengths: Vec<u32>,
+    /// The ids, in the order of `lengths`.
+    pub ids: Vec<u32>,
+    /// Each column's pooling (`width` of them).
+    pub pooling: Vec<Pooling>,
+}
+
+impl Bags {
+    /// Multi-hot columns per row.
+    pub fn width(&self) -> usize {
+        self.pooling.len()
+    }
 }
 
 impl Batch {
@@ -33,11 +53,17 @@ impl Batch {
         let rows = encoded.rows;
         let dense_width = encoded.dense.len().checked_div(rows).unwrap_or(0);
         let id_width = encoded.ids.len().checked_div(rows).unwrap_or(0);
+        let bags = (!encoded.pooling.is_empty()).then(|| Bags {
+            lengths: encoded.bag_lengths.clone(),
+            ids: encoded.bag_ids.clone(),
+            pooling: encoded.pooling.clone(),
+        });
         Ok(Batch {
             dense: Tensor::from_slice(&encoded.dense, (rows, dense_width), device)?,
             ids: (id_width > 0).then(|| encoded.ids.clone()),
             id_width,
             labels: Tensor::from_slice(&encoded.labels, rows, device)?,
+            bags,
         })
     }
 
@@ -57,22 +83,46 @@ pub struct Lookup {
     pub local: Tensor,
     /// Per table name: `[unique, dim]`, the table's rows for `unique`.
     pub rows: BTreeMap<String, Var>,
+    /// The multi-hot ids, placed for pooling.
+    bags: Option<PooledBags>,
+}
+
+/// Where a batch's multi-hot ids go when pooled: `rows × width` bags, bag `r · width + j`
+/// holding row `r`'s ids of column `j`.
+struct PooledBags {
+    rows: usize,
+    width: usize,
+    /// `[ids]`: each id's index in `unique` (None when every bag is empty).
+    local: Option<Tensor>,
+    /// `[ids]`: each id's bag.
+    bag_of: Option<Tensor>,
+    /// `[bags, 1]`: the factor on each bag's sum (1, or 1/count for a mean).
+    scale: Tensor,
 }
 
 impl Lookup {
     /// Gathers the rows of `batch`'s ids from every table among `entries`, whose values are
     /// in `weights`, onto the batch's device; None when the batch has no ids.
     pub fn gather(batch: &Batch, entries: &[Entry], weights: &[f32]) -> Result<Option<Lookup>> {
-        let Some(ids) = &batch.ids else { return Ok(None) };
+        if batch.ids.is_none() && batch.bags.is_none() {
+            return Ok(None);
+        }
+        let no_ids = Vec::new();
+        let ids = batch.ids.as_ref().unwrap_or(&no_ids);
+        let bag_ids = batch.bags.as_ref().map_or(&no_ids, |b| &b.ids);
         let device = batch.dense.device();
         let rows = batch.rows()?;
-        let mut unique = ids.clone();
+        let mut unique: Vec<u32> = ids.iter().chain(bag_ids).copied().collect();
         unique.sort_unstable();
         unique.dedup();
-        let local: Vec<u32> = ids
-            .iter()
-            .map(|id| unique.binary_search(id).expect("every id is among the distinct ids") as u32)
-            .collect();
+        let position =
+            |id: &u32| unique.binary_search(id).expect("every id is among the distinct ids") as u32;
+        let local: Vec<u32> = ids.iter().map(position).collect();
+        let bags = batch
+            .bags
+            .as_ref()
+            .map(|b| PooledBags::new(b, rows, bag_ids.iter().map(position).collect(), device))
+            .transpose()?;
         let mut tables = BTreeMap::new();
         for entry in entries.iter().filter(|e| e.table) {
             let (size, width) = (entry.shape[0], entry.row_width());
@@ -90,17 +140,88 @@ impl Lookup {
             let var = Var::from_vec(values, (unique.len(), width), device)?;
             tables.insert(entry.name.clone(), var);
         }
-        let local = Tensor::from_vec(local, (rows, batch.id_width), device)?;
-        Ok(Some(Lookup { unique, local, rows: tables }))
+        let id_width = if batch.ids.is_some() { batch.id_width } else { 0 };
+        let local = Tensor::from_vec(local, (rows, id_width), device)?;
+        Ok(Some(Lookup { unique, local, rows: tables, bags }))
     }
 
-    /// `[rows, ids, dim]`: each of the batch's ids looked up in `table`.
+    /// `[rows, fields, dim]`: each of the batch's ids looked up in `table`, then each
+    /// multi-hot column's rows of it pooled into one.
     pub fn embed(&self, table: &str) -> Result<Tensor> {
         let var = self.rows.get(table).ok_or_else(|| {
             TrainError::InvalidArgument(format!("the lookup holds no rows of table '{table}'"))
         })?;
         let (rows, width) = self.local.dims2()?;
         let dim = var.dim(1)?;
-        Ok(var.as_tensor().index_select(&self.local.flatten_all()?, 0)?.reshape((rows, width, dim))?)
+        let single = if width > 0 {
+            Some(var.as_tensor().index_select(&self.local.flatten_all()?, 0)?.reshape((rows, width, dim))?)
+        } else {
+            None
+        };
+        let pooled = self.bags.as_ref().map(|b| b.pool(var.as_tensor(), dim)).transpose()?;
+        Ok(match (single, pooled) {
+            (Some(s), Some(p)) => Tensor::cat(&[&s, &p], 1)?,
+            (Some(s), None) => s,
+            (None, Some(p)) => p,
+            (None, None) => Tensor::zeros((rows, 0, dim), DType::F32, var.device())?,
+        })
+    }
+}
+
+impl PooledBags {
+    /// `bags` placed for pooling, `local` holding each of their ids' index in the lookup.
+    fn new(bags: &Bags, rows: usize, local: Vec<u32>, device: &Device) -> Result<Self> {
+        let width = bags.width();
+        if bags.lengths.len() != rows * width {
+            return Err(TrainError::InvalidArgument(format!(
+                "{} multi-hot counts for {rows} rows of {width} columns",
+                bags.lengths.len()
+            )));
+        }
+        let bag_of: Vec<u32> = bags
+            .lengths
+            .iter()
+            .enumerate()
+            .flat_map(|(bag, &n)| std::iter::repeat_n(bag as u32, n as usize))
+            .collect();
+        if bag_of.len() != local.len() {
+            return Err(TrainError::InvalidArgument(format!(
+                "the multi-hot counts add up to {}, the batch has {} ids",
+                bag_of.len(),
+                local.len()
+            )));
+        }
+        let scale: Vec<f32> = bags
+            .lengths
+            .iter()
+            .enumerate()
+            .map(|(bag, &n)| match bags.pooling[bag % width] {
+                Pooling::Mean if n > 0 => 1.0 / n as f32,
+                _ => 1.0,
+            })
+            .collect();
+        let n = local.len();
+        let (local, bag_of) = if n == 0 {
+            (None, None)
+        } else {
+            (Some(Tensor::from_vec(local, n, device)?), Some(Tensor::from_vec(bag_of, n, device)?))
+        };
+        Ok(PooledBags {
+            rows,
+            width,
+            local,
+            bag_of,
+            scale: Tensor::from_vec(scale, (rows * width, 1), device)?,
+        })
+    }
+
+    /// `[rows, width, dim]`: every bag's rows of `table` (`[unique, dim]`), summed and scaled.
+    fn pool(&self, table: &Tensor, dim: usize) -> Result<Tensor> {
+        let zeros = Tensor::zeros((self.rows * self.width, dim), DType::F32, table.device())?;
+        let sums = match (&self.local, &self.bag_of) {
+            (Some(local), Some(bag_of)) => zeros.index_add(bag_of, &table.index_select(local, 0)?, 0)?,
+            _ => zeros,
+        };
+        Ok(sums.broadcast_mul(&self.scale)?.reshape((self.rows, self.width, dim))?)
     }
 }

@@ -28,7 +28,7 @@ const INDEX: &str = "checkpoint.json";
 const MANIFEST: &str = "manifest.json";
 
 /// How far training had come.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Progress {
     /// Steps taken.
     pub step: u64,
@@ -40,6 +40,21 @@ pub struct Progress {
     /// in the epoch only say where to go on with the same worker count.
     #[serde(default)]
     pub workers: u64,
+    /// Early stopping's state: the best evaluation so far (see `EarlyStopping`).
+    #[serde(default)]
+    pub best: Option<Best>,
+    /// Evaluations since the best one.
+    #[serde(default)]
+    pub evals_since_best: u64,
+}
+
+/// The best evaluation so far, by early stopping's metric.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Best {
+    /// The step it was made at.
+    pub step: u64,
+    /// The metric's value.
+    pub value: f64,
 }
 
 /// How checkpoints are written.

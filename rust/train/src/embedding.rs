@@ -1,9 +1,11 @@
-//! Models over embeddings of the feature spec's shared id space: Wide&Deep and DeepFM.
+//! Models over embeddings of the feature spec's shared id space: Wide&Deep, DeepFM and DCN.
 //!
-//! Both have a first-order part (one learned weight per id, summed, plus a linear layer over
+//! All have a first-order part (one learned weight per id, summed, plus a linear layer over
 //! the dense features) and a deep part (each example's embeddings, concatenated with its
 //! dense features, through an MLP). DeepFM adds factorization-machine interactions between
-//! the embeddings, which it shares with its deep part.
+//! the embeddings, which it shares with its deep part. DCN (DCN-v2, stacked) puts cross
+//! layers `x_{l+1} = x_0 ⊙ (x_l W_l + b_l) + x_l` in front of the MLP, so the deep part sees
+//! explicit feature crosses of every order up to the number of layers.
 
 use candle_core::{D, Device, Tensor, Var};
 
@@ -21,13 +23,15 @@ pub struct EmbeddingConfig {
     pub dim: usize,
     /// Hidden layer widths of the deep part.
     pub hidden: Vec<usize>,
+    /// Cross layers in front of the deep part (DCN; 0 for the others).
+    pub cross_layers: usize,
     /// The seed of the initial weights.
     pub seed: u64,
 }
 
 impl Default for EmbeddingConfig {
     fn default() -> Self {
-        EmbeddingConfig { dim: 8, hidden: vec![256, 128], seed: 0 }
+        EmbeddingConfig { dim: 8, hidden: vec![256, 128], cross_layers: 0, seed: 0 }
     }
 }
 
@@ -48,18 +52,21 @@ struct Parts {
     params: Parameters,
     dense_width: usize,
     id_width: usize,
+    bag_width: usize,
     /// A linear layer over the dense features (its bias is the model's bias).
     linear: Option<Dense>,
     bias: Option<Var>,
+    /// DCN's cross layers, each `d × d` over the deep part's `d` inputs.
+    cross: Vec<Dense>,
     tower: Tower,
 }
 
 impl Parts {
     fn new(device: &Device, spec: &FeatureSpec, config: &EmbeddingConfig) -> Result<Self> {
         spec.validate()?;
-        if spec.id_width() == 0 {
+        if spec.fields() == 0 {
             return Err(TrainError::InvalidArgument(
-                "embedding models need at least one categorical or crossed column".into(),
+                "embedding models need at least one categorical, crossed or multi-hot column".into(),
             ));
         }
         let (ids, dense_width, seed) = (spec.id_space(), spec.dense_width(), config.seed);
@@ -71,19 +78,40 @@ impl Parts {
             (None, Some(params.add("wide/bias", 1, vec![0.0])?))
         };
         table(&mut params, EMBEDDINGS, ids, config.dim, 0.05, seed ^ 2)?;
-        let inputs = spec.id_width() * config.dim + dense_width;
+        let inputs = spec.fields() * config.dim + dense_width;
+        let cross = (0..config.cross_layers)
+            .map(|i| {
+                Dense::new(&mut params, &format!("deep/cross_{i}"), inputs, inputs, seed ^ (4 + i as u64))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let tower = Tower::new(&mut params, "deep/dense", inputs, &config.hidden, 1, seed ^ 3)?;
-        Ok(Parts { params, dense_width, id_width: spec.id_width(), linear, bias, tower })
+        Ok(Parts {
+            params,
+            dense_width,
+            id_width: spec.id_width(),
+            bag_width: spec.bag_width(),
+            linear,
+            bias,
+            cross,
+            tower,
+        })
     }
 
     /// The batch's rows of the tables, checked against the spec.
     fn lookup<'a>(&self, batch: &Batch, lookup: Option<&'a Lookup>) -> Result<&'a Lookup> {
         check_inputs(&batch.dense, self.dense_width)?;
-        if batch.ids.is_none() || batch.id_width != self.id_width {
+        let ids = if batch.ids.is_some() { batch.id_width } else { 0 };
+        if ids != self.id_width {
             return Err(TrainError::InvalidArgument(format!(
-                "the model takes {} ids per example, the batch has {}",
-                self.id_width,
-                if batch.ids.is_some() { batch.id_width } else { 0 }
+                "the model takes {} ids per example, the batch has {ids}",
+                self.id_width
+            )));
+        }
+        let bags = batch.bags.as_ref().map_or(0, |b| b.width());
+        if bags != self.bag_width {
+            return Err(TrainError::InvalidArgument(format!(
+                "the model takes {} multi-hot columns per example, the batch has {bags}",
+                self.bag_width
             )));
         }
         lookup.ok_or_else(|| {
@@ -107,8 +135,18 @@ impl Parts {
     fn deep(&self, batch: &Batch, e: &Tensor) -> Result<Tensor> {
         let (rows, width, dim) = e.dims3()?;
         let flat = e.reshape((rows, width * dim))?;
-        let inputs = if self.dense_width > 0 { Tensor::cat(&[&flat, &batch.dense], 1)? } else { flat };
-        self.tower.forward(&inputs)
+        let x0 = if self.dense_width > 0 { Tensor::cat(&[&flat, &batch.dense], 1)? } else { flat };
+        let mut x = x0.clone();
+        for layer in &self.cross {
+            x = ((&x0 * layer.forward(&x)?)? + &x)?;
+        }
+        self.tower.forward(&x)
+    }
+
+    fn forward(&self, batch: &Batch, lookup: Option<&Lookup>) -> Result<Tensor> {
+        let lookup = self.lookup(batch, lookup)?;
+        let e = lookup.embed(EMBEDDINGS)?;
+        Ok((self.first_order(batch, lookup)? + self.deep(batch, &e)?)?)
     }
 }
 
@@ -129,9 +167,7 @@ impl WideDeep {
 
 impl Model for WideDeep {
     fn forward(&self, batch: &Batch, lookup: Option<&Lookup>) -> Result<Tensor> {
-        let lookup = self.0.lookup(batch, lookup)?;
-        let e = lookup.embed(EMBEDDINGS)?;
-        Ok((self.0.first_order(batch, lookup)? + self.0.deep(batch, &e)?)?)
+        self.0.forward(batch, lookup)
     }
 
     fn parameters(&self) -> &Parameters {
@@ -166,6 +202,38 @@ impl Model for DeepFm {
         let sum = e.sum(1)?;
         let pairs = ((sum.sqr()? - e.sqr()?.sum(1)?)? * 0.5)?.sum_keepdim(D::Minus1)?;
         Ok(((self.0.first_order(batch, lookup)? + pairs)? + self.0.deep(batch, &e)?)?)
+    }
+
+    fn parameters(&self) -> &Parameters {
+        &self.0.params
+    }
+
+    fn parameters_mut(&mut self) -> &mut Parameters {
+        &mut self.0.params
+    }
+}
+
+/// DCN-v2 (stacked): Wide&Deep's first-order part plus cross layers in front of its MLP.
+pub struct Dcn(Parts);
+
+impl Dcn {
+    /// A model for the columns of `spec`, with `config.cross_layers` cross layers.
+    pub fn new(spec: &FeatureSpec, config: &EmbeddingConfig) -> Result<Self> {
+        Self::on(&Device::Cpu, spec, config)
+    }
+
+    /// [`Dcn::new`] with its variables on `device`.
+    pub fn on(device: &Device, spec: &FeatureSpec, config: &EmbeddingConfig) -> Result<Self> {
+        if config.cross_layers == 0 {
+            return Err(TrainError::InvalidArgument("dcn needs at least one cross layer".into()));
+        }
+        Ok(Dcn(Parts::new(device, spec, config)?))
+    }
+}
+
+impl Model for Dcn {
+    fn forward(&self, batch: &Batch, lookup: Option<&Lookup>) -> Result<Tensor> {
+        self.0.forward(batch, lookup)
     }
 
     fn parameters(&self) -> &Parameters {

@@ -17,7 +17,7 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
 
 use crate::batch::{Batch, Lookup};
-use crate::embedding::{DeepFm, EmbeddingConfig, WideDeep};
+use crate::embedding::{Dcn, DeepFm, EmbeddingConfig, WideDeep};
 use crate::error::{Result, TrainError};
 use crate::features::FeatureSpec;
 use crate::loss::Loss;
@@ -57,6 +57,15 @@ pub enum ModelKind {
         /// Hidden layer widths.
         hidden: Vec<usize>,
     },
+    /// [`Dcn`].
+    Dcn {
+        /// Values per embedding.
+        dim: usize,
+        /// Hidden layer widths.
+        hidden: Vec<usize>,
+        /// Cross layers.
+        cross_layers: usize,
+    },
 }
 
 impl ModelKind {
@@ -74,12 +83,17 @@ impl ModelKind {
             }
             ModelKind::Mlp { hidden, outputs } => Box::new(Mlp::on(device, inputs, hidden, *outputs, seed)?),
             ModelKind::WideDeep { dim, hidden } => {
-                let config = EmbeddingConfig { dim: *dim, hidden: hidden.clone(), seed };
+                let config = EmbeddingConfig { dim: *dim, hidden: hidden.clone(), cross_layers: 0, seed };
                 Box::new(WideDeep::on(device, features, &config)?)
             }
             ModelKind::DeepFm { dim, hidden } => {
-                let config = EmbeddingConfig { dim: *dim, hidden: hidden.clone(), seed };
+                let config = EmbeddingConfig { dim: *dim, hidden: hidden.clone(), cross_layers: 0, seed };
                 Box::new(DeepFm::on(device, features, &config)?)
+            }
+            ModelKind::Dcn { dim, hidden, cross_layers } => {
+                let config =
+                    EmbeddingConfig { dim: *dim, hidden: hidden.clone(), cross_layers: *cross_layers, seed };
+                Box::new(Dcn::on(device, features, &config)?)
             }
         })
     }
@@ -154,6 +168,7 @@ impl Exported {
         let loss = match config.loss.as_str() {
             "binary_cross_entropy" => Loss::BinaryCrossEntropy,
             "softmax_cross_entropy" => Loss::SoftmaxCrossEntropy,
+            "mean_squared_error" => Loss::MeanSquaredError,
             other => return Err(TrainError::format(url(CONFIG), format!("unknown loss '{other}'"))),
         };
         let mut model = config.model.build(&config.features, 0)?;
@@ -211,6 +226,7 @@ impl Exported {
         let scores = match self.loss {
             Loss::BinaryCrossEntropy => (logits.neg()?.exp()? + 1.0)?.recip()?.flatten_all()?,
             Loss::SoftmaxCrossEntropy => softmax(&logits)?.flatten_all()?,
+            Loss::MeanSquaredError => logits.flatten_all()?,
         };
         Ok(scores.to_vec1::<f32>()?)
     }

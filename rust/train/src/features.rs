@@ -5,13 +5,17 @@
 //! - Categorical columns (integers, strings or bytes) are hashed into a fixed number of
 //!   buckets; crossed columns hash a tuple of columns together. Every categorical and crossed
 //!   column owns a range of one shared id space, so one embedding table serves them all.
+//! - Multi-hot columns (lists of integers, strings or bytes, of any length) hash each value
+//!   the same way into a range of their own; the model pools a row's embeddings of one column
+//!   into one vector by their sum or mean (a null or empty list pools to zeros; a null value
+//!   in a list is skipped).
 //! - The hash (SplitMix64 over the value, FNV-1a for bytes) is fixed, so every worker, the
 //!   exported model and later predictions agree on ids. It runs in two steps: each value's
 //!   64-bit key (the integer itself, or FNV-1a of the bytes), then SplitMix64 of the key. The
 //!   ONNX export computes the second step in its graph and takes the keys as inputs
 //!   ([`FeatureSpec::serving_inputs`]).
 
-use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::array::{Array, ArrayRef, AsArray, GenericListArray, OffsetSizeTrait};
 use arrow::datatypes::{DataType, Float32Type, Int64Type, Schema, UInt64Type};
 use arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
@@ -46,6 +50,29 @@ pub struct Crossed {
     pub buckets: u32,
 }
 
+/// How a multi-hot column's embeddings become one vector per row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pooling {
+    /// Their sum.
+    Sum,
+    /// Their mean (TensorFlow's `embedding_column` default).
+    #[default]
+    Mean,
+}
+
+/// A list column whose values are hashed into `buckets` ids and pooled per row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MultiHot {
+    /// The column.
+    pub name: String,
+    /// How many ids its values are hashed into.
+    pub buckets: u32,
+    /// How a row's embeddings are pooled.
+    #[serde(default)]
+    pub pooling: Pooling,
+}
+
 /// Which columns feed the model, and the label.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FeatureSpec {
@@ -57,8 +84,23 @@ pub struct FeatureSpec {
     /// Column tuples hashed into embedding ids.
     #[serde(default)]
     pub crossed: Vec<Crossed>,
+    /// List columns hashed into embedding ids and pooled per row.
+    #[serde(default)]
+    pub multi_hot: Vec<MultiHot>,
     /// The label column (0/1 or a class id).
     pub label: String,
+}
+
+/// A multi-hot column's values as the exported ONNX model takes them: `rows × width` keys,
+/// each row's values first and the rest of the row padding.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BagInputs {
+    /// Values per row: the longest list (at least 1).
+    pub width: usize,
+    /// The keys, row after row; 0 in padding.
+    pub keys: Vec<i64>,
+    /// Whether each slot holds a value (false in padding).
+    pub present: Vec<bool>,
 }
 
 /// A batch's features as the exported ONNX model takes them: dense values, and the key of
@@ -75,6 +117,8 @@ pub struct ServingInputs {
     pub keys: Vec<i64>,
     /// `rows × key columns`: whether the value is missing (null).
     pub missing: Vec<bool>,
+    /// Every multi-hot column's values, in the spec's order.
+    pub bags: Vec<BagInputs>,
 }
 
 /// A batch encoded for a model.
@@ -88,12 +132,39 @@ pub struct Encoded {
     pub ids: Vec<u32>,
     /// One label per row.
     pub labels: Vec<f32>,
+    /// `rows × multi-hot columns` counts of ids, row after row.
+    pub bag_lengths: Vec<u32>,
+    /// The multi-hot columns' ids in the shared id space, row after row and column after
+    /// column within a row, as many as `bag_lengths` says.
+    pub bag_ids: Vec<u32>,
+    /// Each multi-hot column's pooling.
+    pub pooling: Vec<Pooling>,
+}
+
+impl Encoded {
+    /// Where each row's multi-hot ids start in `bag_ids` (`rows + 1` offsets).
+    pub fn bag_offsets(&self) -> Vec<usize> {
+        let width = self.pooling.len();
+        let mut offsets = Vec::with_capacity(self.rows + 1);
+        offsets.push(0);
+        if width == 0 {
+            offsets.resize(self.rows + 1, 0);
+            return offsets;
+        }
+        let mut at = 0;
+        for row in self.bag_lengths.chunks_exact(width) {
+            at += row.iter().map(|&n| n as usize).sum::<usize>();
+            offsets.push(at);
+        }
+        offsets
+    }
 }
 
 impl FeatureSpec {
     /// A spec for `schema`: `label` is the label; floating-point columns are dense; integer,
-    /// string and binary columns are categorical with `buckets` each. Other columns (lists,
-    /// structs...) are refused by name; leave them out of the data or write the spec by hand.
+    /// string and binary columns are categorical with `buckets` each; lists of those are
+    /// multi-hot with `buckets` each, mean-pooled. Other columns (lists of floats, structs...)
+    /// are refused by name; leave them out of the data or write the spec by hand.
     pub fn infer(schema: &Schema, label: &str, buckets: u32) -> Result<Self> {
         if schema.field_with_name(label).is_err() {
             return Err(TrainError::InvalidArgument(format!(
@@ -101,13 +172,21 @@ impl FeatureSpec {
                 schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ")
             )));
         }
-        let mut spec =
-            FeatureSpec { dense: vec![], categorical: vec![], crossed: vec![], label: label.into() };
+        let mut spec = FeatureSpec {
+            dense: vec![],
+            categorical: vec![],
+            crossed: vec![],
+            multi_hot: vec![],
+            label: label.into(),
+        };
         for field in schema.fields().iter().filter(|f| f.name() != label) {
             let name = field.name().clone();
             match field.data_type() {
                 DataType::Float16 | DataType::Float32 | DataType::Float64 => spec.dense.push(name),
                 t if t.is_integer() || is_bytes(t) => spec.categorical.push(Categorical { name, buckets }),
+                t if list_item(t).is_some_and(|v| v.is_integer() || is_bytes(v)) => {
+                    spec.multi_hot.push(MultiHot { name, buckets, pooling: Pooling::default() })
+                }
                 other => {
                     return Err(TrainError::InvalidArgument(format!(
                         "column '{name}' has type {other}, which is neither numeric, string nor bytes: \
@@ -127,6 +206,7 @@ impl FeatureSpec {
             .iter()
             .chain(self.categorical.iter().map(|c| &c.name))
             .chain(self.crossed.iter().flat_map(|c| &c.names))
+            .chain(self.multi_hot.iter().map(|m| &m.name))
             .chain([&self.label]);
         for name in names {
             if !out.contains(name) {
@@ -144,6 +224,17 @@ impl FeatureSpec {
     /// How many ids each example has (one per categorical and crossed column).
     pub fn id_width(&self) -> usize {
         self.categorical.len() + self.crossed.len()
+    }
+
+    /// How many multi-hot columns each example has.
+    pub fn bag_width(&self) -> usize {
+        self.multi_hot.len()
+    }
+
+    /// How many embeddings each example has once its multi-hot columns are pooled: one per
+    /// categorical, crossed and multi-hot column.
+    pub fn fields(&self) -> usize {
+        self.id_width() + self.bag_width()
     }
 
     /// The columns whose values are keyed and hashed into ids: every categorical column, then
@@ -165,10 +256,15 @@ impl FeatureSpec {
         self.id_ranges().iter().map(|r| r.1 as usize).sum()
     }
 
-    /// (offset, buckets) of each categorical then crossed column in the shared id space.
+    /// (offset, buckets) of each categorical, crossed then multi-hot column in the shared id
+    /// space.
     pub(crate) fn id_ranges(&self) -> Vec<(u32, u32)> {
-        let buckets =
-            self.categorical.iter().map(|c| c.buckets).chain(self.crossed.iter().map(|c| c.buckets));
+        let buckets = self
+            .categorical
+            .iter()
+            .map(|c| c.buckets)
+            .chain(self.crossed.iter().map(|c| c.buckets))
+            .chain(self.multi_hot.iter().map(|m| m.buckets));
         let mut offset = 0u32;
         buckets
             .map(|b| {
@@ -193,8 +289,20 @@ impl FeatureSpec {
                 c.names
             )));
         }
-        let total: u64 = self.categorical.iter().map(|c| c.buckets as u64).sum::<u64>()
-            + self.crossed.iter().map(|c| c.buckets as u64).sum::<u64>();
+        if let Some(m) = self.multi_hot.iter().find(|m| m.buckets == 0) {
+            return Err(TrainError::InvalidArgument(format!("multi-hot column '{}' has 0 buckets", m.name)));
+        }
+        if let Some(m) = self.multi_hot.iter().find(|m| {
+            self.dense.contains(&m.name)
+                || self.categorical.iter().any(|c| c.name == m.name)
+                || self.crossed.iter().any(|c| c.names.contains(&m.name))
+        }) {
+            return Err(TrainError::InvalidArgument(format!(
+                "multi-hot column '{}' is a list: it cannot also be dense, categorical or crossed",
+                m.name
+            )));
+        }
+        let total: u64 = self.id_ranges().iter().map(|r| r.1 as u64).sum();
         if total > u32::MAX as u64 {
             return Err(TrainError::InvalidArgument(format!(
                 "{total} embedding ids in all do not fit in 32 bits"
@@ -241,6 +349,7 @@ impl FeatureSpec {
                     .map(move |(h, (offset, buckets))| offset + (h[r] % *buckets as u64) as u32)
             })
             .collect();
+        self.encode_bags(batch, &ranges[self.id_width()..], &mut out)?;
 
         if !need_label && batch.column_by_name(&self.label).is_none() {
             out.labels = vec![0.0; rows];
@@ -257,6 +366,28 @@ impl FeatureSpec {
         Ok(out)
     }
 
+    /// Fills `out`'s multi-hot ids: each column's lists hashed into its range of `ranges`.
+    fn encode_bags(&self, batch: &RecordBatch, ranges: &[(u32, u32)], out: &mut Encoded) -> Result<()> {
+        let (rows, width) = (batch.num_rows(), self.multi_hot.len());
+        out.pooling = self.multi_hot.iter().map(|m| m.pooling).collect();
+        if width == 0 {
+            return Ok(());
+        }
+        let lists: Vec<Vec<Vec<u64>>> = self
+            .multi_hot
+            .iter()
+            .map(|m| list_keys(&m.name, find_column(batch, &m.name)?))
+            .collect::<Result<_>>()?;
+        out.bag_lengths = Vec::with_capacity(rows * width);
+        for r in 0..rows {
+            for (keys, (offset, buckets)) in lists.iter().zip(ranges) {
+                out.bag_lengths.push(keys[r].len() as u32);
+                out.bag_ids.extend(keys[r].iter().map(|&k| offset + (mix(k) % *buckets as u64) as u32));
+            }
+        }
+        Ok(())
+    }
+
     /// The features of `batch` as the exported ONNX model takes them; the label is not read.
     /// The ONNX graph hashes the keys exactly as [`FeatureSpec::encode`] hashes the values.
     pub fn serving_inputs(&self, batch: &RecordBatch) -> Result<ServingInputs> {
@@ -268,7 +399,21 @@ impl FeatureSpec {
             dense: self.dense_values(batch)?,
             keys: vec![0; rows * names.len()],
             missing: vec![false; rows * names.len()],
+            bags: Vec::with_capacity(self.multi_hot.len()),
         };
+        for m in &self.multi_hot {
+            let lists = list_keys(&m.name, find_column(batch, &m.name)?)?;
+            let width = lists.iter().map(Vec::len).max().unwrap_or(0).max(1);
+            let mut bag =
+                BagInputs { width, keys: vec![0; rows * width], present: vec![false; rows * width] };
+            for (r, keys) in lists.iter().enumerate() {
+                for (i, &k) in keys.iter().enumerate() {
+                    bag.keys[r * width + i] = k as i64;
+                    bag.present[r * width + i] = true;
+                }
+            }
+            out.bags.push(bag);
+        }
         for (j, name) in names.iter().enumerate() {
             let keys = key_column(name, find_column(batch, name)?)?;
             let rows_out =
@@ -355,6 +500,38 @@ fn key_column(name: &str, array: &ArrayRef) -> Result<Vec<Option<u64>>> {
         )));
     };
     Ok(keys)
+}
+
+/// The item type of a list column's type.
+fn list_item(t: &DataType) -> Option<&DataType> {
+    match t {
+        DataType::List(f) | DataType::LargeList(f) => Some(f.data_type()),
+        _ => None,
+    }
+}
+
+/// Every row of a multi-hot column as the keys of its values, nulls (a null list, a null
+/// value) left out.
+fn list_keys(name: &str, array: &ArrayRef) -> Result<Vec<Vec<u64>>> {
+    fn rows<O: OffsetSizeTrait>(name: &str, list: &GenericListArray<O>) -> Result<Vec<Vec<u64>>> {
+        let keys = key_column(name, list.values())?;
+        let offsets = list.value_offsets();
+        Ok((0..list.len())
+            .map(|r| {
+                if list.is_null(r) {
+                    return Vec::new();
+                }
+                keys[offsets[r].as_usize()..offsets[r + 1].as_usize()].iter().flatten().copied().collect()
+            })
+            .collect())
+    }
+    match array.data_type() {
+        DataType::List(_) => rows(name, array.as_list::<i32>()),
+        DataType::LargeList(_) => rows(name, array.as_list::<i64>()),
+        other => Err(TrainError::InvalidArgument(format!(
+            "multi-hot column '{name}' has type {other}: use a list of integers, strings or bytes"
+        ))),
+    }
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {

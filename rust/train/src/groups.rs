@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Result, TrainError};
 use crate::optim::{Optimizer, OptimizerState, Rule};
 use crate::params::Entry;
+use crate::regularize::Regularization;
+use crate::schedule::Schedule;
 
 /// The prefix of the wide part's parameter names.
 pub const WIDE_PREFIX: &str = "wide/";
@@ -32,6 +34,16 @@ pub struct OptimizerConfig {
     /// Off: every row, every step.
     #[serde(default = "yes")]
     pub sparse_tables: bool,
+    /// The learning-rate schedule, a factor on every rule's step size.
+    #[serde(default)]
+    pub schedule: Schedule,
+    /// Scale each step's gradient (every parameter's, after averaging and the penalties) so
+    /// that its global L2 norm is at most this; None: no clipping.
+    #[serde(default)]
+    pub clip_norm: Option<f32>,
+    /// L1/L2 penalties per group of parameters.
+    #[serde(default)]
+    pub regularization: Regularization,
 }
 
 fn one() -> usize {
@@ -45,7 +57,26 @@ fn yes() -> bool {
 impl OptimizerConfig {
     /// One rule for everything, with the defaults a configuration file gets.
     pub fn new(rule: Rule) -> Self {
-        OptimizerConfig { rule, wide: None, threads: one(), sparse_tables: yes() }
+        OptimizerConfig {
+            rule,
+            wide: None,
+            threads: one(),
+            sparse_tables: yes(),
+            schedule: Schedule::default(),
+            clip_norm: None,
+            regularization: Regularization::default(),
+        }
+    }
+
+    /// Checks the schedule, the clipping norm and the penalties.
+    pub fn validate(&self) -> Result<()> {
+        self.schedule.validate("lr_schedule")?;
+        if let Some(norm) = self.clip_norm
+            && !(norm.is_finite() && norm > 0.0)
+        {
+            return Err(TrainError::InvalidArgument(format!("clip_norm={norm} must be a positive number")));
+        }
+        self.regularization.validate()
     }
 }
 
@@ -125,9 +156,16 @@ impl Optimizers {
         self.groups[0].optimizer.steps()
     }
 
-    /// The first group's step size.
+    /// The first group's step size (as the schedule last set it).
     pub fn learning_rate(&self) -> f32 {
         self.groups[0].optimizer.learning_rate()
+    }
+
+    /// Sets every group's factor on its step size (see [`Optimizer::set_scale`]).
+    pub fn set_scale(&mut self, scale: f32) {
+        for g in &mut self.groups {
+            g.optimizer.set_scale(scale);
+        }
     }
 
     /// Every group's state, to save.

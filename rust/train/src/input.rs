@@ -408,7 +408,7 @@ struct Reading {
 impl Reading {
     /// Reads every batch, sending training batches until done or the receiver is gone.
     fn run(mut self, out: &SyncSender<Result<Encoded>>) {
-        let mut pool = Rows::new(self.spec.dense_width(), self.spec.id_width());
+        let mut pool = Rows::new(&self.spec);
         let mut record = 0usize;
         let shuffle = self.options.shuffle_buffer > 1;
         let capacity = self.options.shuffle_buffer.max(self.options.batch_size);
@@ -417,6 +417,7 @@ impl Reading {
                 Ok(e) => e,
                 Err(e) => return drop(out.send(Err(e))),
             };
+            let bag_offsets = encoded.bag_offsets();
             for row in 0..encoded.rows {
                 record += 1;
                 if let Some((n, w)) = self.interleave
@@ -424,7 +425,7 @@ impl Reading {
                 {
                     continue;
                 }
-                pool.push(&encoded, row);
+                pool.push(&encoded, &bag_offsets, row);
                 // Without shuffling the pool is the batch being filled: sent when full.
                 let full =
                     if shuffle { pool.len() >= capacity } else { pool.len() == self.options.batch_size };
@@ -445,11 +446,13 @@ impl Reading {
         let shuffle = self.options.shuffle_buffer > 1;
         if !shuffle && pool.start == 0 && pool.len() <= self.options.batch_size {
             // In order and no more than a batch: the pool is the batch.
-            let batch = std::mem::take(&mut pool.held);
+            let empty = Encoded { pooling: pool.pooling.clone(), ..Encoded::default() };
+            let mut batch = std::mem::replace(&mut pool.held, empty);
+            batch.bag_ids = pool.bags.drain(..).flatten().collect();
             return out.send(Ok(batch)).is_ok();
         }
         let rows = self.options.batch_size.min(pool.len());
-        let mut batch = Encoded::default();
+        let mut batch = Encoded { pooling: pool.pooling.clone(), ..Encoded::default() };
         for _ in 0..rows {
             let pick = if shuffle { self.rng.below(pool.len()) } else { 0 };
             pool.take(pick, &mut batch, shuffle);
@@ -458,18 +461,33 @@ impl Reading {
     }
 }
 
-/// Encoded rows waiting to be batched.
+/// Encoded rows waiting to be batched. A row's multi-hot ids, of any number, are kept apart
+/// (`bags`, one list per row), so that rows of fixed width can be swapped and moved alike.
 struct Rows {
     dense_width: usize,
     id_width: usize,
+    bag_width: usize,
+    pooling: Vec<crate::features::Pooling>,
+    /// Every field of the held rows but `bag_ids`.
     held: Encoded,
+    /// Each held row's multi-hot ids (empty when the spec has no multi-hot column).
+    bags: Vec<Vec<u32>>,
     /// The first row not yet taken, when taking in order.
     start: usize,
 }
 
 impl Rows {
-    fn new(dense_width: usize, id_width: usize) -> Self {
-        Rows { dense_width, id_width, held: Encoded::default(), start: 0 }
+    fn new(spec: &FeatureSpec) -> Self {
+        let pooling: Vec<_> = spec.multi_hot.iter().map(|m| m.pooling).collect();
+        Rows {
+            dense_width: spec.dense_width(),
+            id_width: spec.id_width(),
+            bag_width: spec.bag_width(),
+            held: Encoded { pooling: pooling.clone(), ..Encoded::default() },
+            pooling,
+            bags: Vec::new(),
+            start: 0,
+        }
     }
 
     fn len(&self) -> usize {
@@ -480,36 +498,53 @@ impl Rows {
         self.len() == 0
     }
 
-    fn push(&mut self, from: &Encoded, row: usize) {
-        let (d, c) = (self.dense_width, self.id_width);
+    /// Holds row `row` of `from`, whose multi-hot ids start at `bag_offsets[row]`.
+    fn push(&mut self, from: &Encoded, bag_offsets: &[usize], row: usize) {
+        let (d, c, b) = (self.dense_width, self.id_width, self.bag_width);
         self.held.dense.extend_from_slice(&from.dense[row * d..(row + 1) * d]);
         self.held.ids.extend_from_slice(&from.ids[row * c..(row + 1) * c]);
         self.held.labels.push(from.labels[row]);
+        if b > 0 {
+            self.held.bag_lengths.extend_from_slice(&from.bag_lengths[row * b..(row + 1) * b]);
+            self.bags.push(from.bag_ids[bag_offsets[row]..bag_offsets[row + 1]].to_vec());
+        }
         self.held.rows += 1;
     }
 
     /// Moves row `start + index` into `into`: swapped with the last row when shuffling,
     /// else taken from the front.
     fn take(&mut self, index: usize, into: &mut Encoded, shuffle: bool) {
-        let (d, c) = (self.dense_width, self.id_width);
+        let (d, c, b) = (self.dense_width, self.id_width, self.bag_width);
         let row = self.start + index;
         into.dense.extend_from_slice(&self.held.dense[row * d..(row + 1) * d]);
         into.ids.extend_from_slice(&self.held.ids[row * c..(row + 1) * c]);
         into.labels.push(self.held.labels[row]);
+        if b > 0 {
+            into.bag_lengths.extend_from_slice(&self.held.bag_lengths[row * b..(row + 1) * b]);
+        }
         into.rows += 1;
         if shuffle {
             let last = self.held.rows - 1;
             self.held.dense.copy_within(last * d..(last + 1) * d, row * d);
             self.held.ids.copy_within(last * c..(last + 1) * c, row * c);
             self.held.labels[row] = self.held.labels[last];
+            self.held.bag_lengths.copy_within(last * b..(last + 1) * b, row * b);
             self.held.dense.truncate(last * d);
             self.held.ids.truncate(last * c);
             self.held.labels.truncate(last);
+            self.held.bag_lengths.truncate(last * b);
+            if b > 0 {
+                into.bag_ids.extend(self.bags.swap_remove(row));
+            }
             self.held.rows = last;
         } else {
+            if b > 0 {
+                into.bag_ids.extend(std::mem::take(&mut self.bags[row]));
+            }
             self.start += 1;
             if self.start == self.held.rows {
-                self.held = Encoded::default();
+                self.held = Encoded { pooling: self.pooling.clone(), ..Encoded::default() };
+                self.bags.clear();
                 self.start = 0;
             }
         }

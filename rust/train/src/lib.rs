@@ -12,9 +12,12 @@
 //! - [`model`]: logistic regression and the MLP;
 //! - [`onnx`]: the exported model as ONNX, hashing included, for serving elsewhere;
 //! - [`named`]: models and update rules from the names and settings users write;
-//! - [`embedding`]: Wide&Deep and DeepFM over embeddings of categorical features;
-//! - [`loss`]: binary and softmax cross-entropy that stay finite for any logit;
+//! - [`embedding`]: Wide&Deep, DeepFM and DCN over embeddings of categorical features;
+//! - [`loss`]: binary and softmax cross-entropy that stay finite for any logit, squared error,
+//!   with optional class weights;
 //! - [`optim`]: SGD, Adam/AdamW, Adagrad and FTRL over flat buffers, with savable state;
+//! - [`schedule`]: learning-rate warm-up and decay, a factor on every rule's step size;
+//! - [`regularize`]: L1/L2 penalties on kernels, biases and embedding tables;
 //! - [`tensorboard`]: scalar event files TensorBoard reads, rolled on HDFS;
 //! - [`step`]: [`DataParallel`], the all-reduced step every worker takes together;
 //! - [`trainer`]: [`Trainer`], the training loop with the chief's checkpoints, event files,
@@ -36,15 +39,17 @@ pub mod named;
 pub mod onnx;
 pub mod optim;
 pub mod params;
+pub mod regularize;
 mod rng;
 mod rows;
+pub mod schedule;
 pub mod step;
 pub mod tensorboard;
 pub mod trainer;
 
 pub use batch::{Batch, Lookup};
-pub use checkpoint::{CheckpointOptions, Progress, Restored};
-pub use embedding::{DeepFm, EmbeddingConfig, WideDeep};
+pub use checkpoint::{Best, CheckpointOptions, Progress, Restored};
+pub use embedding::{Dcn, DeepFm, EmbeddingConfig, WideDeep};
 pub use error::{Result, TrainError};
 pub use export::{Exported, ModelKind};
 pub use features::{Categorical, Crossed, Encoded, FeatureSpec, ServingInputs};
@@ -55,6 +60,10 @@ pub use metrics::{Evaluation, Metrics};
 pub use model::{LogisticRegression, Mlp, Model};
 pub use optim::{Optimizer, OptimizerState, Rule, Segment};
 pub use params::{Entry, Parameters};
+pub use regularize::{Penalty, Regularization};
+pub use schedule::{Decay, Schedule};
 pub use step::{DataParallel, SharedRing, StepStats, shared};
 pub use tensorboard::EventWriter;
-pub use trainer::{EvalLine, FitOptions, FitSummary, LogLine, Trainer, TrainerConfig};
+pub use trainer::{
+    EarlyStopping, EvalLine, FitOptions, FitSummary, Hooks, LogLine, Monitor, Trainer, TrainerConfig,
+};

@@ -21,8 +21,8 @@ pub struct Metrics {
     pub examples: u64,
     /// Mean loss.
     pub loss: f64,
-    /// Fraction predicted right (threshold 0.5, or the largest logit).
-    pub accuracy: f64,
+    /// Fraction predicted right (threshold 0.5, or the largest logit); None for regression.
+    pub accuracy: Option<f64>,
     /// Area under the ROC curve (binary models; None for softmax models or one class only).
     pub auc: Option<f64>,
 }
@@ -67,6 +67,7 @@ impl Evaluation {
                 let labels = labels.flatten_all()?.to_dtype(candle_core::DType::U32)?.to_vec1::<u32>()?;
                 self.sums[2] += predicted.iter().zip(&labels).filter(|(p, y)| p == y).count() as f64;
             }
+            Loss::MeanSquaredError => {}
         }
         Ok(())
     }
@@ -80,7 +81,8 @@ impl Evaluation {
         let examples = self.sums[0];
         let per = |v: f64| if examples > 0.0 { v / examples } else { f64::NAN };
         let auc = (self.loss == Loss::BinaryCrossEntropy).then(|| auc(&self.sums[3..])).flatten();
-        Ok(Metrics { examples: examples as u64, loss: per(self.sums[1]), accuracy: per(self.sums[2]), auc })
+        let accuracy = self.loss.is_classification().then(|| per(self.sums[2]));
+        Ok(Metrics { examples: examples as u64, loss: per(self.sums[1]), accuracy, auc })
     }
 }
 

@@ -7,10 +7,14 @@ use std::collections::BTreeMap;
 
 use crate::error::{Result, TrainError};
 use crate::export::ModelKind;
+use crate::loss::Loss;
 use crate::optim::Rule;
 
 /// The models, by name.
-pub const MODELS: [&str; 4] = ["logistic_regression", "mlp", "wide_deep", "deep_fm"];
+pub const MODELS: [&str; 5] = ["logistic_regression", "mlp", "wide_deep", "deep_fm", "dcn"];
+
+/// The losses, by name.
+pub const LOSSES: [&str; 3] = ["binary_cross_entropy", "softmax_cross_entropy", "mean_squared_error"];
 
 /// The update rules by name, with their default learning rates.
 pub const LEARNING_RATES: [(&str, f64); 6] =
@@ -24,8 +28,10 @@ pub const HYPERPARAMETERS: [&str; 9] =
 pub const MLP_HIDDEN: [usize; 2] = [256, 256];
 /// The hidden layer widths of Wide&Deep's and DeepFM's deep part when none are given.
 pub const DEEP_HIDDEN: [usize; 2] = [256, 128];
-/// Values per embedding of Wide&Deep and DeepFM when not given.
+/// Values per embedding of Wide&Deep, DeepFM and DCN when not given.
 pub const EMBEDDING_DIM: usize = 8;
+/// Cross layers of DCN when not given.
+pub const CROSS_LAYERS: usize = 3;
 
 fn invalid(message: String) -> TrainError {
     TrainError::InvalidArgument(message)
@@ -82,11 +88,41 @@ impl Rule {
     }
 }
 
+impl Loss {
+    /// The loss called `name` (one of [`LOSSES`]) for a model of `classes` outputs; None:
+    /// binary cross-entropy for one output, softmax cross-entropy for several.
+    pub fn named(name: Option<&str>, classes: usize) -> Result<Loss> {
+        let loss = match name {
+            None if classes > 1 => Loss::SoftmaxCrossEntropy,
+            None | Some("binary_cross_entropy") => Loss::BinaryCrossEntropy,
+            Some("softmax_cross_entropy") => Loss::SoftmaxCrossEntropy,
+            Some("mean_squared_error") => Loss::MeanSquaredError,
+            Some(other) => return Err(invalid(format!("loss '{other}': use one of {LOSSES:?}"))),
+        };
+        match (loss, classes) {
+            (Loss::SoftmaxCrossEntropy, 1) => {
+                Err(invalid("loss 'softmax_cross_entropy' needs classes=2 or more".into()))
+            }
+            (Loss::BinaryCrossEntropy | Loss::MeanSquaredError, c) if c > 1 => Err(invalid(format!(
+                "loss '{}' takes one output: classes={c} needs 'softmax_cross_entropy'",
+                loss.name()
+            ))),
+            _ => Ok(loss),
+        }
+    }
+}
+
 impl ModelKind {
     /// The model called `name` (one of [`MODELS`]) with `classes` outputs (1: a binary
-    /// model), its hidden layer widths (the model's default when None) and, for Wide&Deep and
-    /// DeepFM, `dim` values per embedding.
-    pub fn named(name: &str, classes: usize, hidden: Option<Vec<usize>>, dim: Option<usize>) -> Result<Self> {
+    /// model), its hidden layer widths (the model's default when None) and, for Wide&Deep,
+    /// DeepFM and DCN, `dim` values per embedding; DCN has `cross_layers` cross layers.
+    pub fn named(
+        name: &str,
+        classes: usize,
+        hidden: Option<Vec<usize>>,
+        dim: Option<usize>,
+        cross_layers: Option<usize>,
+    ) -> Result<Self> {
         if classes < 1 {
             return Err(invalid(format!("classes={classes} must be at least 1")));
         }
@@ -98,19 +134,27 @@ impl ModelKind {
         if dim == Some(0) {
             return Err(invalid("dim=0: embeddings need at least one value".into()));
         }
+        if cross_layers.is_some() && name != "dcn" {
+            return Err(invalid(format!("cross_layers is a setting of 'dcn', not of '{name}'")));
+        }
         let deep = |hidden: Option<Vec<usize>>| hidden.unwrap_or_else(|| DEEP_HIDDEN.to_vec());
         match name {
             "logistic_regression" => Ok(ModelKind::LogisticRegression { outputs: classes }),
             "mlp" => {
                 Ok(ModelKind::Mlp { hidden: hidden.unwrap_or_else(|| MLP_HIDDEN.to_vec()), outputs: classes })
             }
-            "wide_deep" | "deep_fm" if classes != 1 => Err(invalid(format!(
+            "wide_deep" | "deep_fm" | "dcn" if classes != 1 => Err(invalid(format!(
                 "{name} is a binary model; classes={classes} needs 'mlp' or 'logistic_regression'"
             ))),
             "wide_deep" => {
                 Ok(ModelKind::WideDeep { dim: dim.unwrap_or(EMBEDDING_DIM), hidden: deep(hidden) })
             }
             "deep_fm" => Ok(ModelKind::DeepFm { dim: dim.unwrap_or(EMBEDDING_DIM), hidden: deep(hidden) }),
+            "dcn" => Ok(ModelKind::Dcn {
+                dim: dim.unwrap_or(EMBEDDING_DIM),
+                hidden: deep(hidden),
+                cross_layers: cross_layers.unwrap_or(CROSS_LAYERS),
+            }),
             other => Err(invalid(format!("model '{other}': use one of {MODELS:?}"))),
         }
     }
@@ -122,6 +166,7 @@ impl ModelKind {
             ModelKind::Mlp { .. } => "mlp",
             ModelKind::WideDeep { .. } => "wide_deep",
             ModelKind::DeepFm { .. } => "deep_fm",
+            ModelKind::Dcn { .. } => "dcn",
         }
     }
 }
@@ -177,18 +222,40 @@ mod tests {
     #[test]
     fn models_take_their_default_shapes_and_refuse_bad_ones() {
         assert_eq!(
-            ModelKind::named("mlp", 1, None, None).unwrap(),
+            ModelKind::named("mlp", 1, None, None, None).unwrap(),
             ModelKind::Mlp { hidden: MLP_HIDDEN.to_vec(), outputs: 1 }
         );
         assert_eq!(
-            ModelKind::named("deep_fm", 1, Some(vec![4]), Some(3)).unwrap(),
+            ModelKind::named("deep_fm", 1, Some(vec![4]), Some(3), None).unwrap(),
             ModelKind::DeepFm { dim: 3, hidden: vec![4] }
         );
         for name in MODELS {
-            assert_eq!(ModelKind::named(name, 1, None, None).unwrap().name(), name);
+            assert_eq!(ModelKind::named(name, 1, None, None, None).unwrap().name(), name);
         }
-        assert!(ModelKind::named("wide_deep", 3, None, None).unwrap_err().to_string().contains("binary"));
-        assert!(ModelKind::named("mlp", 0, None, None).unwrap_err().to_string().contains("classes"));
-        assert!(ModelKind::named("cnn", 1, None, None).unwrap_err().to_string().contains("cnn"));
+        assert!(
+            ModelKind::named("wide_deep", 3, None, None, None).unwrap_err().to_string().contains("binary")
+        );
+        assert!(ModelKind::named("mlp", 0, None, None, None).unwrap_err().to_string().contains("classes"));
+        assert!(ModelKind::named("cnn", 1, None, None, None).unwrap_err().to_string().contains("cnn"));
+        assert_eq!(
+            ModelKind::named("dcn", 1, None, Some(4), Some(2)).unwrap(),
+            ModelKind::Dcn { dim: 4, hidden: DEEP_HIDDEN.to_vec(), cross_layers: 2 }
+        );
+        let err = ModelKind::named("mlp", 1, None, None, Some(2)).unwrap_err().to_string();
+        assert!(err.contains("cross_layers"), "{err}");
+    }
+
+    #[test]
+    fn losses_follow_the_classes() {
+        assert_eq!(Loss::named(None, 1).unwrap(), Loss::BinaryCrossEntropy);
+        assert_eq!(Loss::named(None, 3).unwrap(), Loss::SoftmaxCrossEntropy);
+        assert_eq!(Loss::named(Some("mean_squared_error"), 1).unwrap(), Loss::MeanSquaredError);
+        assert!(Loss::named(Some("mean_squared_error"), 3).unwrap_err().to_string().contains("classes=3"));
+        assert!(Loss::named(Some("softmax_cross_entropy"), 1).is_err());
+        assert!(Loss::named(Some("hinge"), 1).unwrap_err().to_string().contains("hinge"));
+        for name in LOSSES {
+            let classes = if name == "softmax_cross_entropy" { 2 } else { 1 };
+            assert_eq!(Loss::named(Some(name), classes).unwrap().name(), name);
+        }
     }
 }

@@ -158,6 +158,17 @@ impl Rule {
             | Rule::Ftrl { lr, .. } => lr,
         }
     }
+
+    /// The same rule with its step size multiplied by `factor`.
+    fn scaled(mut self, factor: f32) -> Self {
+        match &mut self {
+            Rule::Sgd { lr, .. }
+            | Rule::Adam { lr, .. }
+            | Rule::Adagrad { lr, .. }
+            | Rule::Ftrl { lr, .. } => *lr *= factor,
+        }
+        self
+    }
 }
 
 /// An optimizer over a flat parameter buffer of fixed length.
@@ -168,13 +179,15 @@ pub struct Optimizer {
     step: u64,
     buffers: Vec<Vec<f32>>,
     threads: usize,
+    /// The schedule's factor on the rule's step size for the coming updates.
+    scale: f32,
 }
 
 impl Optimizer {
     /// An optimizer for `len` parameters, updating on up to `threads` threads.
     pub fn new(rule: Rule, len: usize, threads: usize) -> Self {
         let buffers = (0..rule.buffer_names().len()).map(|i| vec![rule.initial_value(i); len]).collect();
-        Optimizer { rule, len, step: 0, buffers, threads: threads.max(1) }
+        Optimizer { rule, len, step: 0, buffers, threads: threads.max(1), scale: 1.0 }
     }
 
     /// The rule and hyperparameters.
@@ -182,9 +195,15 @@ impl Optimizer {
         self.rule
     }
 
-    /// The current step size.
+    /// The current step size: the rule's, times the schedule's factor.
     pub fn learning_rate(&self) -> f32 {
-        self.rule.learning_rate()
+        self.rule.learning_rate() * self.scale
+    }
+
+    /// Multiplies the rule's step size by `scale` in the updates that follow (a schedule
+    /// sets it before every step; it is not state: the step number determines it).
+    pub fn set_scale(&mut self, scale: f32) {
+        self.scale = scale;
     }
 
     /// Updates applied so far.
@@ -234,7 +253,7 @@ impl Optimizer {
             )));
         }
         let t = self.step.max(1) as i32;
-        match self.rule {
+        match self.rule.scaled(self.scale) {
             Rule::Sgd { lr, momentum, nesterov, weight_decay } => {
                 if momentum == 0.0 {
                     self.apply(params, grads, segments, |p, g, []| {

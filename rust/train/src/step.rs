@@ -33,6 +33,8 @@ use crate::metrics::{Evaluation, Metrics};
 use crate::model::Model;
 use crate::optim::Segment;
 use crate::params::Entry;
+use crate::regularize::Regularization;
+use crate::schedule::Schedule;
 
 /// A worker's end of the ring, shared with other users of it (the Python API's collectives).
 pub type SharedRing = Arc<Mutex<Communicator>>;
@@ -55,6 +57,8 @@ pub struct StepStats {
     pub loss: f32,
     /// The examples all workers used.
     pub examples: u64,
+    /// The global L2 norm of the averaged gradient, penalties included, before clipping.
+    pub grad_norm: f32,
 }
 
 /// Gradient rows of the embedding tables for a set of ids.
@@ -74,6 +78,10 @@ pub struct DataParallel<M: Model> {
     ring: Option<SharedRing>,
     entries: Vec<Entry>,
     sparse_tables: bool,
+    schedule: Schedule,
+    clip_norm: Option<f32>,
+    regularization: Regularization,
+    class_weights: Option<Vec<f32>>,
     weights: Vec<f32>,
     /// The variables' gradients (compact, in name order) and the three slots.
     reduced: Vec<f32>,
@@ -96,6 +104,7 @@ impl<M: Model> DataParallel<M> {
             lock(ring).broadcast(bytemuck::cast_slice_mut(&mut weights), 0)?;
             model.parameters().set_flat(&weights)?;
         }
+        optimizer.validate()?;
         let entries = model.parameters().entries();
         let optimizers = Optimizers::new(optimizer, &entries)?;
         let vars: usize = entries.iter().filter(|e| !e.table).map(Entry::len).sum();
@@ -106,10 +115,47 @@ impl<M: Model> DataParallel<M> {
             ring,
             entries,
             sparse_tables: optimizer.sparse_tables,
+            schedule: optimizer.schedule,
+            clip_norm: optimizer.clip_norm,
+            regularization: optimizer.regularization,
+            class_weights: None,
             weights,
             reduced: vec![0.0; vars + 3],
             table_dense: Vec::new(),
         })
+    }
+
+    /// Weighs each example's loss by its class (`weights[c]` for class `c`, as Keras's
+    /// `class_weight`); None: every example counts the same.
+    pub fn set_class_weights(&mut self, weights: Option<Vec<f32>>) -> Result<()> {
+        if let Some(w) = &weights {
+            if !self.loss.is_classification() {
+                return Err(TrainError::InvalidArgument(
+                    "class_weight: a regression model has no classes".into(),
+                ));
+            }
+            if let Some(bad) = w.iter().find(|v| !(v.is_finite() && **v >= 0.0)) {
+                return Err(TrainError::InvalidArgument(format!(
+                    "class_weight: {bad} is not a non-negative number"
+                )));
+            }
+        }
+        self.class_weights = weights;
+        Ok(())
+    }
+
+    /// Replaces the weights (every worker must pass the same ones).
+    pub fn set_weights(&mut self, weights: Vec<f32>) -> Result<()> {
+        if weights.len() != self.weights.len() {
+            return Err(TrainError::StateMismatch(format!(
+                "{} weights given for {} parameters",
+                weights.len(),
+                self.weights.len()
+            )));
+        }
+        self.model.parameters().set_flat(&weights)?;
+        self.weights = weights;
+        Ok(())
     }
 
     /// The model.
@@ -218,7 +264,7 @@ impl<M: Model> DataParallel<M> {
         if let (Some(batch), true) = (batch, rows > 0) {
             let lookup = Lookup::gather(batch, &self.entries, &self.weights)?;
             let logits = self.model.forward(batch, lookup.as_ref())?;
-            let loss = self.loss.compute(&logits, &batch.labels)?;
+            let loss = self.loss.compute_weighted(&logits, &batch.labels, self.class_weights.as_deref())?;
             let grads = loss.backward()?;
             // Weighted by the example count, so that the sum over workers divided by the
             // total count is the mean gradient over every example of the step.
@@ -243,15 +289,72 @@ impl<M: Model> DataParallel<M> {
             return Err(TrainError::InvalidArgument(format!("the workers' example count summed to {total}")));
         }
         let distinct_ids = self.reduced[vars + 2];
-        let tables = self.exchange_tables(local, distinct_ids)?;
-        self.reduced[..vars].iter_mut().for_each(|g| *g /= total);
-        self.apply(tables, total)?;
+        let mut tables = self.exchange_tables(local, distinct_ids)?;
+        let grad_norm = self.finish_gradients(&mut tables, total);
+        self.optimizers.set_scale(self.schedule.factor(self.optimizers.steps() + 1));
+        self.apply(tables)?;
         self.model.parameters().set_flat(&self.weights)?;
         Ok(Some(StepStats {
             step: self.optimizers.steps(),
             loss: self.reduced[vars + 1] / total,
             examples: total as u64,
+            grad_norm,
         }))
+    }
+
+    /// Turns the summed gradients into the step's gradient, the same on every worker: the
+    /// mean over `total` examples, plus the penalties' gradients, clipped to `clip_norm` by
+    /// the global norm. Returns the norm before clipping.
+    fn finish_gradients(&mut self, tables: &mut Option<TableGrads>, total: f32) -> f32 {
+        let vars = self.reduced.len() - 3;
+        let grads = &mut self.reduced[..vars];
+        grads.iter_mut().for_each(|g| *g /= total);
+        match tables.as_mut() {
+            Some(t) => t.rows.iter_mut().flatten().for_each(|g| *g /= total),
+            None => self.table_dense.iter_mut().for_each(|g| *g /= total),
+        }
+        if !self.regularization.is_zero() {
+            let (mut var_at, mut table_index, mut dense_at) = (0, 0, 0);
+            for e in &self.entries {
+                let penalty = self.regularization.of(e);
+                let weights = &self.weights[e.offset..e.offset + e.len()];
+                match (e.table, tables.as_mut()) {
+                    (false, _) => {
+                        penalty.add_gradient(weights, &mut grads[var_at..var_at + e.len()]);
+                        var_at += e.len();
+                    }
+                    (true, Some(t)) => {
+                        let w = e.row_width();
+                        for (id, row) in t.ids.iter().zip(t.rows[table_index].chunks_exact_mut(w)) {
+                            let at = *id as usize * w;
+                            penalty.add_gradient(&weights[at..at + w], row);
+                        }
+                        table_index += 1;
+                    }
+                    (true, None) => {
+                        penalty.add_gradient(weights, &mut self.table_dense[dense_at..dense_at + e.len()]);
+                        dense_at += e.len();
+                    }
+                }
+            }
+        }
+        let table_values: Box<dyn Iterator<Item = &f32>> = match tables.as_ref() {
+            Some(t) => Box::new(t.rows.iter().flatten()),
+            None => Box::new(self.table_dense.iter()),
+        };
+        let squares: f64 = grads.iter().chain(table_values).map(|&g| (g as f64) * (g as f64)).sum();
+        let norm = squares.sqrt() as f32;
+        if let Some(clip) = self.clip_norm
+            && norm > clip
+        {
+            let factor = clip / norm;
+            grads.iter_mut().for_each(|g| *g *= factor);
+            match tables.as_mut() {
+                Some(t) => t.rows.iter_mut().flatten().for_each(|g| *g *= factor),
+                None => self.table_dense.iter_mut().for_each(|g| *g *= factor),
+            }
+        }
+        norm
     }
 
     /// The tables' gradient rows for the lookup's ids, times `scale`.
@@ -346,15 +449,9 @@ impl<M: Model> DataParallel<M> {
     }
 
     /// Updates every group: its variables from the reduced buffer, its tables from `tables`
-    /// (rows, each divided by `total`) or, when None, from the dense tables.
-    fn apply(&mut self, tables: Option<TableGrads>, total: f32) -> Result<()> {
+    /// (the rows of the touched ids) or, when None, from the dense tables.
+    fn apply(&mut self, tables: Option<TableGrads>) -> Result<()> {
         let vars = self.reduced.len() - 3;
-        let mut tables = tables;
-        if let Some(t) = tables.as_mut() {
-            t.rows.iter_mut().flatten().for_each(|g| *g /= total);
-        } else {
-            self.table_dense.iter_mut().for_each(|g| *g /= total);
-        }
         // Compact offsets: of each variable in the reduced buffer, of each table in the
         // table buffers.
         let mut var_offsets = Vec::with_capacity(self.entries.len());

@@ -7,6 +7,12 @@
 //! worker skips the batches it had already taken in the interrupted epoch (its batches repeat
 //! from the seed; with a work queue, the driver hands each worker the same files again after a
 //! restart), so a resumed run ends where an uninterrupted one would.
+//!
+//! Stopping early: at every evaluation the metrics are the same on every worker (they are
+//! all-reduced), so every worker tracks the best one alike; the chief also asks the caller's
+//! `on_eval` and broadcasts the verdict, so all stop at the same step. The chief writes the
+//! best model as a checkpoint under `<model_dir>/best`, and at the end the best weights are
+//! restored (from memory, or from that checkpoint after a restart).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -15,7 +21,7 @@ use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
 use crate::batch::Batch;
-use crate::checkpoint::{self, CheckpointOptions, MAX_SHARD_BYTES, Progress, Restored};
+use crate::checkpoint::{self, Best, CheckpointOptions, MAX_SHARD_BYTES, Progress, Restored};
 use crate::error::{Result, TrainError};
 use crate::export::{self, ModelKind};
 use crate::features::FeatureSpec;
@@ -32,6 +38,9 @@ use crate::tensorboard::EventWriter;
 /// meanwhile fails the wait at once (its connections close) and one that stops responding is
 /// killed by its task, so only a slow but live save can use all of it.
 pub const CHECKPOINT_WAIT: Duration = Duration::from_secs(3600);
+
+/// The folder under `model_dir` of the best model's checkpoint (early stopping).
+pub const BEST_DIR: &str = "best";
 
 /// Everything about a training run but its data.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,6 +65,9 @@ pub struct TrainerConfig {
     /// The seed of the initial weights, the file order and shuffling.
     #[serde(default)]
     pub seed: u64,
+    /// Each class's weight in the loss (index: the class id; a binary model has two).
+    #[serde(default)]
+    pub class_weights: Option<Vec<f32>>,
     /// Where checkpoints go, and are resumed from.
     #[serde(default)]
     pub model_dir: Option<String>,
@@ -113,6 +125,9 @@ mod defaults {
     pub fn device() -> String {
         "cpu".into()
     }
+    pub fn restore_best() -> bool {
+        true
+    }
 }
 
 impl TrainerConfig {
@@ -137,6 +152,30 @@ impl TrainerConfig {
             return Err(TrainError::InvalidArgument(format!("{name}={value} must be at least 1")));
         }
         device_ordinal(&self.device)?;
+        self.optimizer.validate()?;
+        if let Some(weights) = &self.class_weights {
+            let classes = match &self.model {
+                ModelKind::LogisticRegression { outputs } | ModelKind::Mlp { outputs, .. } => *outputs,
+                _ => 1,
+            };
+            let want = if classes == 1 { 2 } else { classes };
+            if !self.loss.is_classification() {
+                return Err(TrainError::InvalidArgument(
+                    "class_weight: a regression model has no classes".into(),
+                ));
+            }
+            if weights.len() != want {
+                return Err(TrainError::InvalidArgument(format!(
+                    "class_weight has {} weights, the model has {want} classes",
+                    weights.len()
+                )));
+            }
+            if let Some(bad) = weights.iter().find(|w| !(w.is_finite() && **w >= 0.0)) {
+                return Err(TrainError::InvalidArgument(format!(
+                    "class_weight: {bad} is not a non-negative number"
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -152,7 +191,7 @@ impl TrainerConfig {
 }
 
 /// How long [`Trainer::fit`] trains.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FitOptions {
     /// Passes over the data (counting from the start of training, not of this call).
     pub epochs: u64,
@@ -160,11 +199,76 @@ pub struct FitOptions {
     pub max_steps: Option<u64>,
     /// Evaluate on the evaluation input every this many steps (besides at the end).
     pub eval_every: Option<u64>,
+    /// Stop when an evaluation metric stops improving.
+    #[serde(default)]
+    pub early_stopping: Option<EarlyStopping>,
 }
 
 impl Default for FitOptions {
     fn default() -> Self {
-        FitOptions { epochs: 1, max_steps: None, eval_every: None }
+        FitOptions { epochs: 1, max_steps: None, eval_every: None, early_stopping: None }
+    }
+}
+
+/// The evaluation metric early stopping watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Monitor {
+    /// The evaluation loss; lower is better.
+    Loss,
+    /// The accuracy; higher is better.
+    Accuracy,
+    /// The AUC (binary models); higher is better.
+    Auc,
+}
+
+impl Monitor {
+    /// The metric's value in `m`, if the model has it.
+    fn value(self, m: &Metrics) -> Option<f64> {
+        match self {
+            Monitor::Loss => Some(m.loss),
+            Monitor::Accuracy => m.accuracy,
+            Monitor::Auc => m.auc,
+        }
+        .filter(|v| v.is_finite())
+    }
+
+    /// Whether `value` improves on `best` by more than `min_delta`.
+    fn improves(self, value: f64, best: f64, min_delta: f64) -> bool {
+        match self {
+            Monitor::Loss => value < best - min_delta,
+            Monitor::Accuracy | Monitor::Auc => value > best + min_delta,
+        }
+    }
+}
+
+/// Keras's `EarlyStopping` on the evaluations `fit` runs (it needs evaluation data).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EarlyStopping {
+    /// The metric watched.
+    pub monitor: Monitor,
+    /// Evaluations without improvement tolerated before stopping (0: stop at the first).
+    #[serde(default)]
+    pub patience: u64,
+    /// The least change that counts as an improvement.
+    #[serde(default)]
+    pub min_delta: f64,
+    /// End with the best evaluation's weights (so `export` writes them), not the last ones.
+    #[serde(default = "defaults::restore_best")]
+    pub restore_best: bool,
+}
+
+impl EarlyStopping {
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<()> {
+        if !(self.min_delta.is_finite() && self.min_delta >= 0.0) {
+            return Err(TrainError::InvalidArgument(format!(
+                "early_stopping: min_delta={} must be a non-negative number",
+                self.min_delta
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -221,6 +325,26 @@ pub struct FitSummary {
     pub checkpoint: Option<String>,
     /// Seconds since the Unix epoch when this call's first step ended.
     pub first_step_at: Option<f64>,
+    /// Whether training stopped before its epochs or steps were done (early stopping or the
+    /// chief's `on_eval`).
+    pub stopped_early: bool,
+    /// The best evaluation's step and value of early stopping's metric; the model ends with
+    /// its weights when `restore_best`.
+    pub best: Option<Best>,
+    /// The checkpoint of the best model (`<model_dir>/best`), when there is a `model_dir`.
+    pub best_checkpoint: Option<String>,
+}
+
+/// The chief's hook on evaluations: whether to stop (true) or go on.
+pub type OnEval<'a> = &'a mut dyn FnMut(&EvalLine) -> Result<bool>;
+
+/// What the caller of [`Trainer::fit`] hears, and may answer.
+pub struct Hooks<'a> {
+    /// Sees every progress line; an error it returns (an interrupt, say) stops training.
+    pub on_log: &'a mut dyn FnMut(&LogLine) -> Result<()>,
+    /// On the chief only: sees every evaluation and answers whether to stop (true) or go on.
+    /// Every worker follows the chief's answer.
+    pub on_eval: Option<OnEval<'a>>,
 }
 
 /// One worker's trainer.
@@ -236,6 +360,8 @@ pub struct Trainer {
     resumed_from: Option<u64>,
     events: Option<EventWriter>,
     last_checkpoint: Option<(u64, String)>,
+    /// The best evaluation's weights, when early stopping restores them.
+    best_weights: Option<Vec<f32>>,
 }
 
 impl Trainer {
@@ -248,7 +374,8 @@ impl Trainer {
         let workers = ring.as_ref().map_or(1, |r| lock(r).size()) as u64;
         let device = device(&config.device)?;
         let model = config.model.build_on(&device, &features, config.seed)?;
-        let dp = DataParallel::new(model, config.loss, &config.optimizer, ring)?;
+        let mut dp = DataParallel::new(model, config.loss, &config.optimizer, ring)?;
+        dp.set_class_weights(config.class_weights.clone())?;
         let mut trainer = Trainer {
             config,
             features: Arc::new(features),
@@ -260,6 +387,7 @@ impl Trainer {
             resumed_from: None,
             events: None,
             last_checkpoint: None,
+            best_weights: None,
         };
         if let Some(dir) = trainer.config.model_dir.clone()
             && let Some(progress) = trainer.restore(&dir)?
@@ -306,17 +434,24 @@ impl Trainer {
     }
 
     /// Trains on `input` (this worker's share) together with every other worker: call on all
-    /// of them with the same options. `on_log` sees every progress line; an error it returns
-    /// (an interrupt, say) stops training.
+    /// of them with the same options. `hooks` hear of progress and evaluations.
     pub fn fit(
         &mut self,
         input: &Input,
         options: &FitOptions,
         eval: Option<&Input>,
-        on_log: &mut dyn FnMut(&LogLine) -> Result<()>,
+        hooks: &mut Hooks<'_>,
     ) -> Result<FitSummary> {
         if options.eval_every == Some(0) {
             return Err(TrainError::InvalidArgument("eval_every must be at least 1".into()));
+        }
+        if let Some(es) = &options.early_stopping {
+            es.validate()?;
+            if eval.is_none() {
+                return Err(TrainError::InvalidArgument(
+                    "early_stopping needs evaluation data (eval_data) to watch".into(),
+                ));
+            }
         }
         let started = Instant::now();
         let first_step = self.progress.step;
@@ -333,6 +468,9 @@ impl Trainer {
             evaluations: Vec::new(),
             checkpoint: None,
             first_step_at: None,
+            stopped_early: false,
+            best: None,
+            best_checkpoint: None,
         };
         let mut window = Window::new();
         let done = |step: u64| options.max_steps.is_some_and(|max| step >= max);
@@ -378,7 +516,7 @@ impl Trainer {
                     let line =
                         window.line(stats.step, self.progress.epoch, self.dp.optimizers().learning_rate());
                     self.log(&line)?;
-                    on_log(&line)?;
+                    (hooks.on_log)(&line)?;
                     summary.loss = Some(line.loss);
                     summary.history.push(line);
                 }
@@ -387,8 +525,10 @@ impl Trainer {
                 }
                 if let (Some(k), Some(eval)) = (options.eval_every, eval)
                     && stats.step % k == 0
+                    && self.evaluate_and_decide(eval, options, hooks, &mut summary)?
                 {
-                    summary.evaluations.push(self.evaluate_logged(eval)?);
+                    summary.stopped_early = true;
+                    break 'epochs;
                 }
             }
             self.progress.epoch += 1;
@@ -397,11 +537,19 @@ impl Trainer {
         if window.steps > 0 {
             summary.loss = Some(window.loss_sum / window.steps as f64);
         }
-        summary.checkpoint = self.checkpoint_together()?.or(summary.checkpoint);
         if let Some(eval) = eval
             && summary.evaluations.last().is_none_or(|e| e.step != self.progress.step)
         {
-            summary.evaluations.push(self.evaluate_logged(eval)?);
+            // The last evaluation counts for early stopping too; there is nothing left to stop.
+            self.evaluate_and_decide(eval, options, hooks, &mut summary)?;
+        }
+        summary.checkpoint = self.checkpoint_together()?.or(summary.checkpoint);
+        if let Some(es) = &options.early_stopping {
+            summary.best = self.progress.best;
+            summary.best_checkpoint = self.best_dir().filter(|_| self.progress.best.is_some());
+            if es.restore_best {
+                self.restore_best()?;
+            }
         }
         if let Some(events) = &mut self.events {
             events.flush()?;
@@ -434,12 +582,99 @@ impl Trainer {
         self.dp.evaluate(epoch.map(|e| e.and_then(|e| Batch::from_encoded_on(&e, &device))))
     }
 
+    /// Evaluates, tracks the best evaluation and asks the chief's hook; returns whether every
+    /// worker stops now (the chief's verdict, broadcast).
+    fn evaluate_and_decide(
+        &mut self,
+        eval: &Input,
+        options: &FitOptions,
+        hooks: &mut Hooks<'_>,
+        summary: &mut FitSummary,
+    ) -> Result<bool> {
+        let line = self.evaluate_logged(eval)?;
+        let mut stop = match &options.early_stopping {
+            Some(es) => self.track_best(&line, es)?,
+            None => false,
+        };
+        if self.rank == 0
+            && let Some(on_eval) = hooks.on_eval.as_mut()
+        {
+            stop |= on_eval(&line)?;
+        }
+        summary.evaluations.push(line);
+        if let Some(ring) = self.dp.ring() {
+            let mut verdict = [stop as u8];
+            lock(ring).broadcast(&mut verdict, 0)?;
+            stop = verdict[0] != 0;
+        }
+        Ok(stop)
+    }
+
+    /// Early stopping's bookkeeping for one evaluation: a better one is kept (its weights in
+    /// memory, and as the chief's checkpoint under `<model_dir>/best`); returns whether the
+    /// patience has run out.
+    fn track_best(&mut self, line: &EvalLine, es: &EarlyStopping) -> Result<bool> {
+        let Some(value) = es.monitor.value(&line.metrics) else {
+            return Err(TrainError::InvalidArgument(format!(
+                "early_stopping watches {:?}, which this model's evaluation does not have",
+                es.monitor
+            )));
+        };
+        let better = match self.progress.best {
+            None => true,
+            Some(best) => es.monitor.improves(value, best.value, es.min_delta),
+        };
+        if !better {
+            self.progress.evals_since_best += 1;
+            return Ok(self.progress.evals_since_best > es.patience);
+        }
+        self.progress.best = Some(Best { step: line.step, value });
+        self.progress.evals_since_best = 0;
+        if es.restore_best {
+            self.best_weights = Some(self.dp.weights().to_vec());
+        }
+        if let Some(dir) = self.best_dir() {
+            if self.rank == 0 {
+                let options = CheckpointOptions { max_shard_bytes: self.config.max_shard_bytes, keep: 1 };
+                self.dp.save_checkpoint(&dir, self.progress, &options)?;
+            }
+            if let Some(ring) = self.dp.ring() {
+                lock(ring).barrier_within(CHECKPOINT_WAIT)?;
+            }
+        }
+        Ok(false)
+    }
+
+    /// Where the chief keeps the best model's checkpoint.
+    fn best_dir(&self) -> Option<String> {
+        self.config.model_dir.as_deref().map(|dir| sparktrain_storage::join_url(dir, BEST_DIR))
+    }
+
+    /// Gives the model the best evaluation's weights: those kept in memory, or after a
+    /// restart those of `<model_dir>/best`. The step count stays as it is.
+    fn restore_best(&mut self) -> Result<()> {
+        let Some(best) = self.progress.best else { return Ok(()) };
+        if best.step == self.progress.step {
+            return Ok(());
+        }
+        if let Some(weights) = self.best_weights.take() {
+            return self.dp.set_weights(weights);
+        }
+        let Some(dir) = self.best_dir() else { return Ok(()) };
+        let progress = self.progress;
+        self.restore(&dir)?;
+        self.progress = progress;
+        Ok(())
+    }
+
     fn evaluate_logged(&mut self, input: &Input) -> Result<EvalLine> {
         let metrics = self.evaluate(input)?;
         let step = self.progress.step;
         if let Some(events) = &mut self.events {
-            let mut scalars =
-                vec![("eval/loss", metrics.loss as f32), ("eval/accuracy", metrics.accuracy as f32)];
+            let mut scalars = vec![("eval/loss", metrics.loss as f32)];
+            if let Some(accuracy) = metrics.accuracy {
+                scalars.push(("eval/accuracy", accuracy as f32));
+            }
             if let Some(auc) = metrics.auc {
                 scalars.push(("eval/auc", auc as f32));
             }

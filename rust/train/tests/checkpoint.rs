@@ -21,6 +21,7 @@ fn batch(step: usize) -> Batch {
         ids: None,
         id_width: 0,
         labels: Tensor::from_vec(labels, rows, &Device::Cpu).unwrap(),
+        bags: None,
     }
 }
 
@@ -41,8 +42,13 @@ fn resume_matches_an_uninterrupted_run(model_dir: &str) {
     for s in 0..6 {
         first.step(Some(&batch(s))).unwrap();
         if s % 2 == 1 {
-            let progress =
-                Progress { step: s as u64 + 1, epoch: 0, batches_in_epoch: s as u64 + 1, workers: 1 };
+            let progress = Progress {
+                step: s as u64 + 1,
+                epoch: 0,
+                batches_in_epoch: s as u64 + 1,
+                workers: 1,
+                ..Progress::default()
+            };
             first.save_checkpoint(model_dir, progress, &options).unwrap();
         }
     }
@@ -57,7 +63,10 @@ fn resume_matches_an_uninterrupted_run(model_dir: &str) {
 
     let mut resumed = trainer();
     let progress = resumed.restore(model_dir).unwrap().expect("a checkpoint");
-    assert_eq!(progress, Progress { step: 6, epoch: 0, batches_in_epoch: 6, workers: 1 });
+    assert_eq!(
+        progress,
+        Progress { step: 6, epoch: 0, batches_in_epoch: 6, workers: 1, ..Progress::default() }
+    );
     assert_eq!(resumed.optimizers().steps(), 6);
     for s in 6..12 {
         resumed.step(Some(&batch(s))).unwrap();
@@ -149,7 +158,11 @@ fn what_a_save_killed_midway_left_is_removed_on_resume() {
     let mut first = trainer();
     first.step(Some(&batch(0))).unwrap();
     first
-        .save_checkpoint(model_dir, Progress { step: 1, epoch: 0, batches_in_epoch: 1, workers: 1 }, &options)
+        .save_checkpoint(
+            model_dir,
+            Progress { step: 1, epoch: 0, batches_in_epoch: 1, workers: 1, ..Progress::default() },
+            &options,
+        )
         .unwrap();
     // A chief killed while writing step 2: some shards, no manifest, an index half written.
     std::fs::create_dir(dir.path().join("ckpt-0000000002")).unwrap();

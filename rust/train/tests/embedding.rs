@@ -1,15 +1,18 @@
-//! Wide&Deep and DeepFM learn a rule that lives in categorical features (an interaction a
-//! linear model cannot express), train identically on one or two workers, and refuse ids
-//! that do not match their feature spec.
+//! Wide&Deep, DeepFM and DCN learn a rule that lives in categorical and multi-hot features
+//! (an interaction a linear model cannot express), train identically on one or two workers,
+//! pool multi-hot columns by their sum or mean, and refuse ids that do not match their
+//! feature spec.
 
 mod support;
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Float32Array, Int64Array, StringArray};
+use arrow::array::{ArrayRef, Float32Array, Int64Array, ListArray, StringArray};
+use arrow::datatypes::Int64Type;
 use arrow::record_batch::RecordBatch;
+use sparktrain_train::features::{MultiHot, Pooling};
 use sparktrain_train::{
-    Batch, Categorical, DataParallel, DeepFm, EmbeddingConfig, FeatureSpec, Lookup, Loss, Model,
+    Batch, Categorical, DataParallel, Dcn, DeepFm, EmbeddingConfig, FeatureSpec, Lookup, Loss, Model,
     OptimizerConfig, Rule, WideDeep,
 };
 use support::on_workers;
@@ -22,32 +25,55 @@ fn spec() -> FeatureSpec {
             Categorical { name: "city".into(), buckets: 64 },
         ],
         crossed: vec![],
+        multi_hot: vec![],
         label: "label".into(),
     }
 }
 
-/// Rows `range`: the label is (shop is even) XOR (city is "c1"); `x` is noise.
+/// [`spec`] plus the multi-hot column `tags`, pooled by `pooling`.
+fn tagged_spec(pooling: Pooling) -> FeatureSpec {
+    FeatureSpec { multi_hot: vec![MultiHot { name: "tags".into(), buckets: 64, pooling }], ..spec() }
+}
+
+/// Rows `range`, encoded for [`spec`].
 fn batch(range: std::ops::Range<u64>) -> Batch {
+    batch_for(&spec(), range)
+}
+
+/// Rows `range` encoded for `spec`: with [`spec`], the label is (shop is even) XOR (city is
+/// "c1"); with `tags` too, XOR also (tag 3 is among the row's 0 to 3 tags). `x` is noise.
+fn batch_for(spec: &FeatureSpec, range: std::ops::Range<u64>) -> Batch {
     let mix = |i: u64| i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17);
     let shop: Vec<i64> = range.clone().map(|i| (mix(i) % 7) as i64).collect();
     let city: Vec<String> = range.clone().map(|i| format!("c{}", mix(i + 7) % 3)).collect();
-    let label: Vec<i64> = shop.iter().zip(&city).map(|(s, c)| ((s % 2 == 0) != (c == "c1")) as i64).collect();
+    let tags: Vec<Vec<i64>> =
+        range.clone().map(|i| (0..mix(i + 11) % 4).map(|k| (mix(i + 13 + k) % 6) as i64).collect()).collect();
+    let tagged = !spec.multi_hot.is_empty();
+    let label: Vec<i64> = (0..shop.len())
+        .map(|r| (((shop[r] % 2 == 0) != (city[r] == "c1")) != (tagged && tags[r].contains(&3))) as i64)
+        .collect();
     let x: Vec<f32> = range.map(|i| (mix(i + 3) % 100) as f32 / 100.0).collect();
+    let lists = tags.into_iter().map(|t| Some(t.into_iter().map(Some).collect::<Vec<_>>()));
     let columns: Vec<(&str, ArrayRef)> = vec![
         ("label", Arc::new(Int64Array::from(label))),
         ("x", Arc::new(Float32Array::from(x))),
         ("shop", Arc::new(Int64Array::from(shop))),
         ("city", Arc::new(StringArray::from(city))),
+        ("tags", Arc::new(ListArray::from_iter_primitive::<Int64Type, _, _>(lists))),
     ];
-    Batch::from_encoded(&spec().encode(&RecordBatch::try_from_iter(columns).unwrap()).unwrap()).unwrap()
+    Batch::from_encoded(&spec.encode(&RecordBatch::try_from_iter(columns).unwrap()).unwrap()).unwrap()
 }
 
 fn config() -> EmbeddingConfig {
-    EmbeddingConfig { dim: 4, hidden: vec![16], seed: 5 }
+    EmbeddingConfig { dim: 4, hidden: vec![16], cross_layers: 0, seed: 5 }
 }
 
 fn accuracy<M: Model>(dp: &DataParallel<M>) -> f64 {
-    let test = batch(100_000..102_000);
+    accuracy_on(dp, &spec())
+}
+
+fn accuracy_on<M: Model>(dp: &DataParallel<M>, spec: &FeatureSpec) -> f64 {
+    let test = batch_for(spec, 100_000..102_000);
     let logits = dp.logits(&test).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
     let labels = test.labels.to_vec1::<f32>().unwrap();
     logits.iter().zip(&labels).filter(|(l, y)| (**l > 0.0) == (**y > 0.5)).count() as f64
@@ -55,45 +81,119 @@ fn accuracy<M: Model>(dp: &DataParallel<M>) -> f64 {
 }
 
 fn fit<M: Model>(model: M) -> DataParallel<M> {
+    fit_on(model, &spec(), 300)
+}
+
+fn fit_on<M: Model>(model: M, spec: &FeatureSpec, steps: u64) -> DataParallel<M> {
     let optimizer = OptimizerConfig::new(Rule::adam(0.02));
     let mut dp = DataParallel::new(model, Loss::BinaryCrossEntropy, &optimizer, None).unwrap();
-    for s in 0..300u64 {
-        dp.step(Some(&batch(s * 64..s * 64 + 64))).unwrap();
+    for s in 0..steps {
+        dp.step(Some(&batch_for(spec, s * 64..s * 64 + 64))).unwrap();
     }
     dp
 }
 
+fn dcn_config() -> EmbeddingConfig {
+    EmbeddingConfig { cross_layers: 2, ..config() }
+}
+
 #[test]
-fn both_models_learn_an_interaction_of_categorical_features() {
+fn every_model_learns_an_interaction_of_categorical_features() {
     let wide_deep = fit(WideDeep::new(&spec(), &config()).unwrap());
     assert!(accuracy(&wide_deep) > 0.97, "Wide&Deep: {}", accuracy(&wide_deep));
     let deep_fm = fit(DeepFm::new(&spec(), &config()).unwrap());
     assert!(accuracy(&deep_fm) > 0.97, "DeepFM: {}", accuracy(&deep_fm));
+    let dcn = fit(Dcn::new(&spec(), &dcn_config()).unwrap());
+    assert!(accuracy(&dcn) > 0.97, "DCN: {}", accuracy(&dcn));
 }
 
 #[test]
-fn two_workers_train_wide_deep_like_one_with_their_union() {
-    let rule = Rule::Sgd { lr: 0.1, momentum: 0.9, nesterov: false, weight_decay: 0.0 };
-    let together = on_workers(2, move |w, ring| {
-        let model = WideDeep::new(&spec(), &EmbeddingConfig { dim: 4, hidden: vec![16], seed: 5 }).unwrap();
-        let optimizer = OptimizerConfig::new(rule);
-        let mut dp = DataParallel::new(model, Loss::BinaryCrossEntropy, &optimizer, ring).unwrap();
-        for s in 0..10u64 {
-            let start = s * 32 + w as u64 * 16;
-            dp.step(Some(&batch(start..start + 16))).unwrap();
+fn every_model_learns_a_rule_that_needs_a_multi_hot_column() {
+    for pooling in [Pooling::Sum, Pooling::Mean] {
+        let spec = tagged_spec(pooling);
+        let models: Vec<(&str, Box<dyn Model>)> = vec![
+            ("Wide&Deep", Box::new(WideDeep::new(&spec, &config()).unwrap())),
+            ("DeepFM", Box::new(DeepFm::new(&spec, &config()).unwrap())),
+            ("DCN", Box::new(Dcn::new(&spec, &dcn_config()).unwrap())),
+        ];
+        for (name, model) in models {
+            let dp = fit_on(model, &spec, 600);
+            let accuracy = accuracy_on(&dp, &spec);
+            assert!(accuracy > 0.95, "{name}, {pooling:?} pooling: {accuracy}");
         }
-        dp.weights().to_vec()
-    });
-    assert_eq!(together[0], together[1]);
-    let model = WideDeep::new(&spec(), &config()).unwrap();
-    let optimizer = OptimizerConfig::new(rule);
-    let mut alone = DataParallel::new(model, Loss::BinaryCrossEntropy, &optimizer, None).unwrap();
-    for s in 0..10u64 {
-        alone.step(Some(&batch(s * 32..s * 32 + 32))).unwrap();
     }
-    let scale = alone.weights().iter().fold(0f32, |m, v| m.max(v.abs()));
-    for (a, b) in together[0].iter().zip(alone.weights()) {
-        assert!((a - b).abs() <= 1e-5 * scale, "{a} vs {b}");
+}
+
+#[test]
+fn multi_hot_columns_pool_their_rows_by_sum_or_mean() {
+    for pooling in [Pooling::Sum, Pooling::Mean] {
+        let spec = tagged_spec(pooling);
+        let model = WideDeep::new(&spec, &config()).unwrap();
+        let (entries, weights) = (model.parameters().entries(), model.parameters().flat().unwrap());
+        let batch = batch_for(&spec, 0..40);
+        let lookup = Lookup::gather(&batch, &entries, &weights).unwrap().unwrap();
+        let fields = lookup.embed("deep/embeddings").unwrap();
+        assert_eq!(fields.dims(), [40, 3, 4], "shop, city, then the pooled tags");
+        let table = entries.iter().find(|e| e.name == "deep/embeddings").unwrap();
+        let row = |id: u32| &weights[table.offset + id as usize * 4..table.offset + id as usize * 4 + 4];
+        let bags = batch.bags.as_ref().unwrap();
+        let got = fields.to_vec3::<f32>().unwrap();
+        let mut at = 0;
+        for (r, &n) in bags.lengths.iter().enumerate() {
+            let ids = &bags.ids[at..at + n as usize];
+            at += n as usize;
+            let mut want = [0f32; 4];
+            for &id in ids {
+                want.iter_mut().zip(row(id)).for_each(|(w, v)| *w += v);
+            }
+            if pooling == Pooling::Mean && n > 0 {
+                want.iter_mut().for_each(|w| *w /= n as f32);
+            }
+            for (g, w) in got[r][2].iter().zip(want) {
+                assert!((g - w).abs() < 1e-6, "row {r}, {pooling:?}: {:?} vs {want:?}", got[r][2]);
+            }
+        }
+        assert!(bags.lengths.contains(&0), "an empty list pools to zeros, and is in the batch");
+    }
+}
+
+/// Builds the model `name` for `spec`.
+fn model(name: &str, spec: &FeatureSpec) -> Box<dyn Model> {
+    match name {
+        "wide_deep" => Box::new(WideDeep::new(spec, &config()).unwrap()),
+        "deep_fm" => Box::new(DeepFm::new(spec, &config()).unwrap()),
+        _ => Box::new(Dcn::new(spec, &dcn_config()).unwrap()),
+    }
+}
+
+#[test]
+fn two_workers_train_like_one_with_their_union() {
+    let rule = Rule::Sgd { lr: 0.1, momentum: 0.9, nesterov: false, weight_decay: 0.0 };
+    for (name, spec) in
+        [("wide_deep", spec()), ("deep_fm", tagged_spec(Pooling::Mean)), ("dcn", tagged_spec(Pooling::Sum))]
+    {
+        let shared = spec.clone();
+        let together = on_workers(2, move |w, ring| {
+            let optimizer = OptimizerConfig::new(rule);
+            let mut dp =
+                DataParallel::new(model(name, &shared), Loss::BinaryCrossEntropy, &optimizer, ring).unwrap();
+            for s in 0..10u64 {
+                let start = s * 32 + w as u64 * 16;
+                dp.step(Some(&batch_for(&shared, start..start + 16))).unwrap();
+            }
+            dp.weights().to_vec()
+        });
+        assert_eq!(together[0], together[1], "{name}");
+        let optimizer = OptimizerConfig::new(rule);
+        let mut alone =
+            DataParallel::new(model(name, &spec), Loss::BinaryCrossEntropy, &optimizer, None).unwrap();
+        for s in 0..10u64 {
+            alone.step(Some(&batch_for(&spec, s * 32..s * 32 + 32))).unwrap();
+        }
+        let scale = alone.weights().iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (a, b) in together[0].iter().zip(alone.weights()) {
+            assert!((a - b).abs() <= 1e-5 * scale, "{name}: {a} vs {b}");
+        }
     }
 }
 

@@ -22,6 +22,7 @@ fn spec() -> FeatureSpec {
             Categorical { name: "city".into(), buckets: 8 },
         ],
         crossed: vec![],
+        multi_hot: vec![],
         label: "label".into(),
     }
 }
@@ -69,6 +70,7 @@ fn export_and_score(dir: &str, kind: ModelKind, loss: Loss, classes: i64) {
                 assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5, "{row:?}");
             }
         }
+        Loss::MeanSquaredError => assert_eq!(scores, logits),
     }
 }
 
@@ -91,6 +93,10 @@ fn exported_models_score_as_they_did_in_training() {
     );
     let lr = ModelKind::LogisticRegression { outputs: 1 };
     export_and_score(&url("lr"), lr, Loss::BinaryCrossEntropy, 2);
+    let dcn = ModelKind::Dcn { dim: 4, hidden: vec![8], cross_layers: 2 };
+    export_and_score(&url("dcn"), dcn, Loss::BinaryCrossEntropy, 2);
+    let regression = ModelKind::WideDeep { dim: 4, hidden: vec![8] };
+    export_and_score(&url("regression"), regression, Loss::MeanSquaredError, 2);
 }
 
 #[test]

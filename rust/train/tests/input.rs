@@ -5,11 +5,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Float32Array, Int64Array, StringArray};
+use arrow::array::{ArrayRef, Float32Array, Int64Array, ListArray, StringArray};
+use arrow::datatypes::Int64Type;
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use sparktrain_dataset::ExampleFileWriter;
 use sparktrain_storage::FileStatus;
+use sparktrain_train::features::{MultiHot, Pooling};
 use sparktrain_train::{Batch, Categorical, Crossed, FeatureSpec, Input, InputOptions, plan_shard};
 
 fn table(rows: std::ops::Range<i64>) -> RecordBatch {
@@ -46,9 +48,102 @@ fn a_spec_is_inferred_from_the_column_types() {
     let lists = Schema::new(vec![
         Field::new("label", DataType::Int64, false),
         Field::new("tags", DataType::new_list(DataType::Int32, true), true),
+        Field::new("words", DataType::new_list(DataType::Utf8, true), true),
     ]);
-    let err = FeatureSpec::infer(&lists, "label", 100).unwrap_err().to_string();
-    assert!(err.contains("column 'tags'"), "{err}");
+    let spec = FeatureSpec::infer(&lists, "label", 100).unwrap();
+    let names: Vec<_> = spec.multi_hot.iter().map(|m| (m.name.as_str(), m.buckets, m.pooling)).collect();
+    assert_eq!(names, vec![("tags", 100, Pooling::Mean), ("words", 100, Pooling::Mean)]);
+    let floats = Schema::new(vec![
+        Field::new("label", DataType::Int64, false),
+        Field::new("scores", DataType::new_list(DataType::Float32, true), true),
+    ]);
+    let err = FeatureSpec::infer(&floats, "label", 100).unwrap_err().to_string();
+    assert!(err.contains("column 'scores'"), "{err}");
+}
+
+/// Row `i`'s tags: `i % 4` values from `i`, none (a null list) for every 11th row.
+fn tags(i: i64) -> Option<Vec<Option<i64>>> {
+    (i % 11 != 0).then(|| (0..i % 4).map(|k| Some(i * 10 + k)).collect())
+}
+
+fn tagged(rows: std::ops::Range<i64>) -> RecordBatch {
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        ("label", Arc::new(Int64Array::from_iter_values(rows.clone().map(|i| i % 2)))),
+        ("row", Arc::new(Float32Array::from_iter_values(rows.clone().map(|i| i as f32)))),
+        ("tags", Arc::new(ListArray::from_iter_primitive::<Int64Type, _, _>(rows.map(tags)))),
+    ];
+    RecordBatch::try_from_iter(columns).unwrap()
+}
+
+fn tag_spec() -> FeatureSpec {
+    FeatureSpec {
+        dense: vec!["row".into()],
+        categorical: vec![],
+        crossed: vec![],
+        multi_hot: vec![MultiHot { name: "tags".into(), buckets: 1000, pooling: Pooling::Sum }],
+        label: "label".into(),
+    }
+}
+
+#[test]
+fn multi_hot_lists_hash_each_value_and_skip_nulls() {
+    let mut spec = tag_spec();
+    spec.categorical.push(Categorical { name: "shop".into(), buckets: 5 });
+    let values = vec![Some(vec![Some(3), None, Some(3)]), None, Some(vec![]), Some(vec![Some(7)])];
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        ("label", Arc::new(Int64Array::from(vec![0, 1, 0, 1]))),
+        ("row", Arc::new(Float32Array::from(vec![0.0, 1.0, 2.0, 3.0]))),
+        ("shop", Arc::new(Int64Array::from(vec![1, 2, 3, 1]))),
+        ("tags", Arc::new(ListArray::from_iter_primitive::<Int64Type, _, _>(values))),
+    ];
+    let e = spec.encode(&RecordBatch::try_from_iter(columns).unwrap()).unwrap();
+    assert_eq!(e.bag_lengths, [2, 0, 0, 1]);
+    assert_eq!(e.bag_ids[0], e.bag_ids[1], "equal values, equal ids");
+    // The multi-hot range comes after the categorical one: ids 5 to 1004.
+    assert!(e.bag_ids.iter().all(|id| (5..1005).contains(id)), "{:?}", e.bag_ids);
+    assert_eq!(spec.id_space(), 1005);
+    assert_eq!(e.bag_offsets(), [0, 2, 2, 2, 3]);
+
+    let clash = FeatureSpec { dense: vec!["tags".into()], ..tag_spec() };
+    assert!(clash.validate().unwrap_err().to_string().contains("'tags' is a list"));
+    let flat: Vec<(&str, ArrayRef)> = vec![
+        ("label", Arc::new(Int64Array::from(vec![0]))),
+        ("row", Arc::new(Float32Array::from(vec![0.0]))),
+        ("tags", Arc::new(Int64Array::from(vec![4]))),
+    ];
+    let err = tag_spec().encode(&RecordBatch::try_from_iter(flat).unwrap()).unwrap_err().to_string();
+    assert!(err.contains("multi-hot column 'tags' has type Int64"), "{err}");
+}
+
+#[test]
+fn shuffled_batches_keep_each_rows_lists_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, range) in [0..150i64, 150..300].into_iter().enumerate() {
+        let url = dir.path().join(format!("part-{i}.tfrecord")).to_string_lossy().into_owned();
+        let mut w = ExampleFileWriter::create(&url, None, false, HashMap::new()).unwrap();
+        w.write_batch(&tagged(range)).unwrap();
+        w.commit().unwrap();
+    }
+    let spec = Arc::new(tag_spec());
+    for shuffle_buffer in [0, 64] {
+        let options = InputOptions { batch_size: 32, shuffle_buffer, seed: 4, prefetch: 2 };
+        let input = Input::open(&dir.path().to_string_lossy(), 1, 0, options).unwrap();
+        let mut seen = 0;
+        for batch in input.epoch(0, &spec).unwrap() {
+            let batch = batch.unwrap();
+            let offsets = batch.bag_offsets();
+            for r in 0..batch.rows {
+                let row = batch.dense[r] as i64;
+                let alone = spec.encode(&tagged(row..row + 1)).unwrap();
+                assert_eq!(&batch.bag_ids[offsets[r]..offsets[r + 1]], alone.bag_ids.as_slice(), "row {row}");
+                assert_eq!(batch.bag_lengths[r], alone.bag_lengths[0]);
+            }
+            assert_eq!(batch.pooling, vec![Pooling::Sum]);
+            Batch::from_encoded(&batch).unwrap();
+            seen += batch.rows;
+        }
+        assert_eq!(seen, 300, "shuffle_buffer={shuffle_buffer}");
+    }
 }
 
 #[test]
@@ -60,6 +155,7 @@ fn encoding_hashes_into_each_columns_own_id_range() {
             Categorical { name: "city".into(), buckets: 4 },
         ],
         crossed: vec![Crossed { names: vec!["shop".into(), "city".into()], buckets: 11 }],
+        multi_hot: vec![],
         label: "label".into(),
     };
     let e = spec.encode(&table(0..42)).unwrap();
@@ -84,6 +180,7 @@ fn encoding_hashes_into_each_columns_own_id_range() {
         dense: vec!["price".into()],
         categorical: vec![],
         crossed: vec![],
+        multi_hot: vec![],
         label: "label".into(),
     };
     let err = dense_only.encode(&holes).unwrap_err().to_string();

@@ -41,7 +41,7 @@ fn auc_matches_an_exact_pairwise_count() {
     let mut perfect = Evaluation::new(Loss::BinaryCrossEntropy);
     perfect.add(&tensor(&[-3.0, -1.0, 2.0, 4.0]), &tensor(&[0.0, 0.0, 1.0, 1.0])).unwrap();
     let perfect = perfect.finish(None).unwrap();
-    assert_eq!((perfect.auc, perfect.accuracy), (Some(1.0), 1.0));
+    assert_eq!((perfect.auc, perfect.accuracy), (Some(1.0), Some(1.0)));
     let mut one_class = Evaluation::new(Loss::BinaryCrossEntropy);
     one_class.add(&tensor(&[1.0, 2.0]), &tensor(&[1.0, 1.0])).unwrap();
     assert_eq!(one_class.finish(None).unwrap().auc, None);
@@ -56,6 +56,7 @@ fn batch(seed: usize) -> Batch {
         ids: None,
         id_width: 0,
         labels: Tensor::from_vec(labels, 64, &Device::Cpu).unwrap(),
+        bags: None,
     }
 }
 

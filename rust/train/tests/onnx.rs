@@ -1,13 +1,16 @@
 //! The ONNX export: every built-in model becomes a well-formed `ModelProto` whose inputs,
-//! output and metadata follow the documented contract, and the serving inputs key every
-//! categorical value so that hashing the keys gives the engine's own ids. (onnxruntime's
+//! output and metadata follow the documented contract (multi-hot columns as padded inputs of
+//! their own), and the serving inputs key every categorical value so that hashing the keys
+//! gives the engine's own ids. (onnxruntime's
 //! scores against the engine's are checked from Python, in `tests/test_onnx_export.py`.)
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Float64Array, Int32Array, StringArray, UInt64Array};
+use arrow::array::{ArrayRef, Float64Array, Int32Array, ListArray, StringArray, UInt64Array};
+use arrow::datatypes::Int32Type;
 use arrow::record_batch::RecordBatch;
 use prost::Message;
+use sparktrain_train::features::{MultiHot, Pooling};
 use sparktrain_train::onnx::proto::{ModelProto, type_proto};
 use sparktrain_train::onnx::{self, DENSE, KEYS, MISSING, SCORES};
 use sparktrain_train::{Categorical, Crossed, Exported, FeatureSpec, Loss, ModelKind, TrainError};
@@ -20,6 +23,7 @@ fn spec() -> FeatureSpec {
             Categorical { name: "city".into(), buckets: 5 },
         ],
         crossed: vec![Crossed { names: vec!["city".into(), "day".into()], buckets: 11 }],
+        multi_hot: vec![],
         label: "label".into(),
     }
 }
@@ -36,12 +40,57 @@ fn batch() -> RecordBatch {
 
 /// An export folder of `kind` with weights drawn from a seed.
 fn exported(dir: &std::path::Path, kind: &ModelKind, loss: Loss) -> Exported {
-    let model = kind.build(&spec(), 5).unwrap();
+    exported_for(dir, kind, loss, &spec())
+}
+
+/// [`exported`] for the feature spec `spec`.
+fn exported_for(dir: &std::path::Path, kind: &ModelKind, loss: Loss, spec: &FeatureSpec) -> Exported {
+    let model = kind.build(spec, 5).unwrap();
     let entries = model.parameters().entries();
     let weights = model.parameters().flat().unwrap();
     let url = dir.to_string_lossy().into_owned();
-    sparktrain_train::export::export(&url, kind, &spec(), loss, &entries, &weights).unwrap();
+    sparktrain_train::export::export(&url, kind, spec, loss, &entries, &weights).unwrap();
     Exported::load(&url).unwrap()
+}
+
+#[test]
+fn multi_hot_columns_become_padded_inputs_of_their_own() {
+    let spec = FeatureSpec {
+        multi_hot: vec![
+            MultiHot { name: "tags".into(), buckets: 9, pooling: Pooling::Mean },
+            MultiHot { name: "words".into(), buckets: 4, pooling: Pooling::Sum },
+        ],
+        ..spec()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let kind = ModelKind::DeepFm { dim: 2, hidden: vec![4] };
+    let model = exported_for(dir.path(), &kind, Loss::BinaryCrossEntropy, &spec);
+    let proto = ModelProto::decode(onnx::to_onnx(&model).unwrap().as_slice()).unwrap();
+    let graph = proto.graph.unwrap();
+    let names: Vec<_> = graph.input.iter().map(|i| i.name().to_string()).collect();
+    assert_eq!(names, [DENSE, KEYS, MISSING, "bag_keys_0", "bag_present_0", "bag_keys_1", "bag_present_1"]);
+    let bag_columns = proto.metadata_props.iter().find(|p| p.key() == onnx::META_BAG_COLUMNS).unwrap();
+    assert_eq!(bag_columns.value(), r#"["tags","words"]"#);
+
+    let tags = vec![Some(vec![Some(5), Some(6)]), None, Some(vec![Some(7), None, Some(8)])];
+    let words = vec![Some(vec![]), Some(vec![Some(1)]), None];
+    let base = batch();
+    let schema = base.schema();
+    let mut columns: Vec<(&str, ArrayRef)> =
+        schema.fields().iter().map(|f| f.name().as_str()).zip(base.columns().iter().cloned()).collect();
+    columns.push(("tags", Arc::new(ListArray::from_iter_primitive::<Int32Type, _, _>(tags))));
+    columns.push(("words", Arc::new(ListArray::from_iter_primitive::<Int32Type, _, _>(words))));
+    let inputs = spec.serving_inputs(&RecordBatch::try_from_iter(columns).unwrap()).unwrap();
+    assert_eq!(inputs.bags.len(), 2);
+    // Each row's values from the left, padded to the longest list; nulls are not values.
+    assert_eq!(inputs.bags[0].width, 2);
+    assert_eq!(inputs.bags[0].keys, [5, 6, 0, 0, 7, 8]);
+    assert_eq!(inputs.bags[0].present, [true, true, false, false, true, true]);
+    // A column with no value anywhere still has one (empty) slot per row.
+    assert_eq!(
+        (inputs.bags[1].width, inputs.bags[1].present.as_slice()),
+        (1, [false, true, false].as_slice())
+    );
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -67,6 +116,8 @@ fn every_model_becomes_onnx_with_the_documented_signature() {
         (ModelKind::Mlp { hidden: vec![4, 3], outputs: 3 }, Loss::SoftmaxCrossEntropy, 3),
         (ModelKind::WideDeep { dim: 2, hidden: vec![4] }, Loss::BinaryCrossEntropy, 1),
         (ModelKind::DeepFm { dim: 2, hidden: vec![4] }, Loss::BinaryCrossEntropy, 1),
+        (ModelKind::Dcn { dim: 2, hidden: vec![4], cross_layers: 2 }, Loss::BinaryCrossEntropy, 1),
+        (ModelKind::Mlp { hidden: vec![4], outputs: 1 }, Loss::MeanSquaredError, 1),
     ];
     for (kind, loss, classes) in kinds {
         let dir = tempfile::tempdir().unwrap();
@@ -76,7 +127,8 @@ fn every_model_becomes_onnx_with_the_documented_signature() {
         assert_eq!(proto.ir_version, Some(onnx::IR_VERSION));
         let graph = proto.graph.unwrap();
         let names: Vec<_> = graph.input.iter().map(|i| i.name().to_string()).collect();
-        let embeds = matches!(kind, ModelKind::WideDeep { .. } | ModelKind::DeepFm { .. });
+        let embeds =
+            matches!(kind, ModelKind::WideDeep { .. } | ModelKind::DeepFm { .. } | ModelKind::Dcn { .. });
         let expected: &[&str] = if embeds { &[DENSE, KEYS, MISSING] } else { &[DENSE] };
         assert_eq!(names, expected, "{kind:?}");
         assert_eq!(graph.output.len(), 1);

@@ -1,12 +1,14 @@
 //! The synchronous step over real rings on 127.0.0.1, one thread per worker: N workers with
-//! batch b end where 1 worker with batch N*b ends, with identical weights everywhere; uneven
-//! shards end together; a model learns.
+//! batch b end where 1 worker with batch N*b ends, with identical weights everywhere (also
+//! with a schedule, clipping, penalties and class weights, whose effect on one step is checked
+//! against its definition); uneven shards end together; a model learns.
 
 mod support;
 
 use candle_core::{Device, Tensor};
 use sparktrain_train::{
-    Batch, DataParallel, LogisticRegression, Loss, Mlp, Model, OptimizerConfig, Rule, SharedRing,
+    Batch, DataParallel, Decay, LogisticRegression, Loss, Mlp, Model, OptimizerConfig, Penalty,
+    Regularization, Rule, Schedule, SharedRing,
 };
 use support::on_workers;
 
@@ -14,8 +16,19 @@ const INPUTS: usize = 6;
 
 /// A binary classifier's synchronous trainer with `rule` on one thread.
 fn trainer<M: Model>(model: M, rule: Rule, ring: Option<SharedRing>) -> DataParallel<M> {
-    let optimizer = OptimizerConfig::new(rule);
-    DataParallel::new(model, Loss::BinaryCrossEntropy, &optimizer, ring).unwrap()
+    trainer_with(model, &OptimizerConfig::new(rule), None, ring)
+}
+
+/// [`trainer`] with every setting of `optimizer` and `class_weights`.
+fn trainer_with<M: Model>(
+    model: M,
+    optimizer: &OptimizerConfig,
+    class_weights: Option<Vec<f32>>,
+    ring: Option<SharedRing>,
+) -> DataParallel<M> {
+    let mut dp = DataParallel::new(model, Loss::BinaryCrossEntropy, optimizer, ring).unwrap();
+    dp.set_class_weights(class_weights).unwrap();
+    dp
 }
 
 /// Example `i`: features in [-1, 1) and a label from a fixed linear rule.
@@ -41,15 +54,28 @@ fn batch(range: std::ops::Range<usize>) -> Batch {
         ids: None,
         id_width: 0,
         labels: Tensor::from_vec(labels, rows.len(), &Device::Cpu).unwrap(),
+        bags: None,
     }
 }
 
 /// Trains on `n` workers for `steps` steps of `per_worker` examples each: at step s, worker w
 /// takes examples `s*n*b + w*b ..`. Returns every worker's final weights and last loss.
 fn train(n: usize, per_worker: usize, steps: usize, rule: Rule) -> Vec<(Vec<f32>, f32)> {
+    train_with(n, per_worker, steps, OptimizerConfig::new(rule), None)
+}
+
+/// [`train`] with every setting of `optimizer` and `class_weights`.
+fn train_with(
+    n: usize,
+    per_worker: usize,
+    steps: usize,
+    optimizer: OptimizerConfig,
+    class_weights: Option<Vec<f32>>,
+) -> Vec<(Vec<f32>, f32)> {
     on_workers(n, move |w, ring| {
         // Each worker starts from other weights: the chief's broadcast must win.
-        let mut dp = trainer(Mlp::new(INPUTS, &[16, 8], 1, 7 + w as u64).unwrap(), rule, ring);
+        let model = Mlp::new(INPUTS, &[16, 8], 1, 7 + w as u64).unwrap();
+        let mut dp = trainer_with(model, &optimizer, class_weights.clone(), ring);
         let mut last = 0.0;
         for s in 0..steps {
             let start = s * n * per_worker + w * per_worker;
@@ -87,6 +113,71 @@ fn n_workers_with_batch_b_match_one_worker_with_batch_n_b() {
 }
 
 #[test]
+fn n_workers_match_one_with_a_schedule_clipping_penalties_and_class_weights() {
+    let optimizer = OptimizerConfig {
+        schedule: Schedule { warmup_steps: 5, decay: Decay::Cosine { steps: 20, alpha: 0.1 } },
+        clip_norm: Some(0.05),
+        regularization: Regularization {
+            kernel: Penalty { l1: 1e-3, l2: 1e-2 },
+            bias: Penalty { l1: 0.0, l2: 1e-3 },
+            ..Regularization::default()
+        },
+        ..OptimizerConfig::new(Rule::adam(0.02))
+    };
+    let alone = train_with(1, 16, 25, optimizer.clone(), Some(vec![1.0, 3.0]));
+    let together = train_with(2, 8, 25, optimizer, Some(vec![1.0, 3.0]));
+    assert_eq!(together[0], together[1], "workers differ");
+    assert_close(&together[0].0, &alone[0].0, "controls");
+}
+
+/// The weights after one SGD step of `lr` 1 on examples 0..32, from the same start.
+fn one_step(optimizer: OptimizerConfig, class_weights: Option<Vec<f32>>) -> (Vec<f32>, Vec<f32>, f32) {
+    let model = LogisticRegression::new(INPUTS, 1, 11).unwrap();
+    let mut dp = trainer_with(model, &optimizer, class_weights, None);
+    let before = dp.weights().to_vec();
+    let stats = dp.step(Some(&batch(0..32))).unwrap().unwrap();
+    (before, dp.weights().to_vec(), stats.grad_norm)
+}
+
+fn deltas(before: &[f32], after: &[f32]) -> Vec<f32> {
+    before.iter().zip(after).map(|(b, a)| b - a).collect()
+}
+
+#[test]
+fn each_control_changes_one_step_as_defined() {
+    let plain = OptimizerConfig::new(Rule::sgd(1.0));
+    let (w0, w1, norm) = one_step(plain.clone(), None);
+    let g = deltas(&w0, &w1); // lr 1: the step is the gradient
+    let measured = g.iter().map(|v| v * v).sum::<f32>().sqrt();
+    assert!((measured - norm).abs() < 1e-5 * norm, "grad_norm {norm} vs {measured}");
+
+    // Clipping to a third of the norm scales the whole step by a third.
+    let (_, clipped, reported) =
+        one_step(OptimizerConfig { clip_norm: Some(norm / 3.0), ..plain.clone() }, None);
+    assert_eq!(reported, norm, "the norm is reported before clipping");
+    assert_close(&deltas(&w0, &clipped), &g.iter().map(|v| v / 3.0).collect::<Vec<_>>(), "clip");
+
+    // The schedule's warm-up makes the first step a quarter of the rate.
+    let warm = Schedule { warmup_steps: 4, decay: Decay::Constant };
+    let (_, scheduled, _) = one_step(OptimizerConfig { schedule: warm, ..plain.clone() }, None);
+    assert_close(&deltas(&w0, &scheduled), &g.iter().map(|v| v / 4.0).collect::<Vec<_>>(), "schedule");
+
+    // An L2 penalty on the kernel adds 2·l2·w to its gradient, nothing to the bias.
+    let l2 = Regularization { kernel: Penalty { l1: 0.0, l2: 0.25 }, ..Regularization::default() };
+    let (_, penalised, _) = one_step(OptimizerConfig { regularization: l2, ..plain.clone() }, None);
+    // Parameters in name order: linear/bias, then linear/kernel.
+    let want: Vec<f32> =
+        g.iter().zip(&w0).enumerate().map(|(i, (g, w))| if i == 0 { *g } else { g + 0.5 * w }).collect();
+    assert_close(&deltas(&w0, &penalised), &want, "l2");
+
+    // Weighing both classes by 2 doubles the gradient; by 1, it changes nothing.
+    let (_, doubled, _) = one_step(plain.clone(), Some(vec![2.0, 2.0]));
+    assert_close(&deltas(&w0, &doubled), &g.iter().map(|v| v * 2.0).collect::<Vec<_>>(), "class weights");
+    let (_, same, _) = one_step(plain, Some(vec![1.0, 1.0]));
+    assert_eq!(same, w1);
+}
+
+#[test]
 fn uneven_shards_end_together_and_drained_workers_add_nothing() {
     let results = on_workers(2, move |w, ring| {
         let mut dp = trainer(LogisticRegression::new(INPUTS, 1, 1).unwrap(), Rule::sgd(0.1), ring);
@@ -113,6 +204,7 @@ fn uneven_shards_end_together_and_drained_workers_add_nothing() {
         ids: None,
         id_width: 0,
         labels: Tensor::cat(&[&a.labels, &b.labels], 0).unwrap(),
+        bags: None,
     };
     alone.step(Some(&union(batch(0..10), batch(100..110)))).unwrap();
     alone.step(Some(&union(batch(10..20), batch(110..113)))).unwrap();

@@ -108,18 +108,34 @@ impl Graph {
 
     /// Declares the graph input `name` of `data_type`, shaped `[batch, width]`.
     pub(crate) fn input(&mut self, name: &str, data_type: DataType, width: usize) {
-        self.inputs.push(value_info(name, data_type, width));
+        self.inputs.push(value_info(name, data_type, Width::Fixed(width)));
+    }
+
+    /// Declares the graph input `name` of `data_type`, shaped `[batch, width]` with a width
+    /// that each call chooses, named `width`.
+    pub(crate) fn ragged_input(&mut self, name: &str, data_type: DataType, width: &str) {
+        self.inputs.push(value_info(name, data_type, Width::Named(width)));
     }
 
     /// Declares the graph output `name` of `data_type`, shaped `[batch, width]`.
     pub(crate) fn output(&mut self, name: &str, data_type: DataType, width: usize) {
-        self.outputs.push(value_info(name, data_type, width));
+        self.outputs.push(value_info(name, data_type, Width::Fixed(width)));
     }
 }
 
-fn value_info(name: &str, data_type: DataType, width: usize) -> ValueInfoProto {
+/// The second dimension of an input or output.
+enum Width<'a> {
+    Fixed(usize),
+    Named(&'a str),
+}
+
+fn value_info(name: &str, data_type: DataType, width: Width<'_>) -> ValueInfoProto {
     use tensor_shape_proto::{Dimension, dimension::Value};
-    let dims = [Value::DimParam(BATCH.into()), Value::DimValue(width as i64)];
+    let width = match width {
+        Width::Fixed(n) => Value::DimValue(n as i64),
+        Width::Named(n) => Value::DimParam(n.into()),
+    };
+    let dims = [Value::DimParam(BATCH.into()), width];
     let tensor = type_proto::Tensor {
         elem_type: Some(data_type as i32),
         shape: Some(TensorShapeProto {

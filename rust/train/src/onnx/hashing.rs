@@ -65,6 +65,17 @@ pub(crate) fn ids(g: &mut Graph, spec: &FeatureSpec, keys: &str, missing: &str) 
     g.op("Cast", &[&ids], &[Attr::Int("to", DataType::Int64 as i64)])
 }
 
+/// `[batch, values]` int64 ids of the spec's multi-hot column `j`, from the keys of its values
+/// (int64 `[batch, values]`): each value hashed as a categorical value is, into the column's
+/// range. Padding slots get some id too; the caller masks them out.
+pub(crate) fn bag_ids(g: &mut Graph, spec: &FeatureSpec, j: usize, keys: &str) -> String {
+    let range = spec.id_ranges()[spec.id_width() + j];
+    let unsigned = g.op("Cast", &[keys], &[Attr::Int("to", DataType::Uint64 as i64)]);
+    let mixed = mix(g, &unsigned);
+    let ids = bucket(g, &mixed, &[range]);
+    g.op("Cast", &[&ids], &[Attr::Int("to", DataType::Int64 as i64)])
+}
+
 /// `offset + hash % buckets` for each column of `hashes` (`[batch, ranges]`).
 fn bucket(g: &mut Graph, hashes: &str, ranges: &[(u32, u32)]) -> String {
     let buckets: Vec<u64> = ranges.iter().map(|r| r.1 as u64).collect();

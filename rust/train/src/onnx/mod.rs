@@ -14,8 +14,13 @@
 //!   reads a string's bytes. Only Wide&Deep and DeepFM take them: logistic regression and
 //!   the MLP read dense features alone. [`FeatureSpec::serving_inputs`] builds the inputs
 //!   from Arrow;
+//! - `bag_keys_<j>` (int64) and `bag_present_<j>` (bool), `[batch, values_<j>]`, for the
+//!   spec's multi-hot column `j` (in its order, listed in the `sparktrain.bag_columns`
+//!   metadata), for the models with embeddings: each row's values' keys from the left, padded to
+//!   the batch's longest list, and which slots hold a value;
 //! - `scores` (float32): the probability of the positive class (`[batch, 1]`) for a binary
-//!   model, or of every class (`[batch, classes]`) for a softmax model.
+//!   model, of every class (`[batch, classes]`) for a softmax model, or the output of a
+//!   regression model (`[batch, 1]`).
 //!
 //! The model's metadata carries the feature spec, the model kind, the loss and the key
 //! columns, so a server needs nothing else ([`read_signature`]).
@@ -43,6 +48,10 @@ pub const DENSE: &str = "dense";
 pub const KEYS: &str = "keys";
 /// The bool input of which categorical values are missing.
 pub const MISSING: &str = "missing";
+/// The prefix of the int64 inputs of each multi-hot column's keys.
+pub const BAG_KEYS: &str = "bag_keys_";
+/// The prefix of the bool inputs of which slots of each multi-hot column hold a value.
+pub const BAG_PRESENT: &str = "bag_present_";
 /// The float32 output of probabilities.
 pub const SCORES: &str = "scores";
 /// The operator set of the standard domain the graph uses (`BitwiseXor` needs 18).
@@ -57,6 +66,8 @@ pub const META_MODEL: &str = "sparktrain.model";
 pub const META_LOSS: &str = "sparktrain.loss";
 /// Metadata: the key columns, as a JSON list, in the order of the `keys` input's columns.
 pub const META_KEY_COLUMNS: &str = "sparktrain.key_columns";
+/// Metadata: the multi-hot columns, as a JSON list, in the order of the `bag_*` inputs.
+pub const META_BAG_COLUMNS: &str = "sparktrain.bag_columns";
 
 /// The largest message protobuf encodes (its sizes are 32-bit signed).
 const PROTOBUF_LIMIT: usize = i32::MAX as usize;
@@ -70,14 +81,26 @@ pub fn to_onnx(model: &Exported) -> Result<Vec<u8>> {
         DENSE
     });
     // Logistic regression and the MLP read dense features only, whatever else the spec lists.
-    let embeds = matches!(model.kind(), ModelKind::WideDeep { .. } | ModelKind::DeepFm { .. });
+    let embeds =
+        matches!(model.kind(), ModelKind::WideDeep { .. } | ModelKind::DeepFm { .. } | ModelKind::Dcn { .. });
     let ids = (embeds && spec.id_width() > 0).then(|| {
         let width = spec.key_columns().len();
         g.input(KEYS, DataType::Int64, width);
         g.input(MISSING, DataType::Bool, width);
         hashing::ids(&mut g, spec, KEYS, MISSING)
     });
-    let logits = layers::logits(&mut g, model, dense, ids.as_deref())?;
+    let mut bags = Vec::new();
+    if embeds {
+        for (j, column) in spec.multi_hot.iter().enumerate() {
+            let (keys, present) = (format!("{BAG_KEYS}{j}"), format!("{BAG_PRESENT}{j}"));
+            let width = format!("values_{j}");
+            g.ragged_input(&keys, DataType::Int64, &width);
+            g.ragged_input(&present, DataType::Bool, &width);
+            let ids = hashing::bag_ids(&mut g, spec, j, &keys);
+            bags.push(layers::Bag::new(&mut g, ids, &present, column.pooling));
+        }
+    }
+    let logits = layers::logits(&mut g, model, dense, ids.as_deref(), &bags)?;
     let classes = match model.kind() {
         ModelKind::LogisticRegression { outputs } | ModelKind::Mlp { outputs, .. } => *outputs,
         _ => 1,
@@ -85,6 +108,7 @@ pub fn to_onnx(model: &Exported) -> Result<Vec<u8>> {
     match model.loss() {
         Loss::BinaryCrossEntropy => g.node("Sigmoid", &[&logits], &[], SCORES.into()),
         Loss::SoftmaxCrossEntropy => g.node("Softmax", &[&logits], &[Attr::Int("axis", -1)], SCORES.into()),
+        Loss::MeanSquaredError => g.node("Identity", &[&logits], &[], SCORES.into()),
     };
     g.output(SCORES, DataType::Float, classes);
 
@@ -93,6 +117,7 @@ pub fn to_onnx(model: &Exported) -> Result<Vec<u8>> {
         (META_MODEL, json(model.kind())),
         (META_LOSS, model.loss().name().to_string()),
         (META_KEY_COLUMNS, json(&spec.key_columns())),
+        (META_BAG_COLUMNS, json(&spec.multi_hot.iter().map(|m| &m.name).collect::<Vec<_>>())),
     ];
     let proto = ModelProto {
         ir_version: Some(IR_VERSION),

@@ -1,7 +1,8 @@
 """sparktrain.ml and sparktrain.embeddings on real Spark (local-cluster) and S3 (moto's server):
 a Pipeline of Spark's transformers and sparktrain's Classifier is fitted, scores as
 ``sparktrain.predict`` does, saves and loads; a multi-class model saves to S3 and scores the
-same from there; CrossValidator picks a learning rate by two real AUCs; the embedding tables
+same from there; CrossValidator picks a learning rate by two real AUCs; a DCN Regressor in
+TrainValidationSplit fits a number, scores as its export does and saves; the embedding tables
 read in Spark tasks equal the exported weights read with the ``safetensors`` package; bad
 params fail on the driver before any Spark job.
 """
@@ -14,14 +15,18 @@ import numpy as np
 import pandas as pd
 import pytest
 from pyspark.ml import Pipeline, PipelineModel
-from pyspark.ml.evaluation import BinaryClassificationEvaluator, MulticlassClassificationEvaluator
+from pyspark.ml.evaluation import (
+    BinaryClassificationEvaluator,
+    MulticlassClassificationEvaluator,
+    RegressionEvaluator,
+)
 from pyspark.ml.feature import StringIndexer, VectorAssembler
-from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+from pyspark.ml.tuning import CrossValidator, ParamGridBuilder, TrainValidationSplit
 from pyspark.sql import functions as F
 
 import sparktrain as st
 from sparktrain.errors import InvalidArgumentError, PathExistsError
-from sparktrain.ml import Classifier, ClassifierModel
+from sparktrain.ml import Classifier, ClassifierModel, Regressor, RegressorModel
 
 # One xdist worker runs them all, so the module's fitted models are fitted once.
 pytestmark = pytest.mark.xdist_group("ml")
@@ -289,3 +294,51 @@ def test_bad_params_fail_on_the_driver_before_any_spark_job(spark, frame):
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
     assert spark.sparkContext.statusTracker().getJobIdsForGroup("sparktrain-bad-params") == []
+
+
+def test_a_regressor_in_train_validation_split_fits_a_number_and_saves(spark, frame, model_dir, tmp_path):
+    """The target is a smooth function of the dense columns and the shop; the DCN regressor's
+    prediction column is its exported model's output, and RegressionEvaluator reads it."""
+    target = frame.withColumn("target", 3.0 * F.col("x1") - 2.0 * F.col("x2") + F.length("shop") / 4.0)
+    assembled = VectorAssembler(inputCols=DENSE, outputCol="features").transform(target)
+    regressor = Regressor(
+        model="dcn",
+        categoricalCols=["shop"],
+        labelCol="target",
+        buckets=BUCKETS,
+        hidden=[16],
+        dim=4,
+        learningRate=0.01,
+        batchSize=32,
+        epochs=6,
+        numWorkers=2,
+        modelDir=model_dir,
+        trainOptions={**QUIET, "cross_layers": 2},
+    )
+    evaluator = RegressionEvaluator(labelCol="target", metricName="rmse")
+    grid = ParamGridBuilder().addGrid(regressor.learningRate, [0.01, 0.0001]).build()
+    split = TrainValidationSplit(estimator=regressor, estimatorParamMaps=grid, evaluator=evaluator, seed=3)
+    tuned = split.fit(assembled)
+    best = tuned.bestModel
+    assert isinstance(best, RegressorModel)
+    assert best.getOrDefault(best.learningRate) == 0.01
+    assert min(tuned.validationMetrics) < 0.5 * max(tuned.validationMetrics)
+    out = best.transform(assembled)
+    rmse = evaluator.evaluate(out)
+    spread = assembled.select(F.stddev("target")).first()[0]
+    assert rmse < 0.25 * spread, (rmse, spread)
+
+    # The prediction is the exported model's output, row for row.
+    renamed = assembled.select("row", "shop", *(F.col(c).alias(f"features_{i}") for i, c in enumerate(DENSE)))
+    theirs = st.predict(spark, best.exportDir, renamed).toPandas().sort_values("row")
+    ours = out.select("row", "prediction").toPandas().sort_values("row")
+    np.testing.assert_allclose(ours["prediction"], theirs["score"].astype(np.float64), rtol=0, atol=1e-6)
+
+    path = str(tmp_path / "regressor")
+    best.write().save(path)
+    again = RegressorModel.load(path).transform(assembled).select("row", "prediction").toPandas()
+    np.testing.assert_array_equal(
+        again.sort_values("row")["prediction"].to_numpy(), ours["prediction"].to_numpy()
+    )
+    with pytest.raises(InvalidArgumentError, match="'classes' is set by the Regressor"):
+        Regressor(trainOptions={"classes": 3}).fit(assembled)

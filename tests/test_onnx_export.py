@@ -1,7 +1,8 @@
 """The ONNX export: every built-in model, written by ``sparktrain.export_onnx``, passes
 ``onnx.checker`` and scores a held-out set in onnxruntime as ``sparktrain.predict``'s own scorer
-does, within 1e-5: integer and string keys, nulls, unseen values, crosses, softmax models. The
-file is reachable on every storage the export is (HDFS here), and through the command line."""
+does, within 1e-5: integer and string keys, nulls, unseen values, crosses, multi-hot lists
+pooled by sum and mean, softmax, regression and DCN models. The file is reachable on every
+storage the export is (HDFS here), and through the command line."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ def table(rows: int, seed: int, *, nulls: bool = False) -> pa.Table:
     city = np.array(["paris", "lyon", "nice", "gdańsk"])[rng.integers(0, 4, rows)]
     label = ((x[:, 0] + (shop % 3 == 0) - 0.5 * x[:, 1] + (day > 4)) > 0.4).astype(np.int64)
     gaps = rng.random(rows) < 0.1 if nulls else np.zeros(rows, bool)
+    lengths = rng.integers(0, 4, rows)
+    tags = [None if gap else rng.integers(0, 30, n).tolist() for gap, n in zip(gaps, lengths, strict=True)]
+    words = [["red", "blue", "green", "gdańsk"][: int(n)] for n in rng.integers(0, 5, rows)]
     return pa.table(
         {
             "label": label,
@@ -38,6 +42,8 @@ def table(rows: int, seed: int, *, nulls: bool = False) -> pa.Table:
             "shop": pa.array(shop, mask=gaps),
             "city": pa.array(city, mask=np.roll(gaps, 1)),
             "day": day,
+            "tags": pa.array(tags, pa.list_(pa.int64())),
+            "words": pa.array(words, pa.list_(pa.string())),
         }
     )
 
@@ -54,13 +60,38 @@ CASES = {
     "deep_fm": {"model": "deep_fm", "hidden": [8, 4], "dim": 4},
     # No dense features: the wide part's bias and the deep part's embeddings alone.
     "wide_deep_ids_only": {"model": "wide_deep", "hidden": [4], "dim": 2, "dense": []},
+    "dcn": {"model": "dcn", "hidden": [8], "dim": 3, "cross_layers": 2},
+    "regression": {"model": "wide_deep", "hidden": [4], "dim": 2, "loss": "mean_squared_error"},
+    "multi_hot": {
+        "model": "deep_fm",
+        "hidden": [8],
+        "dim": 3,
+        "multi_hot": [("tags", 11, "mean"), ("words", 7, "sum")],
+    },
+    # Multi-hot columns alone feed the embeddings: no categorical or crossed column.
+    "dcn_multi_hot_only": {
+        "model": "dcn",
+        "hidden": [4],
+        "dim": 2,
+        "cross_layers": 1,
+        "categorical": {},
+        "crossed": [],
+        "multi_hot": [("tags", 11, "sum")],
+    },
 }
 
 
 def trained(tmp_path, case: str) -> str:
     """The export folder of a model of ``case`` trained for one epoch on a small table."""
     settings = dict(CASES[case])
-    features = {**SPEC, "dense": settings.pop("dense", SPEC["dense"])}
+    features = {
+        **SPEC,
+        **{
+            key: settings.pop(key)
+            for key in ("dense", "categorical", "crossed", "multi_hot")
+            if key in settings
+        },
+    }
     data = table(600, 1)
     if settings.get("classes"):
         data = data.set_column(0, "label", pa.array(np.arange(600) % 3))
@@ -91,7 +122,7 @@ def test_onnxruntime_scores_as_the_engine_does(tmp_path, case):
     model = onnx.load(path)
     onnx.checker.check_model(model, full_check=True)
     meta = {p.key: p.value for p in model.metadata_props}
-    assert meta["sparktrain.loss"] in ("binary_cross_entropy", "softmax_cross_entropy")
+    assert meta["sparktrain.loss"] in ("binary_cross_entropy", "softmax_cross_entropy", "mean_squared_error")
 
     held_out = table(300, 7, nulls=True).to_batches(max_chunksize=300)[0].drop_columns(["label"])
     expected = engine_scores(export_dir, held_out)

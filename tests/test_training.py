@@ -2,7 +2,8 @@
 and S3 (moto's server): two workers train like one, a resumed run ends where an uninterrupted one does,
 TensorBoard reads the chief's event files, ``predict`` inside Spark scores as the model does
 in process, and every input mode (static and dynamic file shards, Parquet, a DataFrame feed)
-sees each row once per epoch.
+sees each row once per epoch; the chief's evaluation hook and early stopping stop every worker
+at the same step, and multi-hot list columns of a DataFrame train and score.
 """
 
 from __future__ import annotations
@@ -204,3 +205,74 @@ def test_a_missing_column_fails_the_job_naming_it(spark, criteo):
     with pytest.raises(WorkerFailed) as failure:
         st.train(spark, criteo["train"], model="mlp", features=features, num_workers=2, steps=5, log=False)
     assert "clicks" in failure.value.stderr_tail
+
+
+def test_the_chiefs_hook_and_early_stopping_stop_both_workers_at_one_step(spark, criteo, tmp_path):
+    common = {
+        "features": CRITEO,
+        "num_workers": 2,
+        "batch_size": 128,
+        "hidden": [16],
+        "eval_data": criteo["eval"],
+        "eval_every": 20,
+        "epochs": 3,
+        "log": False,
+    }
+    # The hook runs on the chief only; its verdict reaches the other worker through the ring.
+    hooked = st.train(
+        spark, criteo["train"], model="dcn", cross_layers=2, on_eval=lambda step, m: step >= 40, **common
+    )
+    assert (hooked.fit.steps, hooked.fit.stopped_early) == (40, True)
+    assert [s for s, _ in hooked.fit.evaluations] == [20, 40]
+
+    # No evaluation after the first beats it by 1.0 in AUC: patience 0 stops at the second.
+    stopping = {"monitor": "auc", "patience": 0, "min_delta": 1.0}
+    model_dir = str(tmp_path / "model")
+    stopped = st.train(
+        spark, criteo["train"], model="wide_deep", model_dir=model_dir, early_stopping=stopping, **common
+    )
+    assert (stopped.fit.steps, stopped.fit.stopped_early) == (40, True)
+    assert stopped.fit.best is not None
+    assert stopped.fit.best[0] == 20
+    assert stopped.fit.best_checkpoint == model_dir + "/best"
+    # The export holds the best model: scored by the engine, it has the AUC of step 20.
+    held_out = criteo_table(10_000, seed=2)
+    model = st._native.ExportedModel(stopped.export_dir)
+    scores = np.concatenate([model.predict(b).to_numpy() for b in held_out.to_batches(max_chunksize=5_000)])
+    labels = held_out["label"].to_numpy()
+    positives, negatives = scores[labels == 1], scores[labels == 0]
+    auc = (positives[:, None] > negatives[None, :]).mean() + 0.5 * (
+        positives[:, None] == negatives[None, :]
+    ).mean()
+    assert auc == pytest.approx(stopped.fit.best[1], abs=2e-3)
+
+
+def test_multi_hot_lists_of_a_dataframe_train_and_score_in_spark(spark, tmp_path):
+    rng = np.random.default_rng(6)
+    rows = 6_000
+    genres = np.array(["drama", "comedy", "horror", "news", "sport", "music"])
+    tags = [list(genres[rng.choice(6, size=rng.integers(0, 4), replace=False)]) for _ in range(rows)]
+    x = rng.standard_normal(rows).astype(np.float32)
+    label = np.array([("horror" in t) != (v > 0.5) for t, v in zip(tags, x, strict=True)], dtype=np.int64)
+    frame = spark.createDataFrame(pa.table({"label": label, "x": x, "tags": tags}).to_pandas())
+    data = str(tmp_path / "tagged")
+    st.tfrecord.write(frame, data)
+    features = {"dense": ["x"], "multi_hot": [("tags", 20, "sum")]}
+    result = st.train(
+        spark,
+        data,
+        model="deep_fm",
+        features=features,
+        num_workers=2,
+        epochs=4,
+        batch_size=64,
+        hidden=[16],
+        learning_rate=0.01,
+        eval_data=data,
+        export_dir=str(tmp_path / "export"),
+        log=False,
+    )
+    assert result.metrics.accuracy > 0.95, result.metrics
+    scored = st.predict(spark, result.export_dir, frame.drop("label")).toPandas()
+    horror = scored["tags"].apply(lambda t: "horror" in list(t)) != (scored["x"] > 0.5)
+    assert ((scored["score"] > 0.5) == horror).mean() > 0.95

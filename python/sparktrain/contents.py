@@ -1,7 +1,7 @@
 """An exported model's embedding tables as a Spark DataFrame, read in Spark tasks.
 
-Wide&Deep and DeepFM hash every categorical (and crossed) column into a range of one shared
-id space and keep two tables over it: ``deep/embeddings`` (``dim`` values per id) and
+Wide&Deep, DeepFM and DCN hash every categorical (crossed, multi-hot) column into a range of
+one shared id space and keep two tables over it: ``deep/embeddings`` (``dim`` values per id) and
 ``wide/ids`` (the wide part's one weight per id). :func:`embeddings` gives one row per id:
 the table, the column the id belongs to, the id within that column's buckets (``bucket``), the
 id in the shared space (``id``, the table's row) and the row's values (``vector``).
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 TABLES: dict[str, tuple[str, ...]] = {
     "wide_deep": ("deep/embeddings", "wide/ids"),
     "deep_fm": ("deep/embeddings", "wide/ids"),
+    "dcn": ("deep/embeddings", "wide/ids"),
 }
 #: The schema of :func:`embeddings`' DataFrame.
 SCHEMA = "table string, feature string, bucket long, id long, vector array<float>"
@@ -40,9 +41,13 @@ SCHEMA = "table string, feature string, bucket long, id long, vector array<float
 
 def _ranges(spec: FeatureSpec) -> tuple[list[str], np.ndarray]:
     """The feature owning each range of the shared id space, and each range's first id
-    (categorical columns first, then crossed ones, as the engine lays them out)."""
+    (categorical columns first, then crossed ones, then multi-hot ones, as the engine lays
+    them out)."""
     names = [name for name, _ in spec.categorical] + [f"cross({','.join(n)})" for n, _ in spec.crossed]
-    buckets = [b for _, b in spec.categorical] + [b for _, b in spec.crossed]
+    names += [name for name, _, _ in spec.multi_hot]
+    buckets = (
+        [b for _, b in spec.categorical] + [b for _, b in spec.crossed] + [b for _, b, _ in spec.multi_hot]
+    )
     return names, np.concatenate([[0], np.cumsum(buckets, dtype=np.int64)[:-1]]).astype(np.int64)
 
 

@@ -38,7 +38,8 @@ def _model(export_dir: str) -> ExportedModel:
 
 def score_batch(export_dir: str, batch: pa.RecordBatch, score_column: str = "score") -> pa.RecordBatch:
     """``batch`` with a ``score_column`` appended: the probability of the positive class for a
-    binary model, or a list of class probabilities for a softmax model."""
+    binary model, a list of class probabilities for a softmax model, or the output of a
+    regression model."""
     import pyarrow as pa
 
     model = _model(export_dir)
@@ -54,8 +55,9 @@ def score_batch(export_dir: str, batch: pa.RecordBatch, score_column: str = "sco
 
 
 def predict(spark: Any, export_dir: str, df: Any, *, score_column: str = "score") -> Any:
-    """``df`` with a ``score_column`` appended (float for binary models, ``array<float>`` of
-    class probabilities for softmax models), scored by the model exported to ``export_dir``
+    """``df`` with a ``score_column`` appended (float for binary models, the probability of
+    1; ``array<float>`` of class probabilities for softmax models; float for regression
+    models, their output), scored by the model exported to ``export_dir``
     (any storage URL the executors can read). The features are found by name; the label
     column may be absent. The result is lazy, like any DataFrame: write it where it belongs.
     ``spark`` is the session ``df`` belongs to (taken for symmetry with :func:`train`)."""

@@ -17,12 +17,12 @@ operators of opset 18. The graph takes, each shaped ``[batch, width]``:
   the left, then padding, and which slots hold a value (for the models with embeddings).
 
 and gives ``scores`` (float32): ``[batch, 1]`` probabilities of a binary model, ``[batch,
-classes]`` of a softmax one, ``[batch, 1]`` outputs of a regression model. A value's key is the integer itself (an unsigned 64-bit value by its
-bit pattern), or FNV-1a 64 of a string's UTF-8 bytes (or of a binary value), as a signed
-int64; the key of a missing value is ignored. The graph hashes keys into ids exactly as the
-engine does; keying strings is the one step outside it, since no standard operator reads a
-string's bytes. :func:`onnx_inputs` builds every input from Arrow data, by the engine's own
-code.
+classes]`` of a softmax one, ``[batch, 1]`` outputs of a regression model. A value's key is
+the integer itself (an unsigned 64-bit value by its bit pattern), or FNV-1a 64 of a string's
+UTF-8 bytes (or of a binary value), as a signed int64; the key of a missing value is ignored.
+The graph hashes keys into ids exactly as the engine does; keying strings is the one step
+outside it, since no standard operator reads a string's bytes. :func:`onnx_inputs` builds every
+input from Arrow data, by the engine's own code.
 """
 
 from __future__ import annotations

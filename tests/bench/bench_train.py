@@ -9,7 +9,10 @@ steps, on 2 workers and on 1 (``--workers 2,1``):
   wide_deep  ``criteo_table`` data (13 float32, 26 int64 ids): each id column hashed into 10,000
              buckets; wide = one learned weight per (column, bucket) + a linear layer over the
              dense features; deep = 8-dim embeddings of the same buckets concatenated with the
-             dense features → 256 ReLU → 128 ReLU → 1; the two logits are summed.
+             dense features → 256 ReLU → 128 ReLU → 1; the two logits are summed;
+  dcn        the same data and parts as wide_deep, with 3 DCN-v2 cross layers
+             ``x_{l+1} = x_0 ⊙ (x_l W_l + b_l) + x_l`` (full-rank 221 x 221 ``W_l``) between the
+             embeddings-and-dense vector ``x_0`` and the deep tower.
 
 Adam (lr 1e-3), binary cross-entropy on the logits, Glorot-uniform kernels, zero biases, deep
 embeddings uniform in ±0.05, wide weights zero. The ``--rows`` (300,000) training rows are written
@@ -81,7 +84,12 @@ from harness.spark import ROOT, local_cluster_session
 from harness.synthetic import criteo_table, dense_table
 from sparktrain.cluster.conf import SEAL_CONF
 
-MODELS: dict[str, Callable[..., pa.Table]] = {"mlp": dense_table, "wide_deep": criteo_table}
+MODELS: dict[str, Callable[..., pa.Table]] = {
+    "mlp": dense_table,
+    "wide_deep": criteo_table,
+    "dcn": criteo_table,
+}
+CROSS_LAYERS = 3  # DCN's
 BUCKETS = 10_000  # hash buckets per id column
 EMBEDDING_DIM = 8
 FILES = 8
@@ -103,7 +111,7 @@ except ImportError:
 class Job:
     """One training run: what every contender function receives."""
 
-    model: str  # "mlp" or "wide_deep"
+    model: str  # "mlp", "wide_deep" or "dcn"
     workers: int
     steps: int
     batch: int  # per worker
@@ -223,6 +231,8 @@ def run_sparktrain(job: Job, sparse_tables: bool = True, sealed: bool = True) ->
     features = FeatureSpec(dense=job.dense, categorical=tuple((name, BUCKETS) for name in job.ids))
     if job.model == "mlp":
         shape = {"model": "mlp", "hidden": [256, 256]}
+    elif job.model == "dcn":
+        shape = {"model": "dcn", "hidden": [256, 128], "dim": EMBEDDING_DIM, "cross_layers": CROSS_LAYERS}
     else:
         shape = {"model": "wide_deep", "hidden": [256, 128], "dim": EMBEDDING_DIM}
     conf = None if sealed else {SEAL_CONF: "false"}
@@ -360,6 +370,10 @@ def keras_model(tf: Any, job: Job) -> Any:
     wide = tf.reduce_sum(wide_ids, axis=1) + layers.Dense(1)(dense)
     embedded = layers.Flatten()(layers.Embedding(rows, EMBEDDING_DIM)(buckets))
     hidden = layers.Concatenate()([embedded, dense])
+    if job.model == "dcn":
+        x0 = hidden
+        for _ in range(CROSS_LAYERS):
+            hidden = x0 * layers.Dense(x0.shape[-1])(hidden) + hidden
     hidden = layers.Dense(256, activation="relu")(hidden)
     hidden = layers.Dense(128, activation="relu")(hidden)
     return tf.keras.Model({"numeric": dense, "ids": ids}, wide + layers.Dense(1)(hidden))
@@ -496,7 +510,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", default="mlp,wide_deep", help="comma-separated: mlp, wide_deep")
+    parser.add_argument("--model", default="mlp,wide_deep", help="comma-separated: mlp, wide_deep, dcn")
     parser.add_argument(
         "--contenders", default="sparktrain,sparktrain-dense,sparktrain-clear,tfos,torch,keras-1p,torch-1p"
     )

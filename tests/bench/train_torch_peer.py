@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_train import BUCKETS, EMBEDDING_DIM, figures, spark_session
+from bench_train import BUCKETS, CROSS_LAYERS, EMBEDDING_DIM, figures, spark_session
 
 
 def load(folder: str, job: dict[str, Any], rank: int = 0, world: int = 1) -> tuple[Any, Any, Any]:
@@ -47,7 +47,8 @@ def load(folder: str, job: dict[str, Any], rank: int = 0, world: int = 1) -> tup
 
 def build_model(job: dict[str, Any]) -> Any:
     """The model of ``job["model"]``, initialized as the Keras one: Glorot-uniform kernels, zero
-    biases, deep embeddings uniform in ±0.05, wide weights zero. Called as ``model(dense, ids)``."""
+    biases, deep embeddings uniform in ±0.05, wide weights zero. Called as ``model(dense, ids)``.
+    DCN is Wide&Deep with ``CROSS_LAYERS`` DCN-v2 cross layers in front of the deep tower."""
     import torch
     from torch import nn
 
@@ -70,8 +71,10 @@ def build_model(job: dict[str, Any]) -> Any:
             return self.net(dense)[:, 0]
 
     class WideDeep(nn.Module):
-        def __init__(self) -> None:
+        def __init__(self, cross_layers: int = 0) -> None:
             super().__init__()
+            width = n_ids * EMBEDDING_DIM + n_dense
+            self.cross = nn.ModuleList(linear(width, width) for _ in range(cross_layers))
             self.wide = nn.Embedding(n_ids * BUCKETS, 1)
             nn.init.zeros_(self.wide.weight)
             self.wide_dense = linear(n_dense, 1)
@@ -87,11 +90,16 @@ def build_model(job: dict[str, Any]) -> Any:
 
         def forward(self, dense: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
             wide = self.wide(ids).sum(dim=(1, 2)) + self.wide_dense(dense)[:, 0]
-            deep = self.deep(torch.cat([self.embedding(ids).flatten(1), dense], dim=1))[:, 0]
-            return wide + deep
+            x0 = torch.cat([self.embedding(ids).flatten(1), dense], dim=1)
+            x = x0
+            for layer in self.cross:
+                x = x0 * layer(x) + x
+            return wide + self.deep(x)[:, 0]
 
     torch.manual_seed(0)
-    return MLP() if job["model"] == "mlp" else WideDeep()
+    if job["model"] == "mlp":
+        return MLP()
+    return WideDeep(CROSS_LAYERS if job["model"] == "dcn" else 0)
 
 
 def train(job: dict[str, Any], distributed: bool = True) -> dict[str, Any] | None:

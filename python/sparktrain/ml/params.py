@@ -1,4 +1,5 @@
-"""The Spark ML ``Param``\\s of :class:`~sparktrain.ml.Classifier` and its model.
+"""The Spark ML ``Param``\\s of :class:`~sparktrain.ml.Classifier`,
+:class:`~sparktrain.ml.Regressor` and their models.
 
 Spark's own type converters raise ``TypeError`` without naming the param; these raise
 :class:`~sparktrain.errors.InvalidArgumentError` that starts with the param's name and the value
@@ -20,7 +21,7 @@ from sparktrain.training import DEFAULTS
 #: The models the engine trains for classification.
 MODELS: tuple[str, ...] = tuple(_native.MODELS)
 #: The models that embed categorical columns (and need at least one).
-EMBEDDING_MODELS = ("wide_deep", "deep_fm")
+EMBEDDING_MODELS = ("wide_deep", "deep_fm", "dcn")
 #: Optimizers by name.
 OPTIMIZERS: tuple[str, ...] = tuple(name for name, _ in _native.LEARNING_RATES)
 
@@ -82,12 +83,13 @@ def _param(name: str, doc: str, kind: str, minimum: float = 0, choices: Sequence
     return Param(Params._dummy(), name, doc, typeConverter=_Converter(name, kind, minimum, choices))
 
 
-_P = TypeVar("_P", bound="ClassifierParams")
+_P = TypeVar("_P", bound="CommonParams")
+_C = TypeVar("_C", bound="ClassifierParams")
 
 
-class ClassifierParams(Params):
-    """The params shared by :class:`~sparktrain.ml.Classifier` and
-    :class:`~sparktrain.ml.ClassifierModel` (Spark copies an estimator's values to its model)."""
+class CommonParams(Params):
+    """The params of every sparktrain estimator and its model (Spark copies an estimator's
+    values to its model): where the features and the label are, the model, and training."""
 
     featuresCol: Param[Any] = _param(
         "featuresCol", "the features: a vector column (or array<numeric>), unless featuresCols is set", "str"
@@ -99,17 +101,9 @@ class ClassifierParams(Params):
         "categoricalCols", "integer or string columns hashed into `buckets` ids each", "strings"
     )
     buckets: Param[Any] = _param("buckets", "ids each categorical column is hashed into", "int", minimum=1)
-    labelCol: Param[Any] = _param("labelCol", "the label: 0/1, or a class id from 0", "str")
-    predictionCol: Param[Any] = _param("predictionCol", "the predicted class, a double", "str")
-    probabilityCol: Param[Any] = _param("probabilityCol", "the class probabilities, a vector", "str")
-    rawPredictionCol: Param[Any] = _param(
-        "rawPredictionCol", "the logits (binary: [-logit, logit]), a vector", "str"
-    )
-    threshold: Param[Any] = _param(
-        "threshold", "binary models predict 1 when the probability of 1 is above it", "probability"
-    )
-    numClasses: Param[Any] = _param(
-        "numClasses", "classes of the label (2: binary); inferred from the label when unset", "int", minimum=2
+    labelCol: Param[Any] = _param("labelCol", "the label: a class id from 0, or a number to regress", "str")
+    predictionCol: Param[Any] = _param(
+        "predictionCol", "the prediction (a class or a number), a double", "str"
     )
     model: Param[Any] = _param("model", "the engine's model", "str", choices=MODELS)
     hidden: Param[Any] = _param("hidden", "hidden layer widths (unset: the model's)", "ints", minimum=1)
@@ -141,9 +135,6 @@ class ClassifierParams(Params):
             buckets=_native.DEFAULT_BUCKETS,
             labelCol="label",
             predictionCol="prediction",
-            probabilityCol="probability",
-            rawPredictionCol="rawPrediction",
-            threshold=0.5,
             model=DEFAULTS.model,
             optimizer=DEFAULTS.optimizer,
             batchSize=DEFAULTS.batch_size,
@@ -176,23 +167,8 @@ class ClassifierParams(Params):
         return self
 
     def setPredictionCol(self: _P, value: str) -> _P:
-        """Sets the column of the predicted class."""
+        """Sets the column of the prediction."""
         self._set_params({"predictionCol": value})
-        return self
-
-    def setProbabilityCol(self: _P, value: str) -> _P:
-        """Sets the column of the class probabilities."""
-        self._set_params({"probabilityCol": value})
-        return self
-
-    def setRawPredictionCol(self: _P, value: str) -> _P:
-        """Sets the column of the logits."""
-        self._set_params({"rawPredictionCol": value})
-        return self
-
-    def setThreshold(self: _P, value: float) -> _P:
-        """Sets the probability of class 1 above which a binary model predicts 1."""
-        self._set_params({"threshold": value})
         return self
 
     def getFeaturesCol(self) -> str:
@@ -212,8 +188,51 @@ class ClassifierParams(Params):
         return str(self.getOrDefault(self.labelCol))
 
     def getPredictionCol(self) -> str:
-        """The column of the predicted class."""
+        """The column of the prediction."""
         return str(self.getOrDefault(self.predictionCol))
+
+    def getNumWorkers(self) -> int:
+        """How many trainers train together."""
+        return int(self.getOrDefault(self.numWorkers))
+
+    def getLearningRate(self) -> float | None:
+        """The learning rate, or None for the optimizer's own."""
+        return float(self.getOrDefault(self.learningRate)) if self.isDefined(self.learningRate) else None
+
+
+class ClassifierParams(CommonParams):
+    """:class:`CommonParams` and the classifier's own: its probability and logit columns, the
+    binary threshold and the class count."""
+
+    probabilityCol: Param[Any] = _param("probabilityCol", "the class probabilities, a vector", "str")
+    rawPredictionCol: Param[Any] = _param(
+        "rawPredictionCol", "the logits (binary: [-logit, logit]), a vector", "str"
+    )
+    threshold: Param[Any] = _param(
+        "threshold", "binary models predict 1 when the probability of 1 is above it", "probability"
+    )
+    numClasses: Param[Any] = _param(
+        "numClasses", "classes of the label (2: binary); inferred from the label when unset", "int", minimum=2
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._setDefault(probabilityCol="probability", rawPredictionCol="rawPrediction", threshold=0.5)
+
+    def setProbabilityCol(self: _C, value: str) -> _C:
+        """Sets the column of the class probabilities."""
+        self._set_params({"probabilityCol": value})
+        return self
+
+    def setRawPredictionCol(self: _C, value: str) -> _C:
+        """Sets the column of the logits."""
+        self._set_params({"rawPredictionCol": value})
+        return self
+
+    def setThreshold(self: _C, value: float) -> _C:
+        """Sets the probability of class 1 above which a binary model predicts 1."""
+        self._set_params({"threshold": value})
+        return self
 
     def getProbabilityCol(self) -> str:
         """The column of the class probabilities."""
@@ -227,13 +246,10 @@ class ClassifierParams(Params):
         """The probability of class 1 above which a binary model predicts 1."""
         return float(self.getOrDefault(self.threshold))
 
-    def getNumWorkers(self) -> int:
-        """How many trainers train together."""
-        return int(self.getOrDefault(self.numWorkers))
 
-    def getLearningRate(self) -> float | None:
-        """The learning rate, or None for the optimizer's own."""
-        return float(self.getOrDefault(self.learningRate)) if self.isDefined(self.learningRate) else None
+class RegressorParams(CommonParams):
+    """:class:`CommonParams` of a regressor, whose label is any number and whose prediction is
+    the model's output."""
 
 
-__all__ = ["EMBEDDING_MODELS", "MODELS", "OPTIMIZERS", "ClassifierParams"]
+__all__ = ["EMBEDDING_MODELS", "MODELS", "OPTIMIZERS", "ClassifierParams", "CommonParams", "RegressorParams"]

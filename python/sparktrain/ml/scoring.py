@@ -1,5 +1,6 @@
-"""The Spark tasks' side of :meth:`~sparktrain.ml.ClassifierModel.transform`: score an Arrow
-batch with the exported model and append Spark ML's three output columns.
+"""The Spark tasks' side of :meth:`~sparktrain.ml.ClassifierModel.transform` and
+:meth:`~sparktrain.ml.RegressorModel.transform`: score an Arrow batch with the exported model
+and append Spark ML's output columns (a classifier's three, a regressor's prediction).
 
 Vectors leave as Spark ML's ``VectorUDT`` storage, ``struct<type, size, indices, values>``
 (dense: type 1, values only), so the columns are real vectors for ``BinaryClassificationEvaluator``
@@ -97,6 +98,24 @@ class Scorer:
         return pa.RecordBatch.from_arrays([*batch.columns, *columns], schema=schema)
 
 
+@dataclass(frozen=True)
+class Regression:
+    """What a task needs to score a regressor: the export, the feature layout and the name of
+    the prediction column."""
+
+    export_dir: str
+    stamp: str
+    layout: Layout
+    output: str
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` with the model's output appended as a double column."""
+        scores = model(self.export_dir, self.stamp).predict(self.layout.engine_batch(batch))
+        prediction = pa.array(scores.to_numpy(zero_copy_only=False).astype(np.float64))
+        schema = batch.schema.append(pa.field(self.output, pa.float64(), nullable=False))
+        return pa.RecordBatch.from_arrays([*batch.columns, prediction], schema=schema)
+
+
 def _vectors(matrix: np.ndarray) -> pa.StructArray:
     """Dense Spark ML vectors, one per row of ``matrix``."""
     rows, width = matrix.shape
@@ -113,4 +132,4 @@ def _vectors(matrix: np.ndarray) -> pa.StructArray:
     )
 
 
-__all__ = ["VECTOR", "Scorer", "model"]
+__all__ = ["VECTOR", "Regression", "Scorer", "model"]

@@ -6,10 +6,14 @@ step, and the chief writes checkpoints, TensorBoard event files and the exported
 :func:`train` runs such a job from the driver in one call; :func:`sparktrain.predict` scores a
 DataFrame with the exported model.
 
-Models: ``"logistic_regression"``, ``"mlp"``, ``"wide_deep"`` and ``"deep_fm"``. Optimizers:
+Models: ``"logistic_regression"``, ``"mlp"``, ``"wide_deep"``, ``"deep_fm"`` and ``"dcn"``
+(DCN-v2), as binary or softmax classifiers or, with ``loss="mean_squared_error"``, regressors;
+categorical, crossed and multi-hot (list) columns feed the embedding models. Optimizers:
 ``"sgd"``, ``"momentum"``, ``"adam"``, ``"adamw"``, ``"adagrad"`` and ``"ftrl"``, plus
 ``wide_optimizer`` for the wide part of Wide&Deep and DeepFM (``"ftrl"``, as Keras's
-``WideDeepModel`` trains its linear part).
+``WideDeepModel`` trains its linear part). Every step's gradient can take L1/L2 penalties per
+group, global-norm clipping and a learning-rate schedule; ``fit`` stops early on an evaluation
+metric and keeps the best model, and the chief's ``on_eval`` hook can stop every trainer.
 
 Input: a path (a folder, file or glob of TFRecord or Parquet files, on any storage URL), split
 among the trainers by whole files (``sharding="static"``) or handed out file by file by the

@@ -110,7 +110,9 @@ class FeatureSpec:
             categorical=tuple((c["name"], c["buckets"]) for c in d["categorical"]),
             crossed=tuple((tuple(c["names"]), c["buckets"]) for c in d["crossed"]),
             label=d["label"],
-            multi_hot=tuple((m["name"], m["buckets"], m.get("pooling", "mean")) for m in d.get("multi_hot", ())),
+            multi_hot=tuple(
+                (m["name"], m["buckets"], m.get("pooling", "mean")) for m in d.get("multi_hot", ())
+            ),
         )
 
 

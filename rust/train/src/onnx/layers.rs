@@ -25,7 +25,7 @@ impl Bag {
         let axes = g.int64s("axes", &[1], &[2]);
         let mask = g.op("Unsqueeze", &[&float, &axes], &[]);
         let values = sum(g, &mask, 1, true);
-        let one = g.floats("one", &[], &[1.0]);
+        let one = g.floats(&format!("{values}_one"), &[], &[1.0]);
         let count = g.op("Max", &[&values, &one], &[]);
         Bag { ids, mask, count, pooling }
     }

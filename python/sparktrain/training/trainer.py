@@ -59,9 +59,10 @@ def _class_weights(value: Mapping[int, float] | Sequence[float] | None, classes:
                     )
                 weights[index] = float(weight)
             return weights
-        if isinstance(value, str) or not isinstance(value, Sequence):
+        given: object = value  # typed as a sequence, but users pass anything
+        if isinstance(given, str) or not isinstance(given, Sequence):
             raise _checks.refuse("class_weight", value, "must be a dict {class: weight} or a list")
-        return [float(w) for w in value]
+        return [float(w) for w in given]
     except (TypeError, ValueError) as e:
         raise _checks.refuse("class_weight", value, f"weights must be numbers: {e}") from e
 

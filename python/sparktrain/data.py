@@ -314,7 +314,9 @@ def _torch_dataset(data: Dataset) -> Any:
             return tuple(tensor(v) for v in value)
         if isinstance(value, list):
             return value
-        return torch.from_numpy(value)
+        # Arrays over Arrow's memory are read-only, and a tensor over them could be written in
+        # place: such a batch gets a copy of its own (a memcpy, small beside decoding).
+        return torch.from_numpy(value if value.flags.writeable else value.copy())
 
     class SparktrainDataset(IterableDataset):  # type: ignore[misc]
         """Batches of a sparktrain :class:`Dataset` as dicts of tensors."""

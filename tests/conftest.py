@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from harness import azurite
 from harness.minidfs import MiniDfs
 from harness.s3 import MotoServer, new_bucket, s3a_keys
 from harness.spark import local_cluster_session
@@ -64,6 +65,34 @@ def s3_url(s3_endpoint: str) -> str:
     return f"s3://{new_bucket(s3_endpoint)}"
 
 
+# --- Azure Blob Storage (Azurite, from the npm registry) ---------------------------------------
+# One emulator per session (per xdist worker), installed into .azurite by tests/run.sh; this
+# process's environment points sparktrain's Azure client at it.
+
+
+@pytest.fixture(scope="session")
+def azure_endpoint() -> Iterator[str]:
+    """``http://127.0.0.1:<port>`` of a running Azurite Blob service."""
+    pytest.importorskip(
+        "azure.storage.blob", reason="azure-storage-blob is in tests/requirements.txt, not here"
+    )
+    reason = azurite.missing()
+    if reason:
+        if os.environ.get("CI") == "true":  # CI installs it (tests/run.sh): never skip there
+            pytest.fail(reason)
+        pytest.skip(reason)
+    with azurite.Azurite() as server:
+        yield server.url
+
+
+@pytest.fixture(scope="session")
+def azure_url(azure_endpoint: str) -> str:
+    """``abfs://<container>@devstoreaccount1.dfs.core.windows.net`` of a fresh container; tests
+    should use a unique path under it."""
+    container = azurite.new_container(azure_endpoint)
+    return f"abfs://{container}@{azurite.ACCOUNT}.dfs.core.windows.net"
+
+
 # --- Spark (pyspark wheel, local-cluster) ----------------------------------------------------
 # Separate executor JVMs and Python workers, as on a real cluster (see harness/spark.py).
 
@@ -104,7 +133,7 @@ def tf() -> ModuleType:
 # starts them another way (spark-submit, a MiniDfs of its own, TensorFlow in a trainer process,
 # a fixture taken with request.getfixturevalue) carries the marker itself.
 
-FIXTURE_MARKERS = {"spark": "spark", "hdfs_url": "hdfs", "tf": "tensorflow"}
+FIXTURE_MARKERS = {"spark": "spark", "hdfs_url": "hdfs", "tf": "tensorflow", "azure_endpoint": "azure"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -71,11 +71,14 @@ if $fast; then
 
     step "Python tests without Spark, HDFS or TensorFlow"
     # In one process: starting xdist workers takes longer than these tests do.
-    pytest -q -p no:cacheprovider -m "not spark and not hdfs and not tensorflow and not wheel" "$@"
+    pytest -q -p no:cacheprovider -m "not spark and not hdfs and not tensorflow and not wheel and not azure" "$@"
 
     step "Done"
     exit 0
 fi
+
+step "Azurite, the Azure Blob Storage emulator (npm, into .azurite)"
+python tests/harness/azurite.py install
 
 step "MiniDFS and MiniYARN builds (Maven)"
 bash tests/minidfs/start.sh --build-only
@@ -172,7 +175,7 @@ spark35_pytest() {
         return "$status"
     fi
 }
-spark35_pytest -m "not spark and not hdfs and not tensorflow" "$@"
+spark35_pytest -m "not spark and not hdfs and not tensorflow and not azure" "$@"
 spark35_pytest -n 2 -m "not tensorflow and not hdfs" -k "not GZIP and not ZLIB" \
     tests/test_cluster.py tests/test_spark_dataframes.py tests/test_spark_tfrecord_jvm.py \
     tests/test_tfrecord_format_names.py tests/test_training.py tests/test_tfos_shim.py "$@"

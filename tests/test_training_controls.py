@@ -194,5 +194,7 @@ def test_bad_control_settings_are_refused_by_name(data):
         trainer().fit(path, early_stopping={"monitor": "auc"})
     with pytest.raises(InvalidArgumentError, match="early_stopping: unknown variant `f1`"):
         trainer().fit(path, eval_data=path, early_stopping={"monitor": "f1"})
+    with pytest.raises(InvalidArgumentError, match="mean_squared_error has no 'auc' to watch"):
+        trainer(loss="mean_squared_error").fit(path, eval_data=path, early_stopping={"monitor": "auc"})
     with pytest.raises(InvalidArgumentError, match="on_eval=3"):
         trainer().fit(path, on_eval=3)  # type: ignore[arg-type]

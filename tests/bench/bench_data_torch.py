@@ -21,27 +21,14 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_data import FILES, timed_pass
 from bench_tfrecord import DENSE, SPARSE, criteo_like
-
-FILES = 8
-
-
-def timed_pass(make: Callable[[], Iterable[Any]]) -> tuple[float, float, int]:
-    """(seconds to the first batch, seconds for the whole pass, rows) of one pass."""
-    began = time.perf_counter()
-    first, rows = None, 0
-    for batch in make():
-        rows += int(batch["label"].shape[0])
-        if first is None:
-            first = time.perf_counter() - began
-    return first or 0.0, time.perf_counter() - began, rows
 
 
 def main() -> None:

@@ -87,7 +87,6 @@ def train(
         raise InvalidArgumentError(f"eval_data={eval_data!r}: give a path")
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
         raise InvalidArgumentError(f"num_workers={num_workers!r} must be a positive integer")
-    check_fit_arguments(epochs, steps, eval_every, sharding, early_stopping, eval_data)
     if on_eval is not None and not callable(on_eval):
         raise InvalidArgumentError(f"on_eval={on_eval!r}: must be callable: on_eval(step, metrics) -> bool")
     if export_dir is None and model_dir is not None:
@@ -102,7 +101,8 @@ def train(
     }
     # The trainers build the same Trainer; building it here refuses a bad argument now rather
     # than as every trainer's failure once the Spark stage runs.
-    Trainer(None, **trainer_args)
+    config = Trainer(None, **trainer_args).config
+    check_fit_arguments(epochs, steps, eval_every, sharding, early_stopping, eval_data, config)
     require_spark("sparktrain.train", arrow_udfs=fed)
     args = {
         "trainer": trainer_args,

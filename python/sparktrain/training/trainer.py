@@ -67,12 +67,15 @@ def _class_weights(value: Mapping[int, float] | Sequence[float] | None, classes:
         raise _checks.refuse("class_weight", value, f"weights must be numbers: {e}") from e
 
 
-def early_stopping_json(early_stopping: Mapping[str, Any] | None) -> str | None:
-    """``early_stopping`` checked (``monitor``: ``loss``, ``accuracy`` or ``auc``; ``patience``,
-    ``min_delta``, ``restore_best``), as the JSON the engine reads."""
+def early_stopping_json(
+    early_stopping: Mapping[str, Any] | None, config: _native.TrainerConfig
+) -> str | None:
+    """``early_stopping`` checked against ``config`` (``monitor``: ``loss``, ``accuracy`` or
+    ``auc``, which the model must measure; ``patience``, ``min_delta``, ``restore_best``), as
+    the JSON the engine reads."""
     text = _json("early_stopping", early_stopping)
     if text is not None:
-        _native.check_early_stopping(text)
+        _native.check_early_stopping(text, config)
     return text
 
 
@@ -333,7 +336,7 @@ class Trainer:
         ``<model_dir>/best``, and with ``restore_best`` training ends with its weights, so
         ``export`` writes the best model. ``on_eval(step, metrics)`` runs on the chief at every
         evaluation; a true return value stops every trainer there."""
-        check_fit_arguments(epochs, steps, eval_every, sharding, early_stopping, eval_data)
+        check_fit_arguments(epochs, steps, eval_every, sharding, early_stopping, eval_data, self._config)
         if on_eval is not None and not callable(on_eval):
             raise _checks.refuse("on_eval", on_eval, "must be callable: on_eval(step, metrics) -> bool")
         input = self._input(data, sharding)
@@ -350,7 +353,7 @@ class Trainer:
             eval_every=eval_every,
             eval=evaluation,
             on_log=self._report,
-            early_stopping=early_stopping_json(early_stopping),
+            early_stopping=early_stopping_json(early_stopping, self._config),
             on_eval=chief_sees if on_eval is not None else None,
         )
         return FitResult.from_native(summary)
@@ -394,14 +397,16 @@ def check_fit_arguments(
     sharding: str,
     early_stopping: Mapping[str, Any] | None = None,
     eval_data: object = None,
+    config: _native.TrainerConfig = DEFAULTS,
 ) -> None:
-    """Refuses ``fit``'s arguments that cannot work, naming the parameter."""
+    """Refuses ``fit``'s arguments that cannot work, naming the parameter (``early_stopping``
+    against the trainer's ``config``)."""
     _checks.integer("epochs", epochs, minimum=0)
     _checks.optional_integer("steps", steps, minimum=0)
     _checks.optional_integer("eval_every", eval_every, minimum=1)
     if sharding not in SHARDINGS:
         raise InvalidArgumentError(f"sharding={sharding!r}: use one of {list(SHARDINGS)}")
     if early_stopping is not None:
-        early_stopping_json(early_stopping)
+        early_stopping_json(early_stopping, config)
         if eval_data is None:
             raise _checks.refuse("early_stopping", early_stopping, "needs eval_data to watch")

@@ -223,6 +223,24 @@ pub enum Monitor {
 }
 
 impl Monitor {
+    /// The metric's name, as settings spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Monitor::Loss => "loss",
+            Monitor::Accuracy => "accuracy",
+            Monitor::Auc => "auc",
+        }
+    }
+
+    /// Whether a model trained with `loss` has this metric in its evaluations.
+    pub fn measured_with(self, loss: Loss) -> bool {
+        match self {
+            Monitor::Loss => true,
+            Monitor::Accuracy => loss.is_classification(),
+            Monitor::Auc => loss == Loss::BinaryCrossEntropy,
+        }
+    }
+
     /// The metric's value in `m`, if the model has it.
     fn value(self, m: &Metrics) -> Option<f64> {
         match self {
@@ -545,11 +563,11 @@ impl Trainer {
         }
         summary.checkpoint = self.checkpoint_together()?.or(summary.checkpoint);
         if let Some(es) = &options.early_stopping {
-            summary.best = self.progress.best;
-            summary.best_checkpoint = self.best_dir().filter(|_| self.progress.best.is_some());
             if es.restore_best {
                 self.restore_best()?;
             }
+            summary.best = self.progress.best;
+            summary.best_checkpoint = self.best_dir().filter(|_| self.progress.best.is_some());
         }
         if let Some(events) = &mut self.events {
             events.flush()?;
@@ -616,8 +634,8 @@ impl Trainer {
     fn track_best(&mut self, line: &EvalLine, es: &EarlyStopping) -> Result<bool> {
         let Some(value) = es.monitor.value(&line.metrics) else {
             return Err(TrainError::InvalidArgument(format!(
-                "early_stopping watches {:?}, which this model's evaluation does not have",
-                es.monitor
+                "early_stopping watches {}, which this model's evaluation does not have",
+                es.monitor.name()
             )));
         };
         let better = match self.progress.best {
@@ -662,8 +680,11 @@ impl Trainer {
         }
         let Some(dir) = self.best_dir() else { return Ok(()) };
         let progress = self.progress;
-        self.restore(&dir)?;
-        self.progress = progress;
+        let restored = self.restore(&dir)?;
+        // A chief killed after saving a better model than its last checkpoint knew of leaves
+        // that model in the folder: its own record of the best is the one to keep.
+        let best = restored.and_then(|r| r.best).or(progress.best);
+        self.progress = Progress { best, ..progress };
         Ok(())
     }
 

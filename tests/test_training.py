@@ -254,7 +254,8 @@ def test_multi_hot_lists_of_a_dataframe_train_and_score_in_spark(spark, tmp_path
     tags = [list(genres[rng.choice(6, size=rng.integers(0, 4), replace=False)]) for _ in range(rows)]
     x = rng.standard_normal(rows).astype(np.float32)
     label = np.array([("horror" in t) != (v > 0.5) for t, v in zip(tags, x, strict=True)], dtype=np.int64)
-    frame = spark.createDataFrame(pa.table({"label": label, "x": x, "tags": tags}).to_pandas())
+    rows_of = zip(label.tolist(), x.tolist(), [list(map(str, t)) for t in tags], strict=True)
+    frame = spark.createDataFrame(list(rows_of), "label long, x float, tags array<string>")
     data = str(tmp_path / "tagged")
     st.tfrecord.write(frame, data)
     features = {"dense": ["x"], "multi_hot": [("tags", 20, "sum")]}

@@ -1,8 +1,8 @@
 """A real S3-compatible server for tests: moto's standalone server (``moto_server`` from the
 ``moto[server]`` package) on a free port of 127.0.0.1.
 
-``SPARKTRAIN_TEST_S3=http://127.0.0.1:<port>`` names a server that is already running (the suite
-runner starts one for the Rust and Python tests); otherwise :class:`MotoServer` starts one. Tests
+``SPARKTRAIN_TEST_S3=http://127.0.0.1:<port>`` names a server that is already running (to share
+one between runs); otherwise :class:`MotoServer` starts one per session. Tests
 reach it through Hadoop's S3A keys, as Spark users configure S3 (:data:`s3a_keys`), and check
 what sparktrain wrote with boto3, an independent client.
 """

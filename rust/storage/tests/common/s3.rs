@@ -1,8 +1,8 @@
 //! A real S3-compatible server for integration tests: `moto_server` (the `moto[server]` package
 //! from PyPI, installed in the test virtualenv).
 //!
-//! `SPARKTRAIN_TEST_S3=http://host:port` uses a server that is already running (the suite
-//! runner starts one for all tests). Otherwise the first test to ask starts `moto_server` from
+//! `SPARKTRAIN_TEST_S3=http://host:port` uses a server that is already running (to share one
+//! between runs). Otherwise the first test to ask starts `moto_server` from
 //! `PATH` on a free port of 127.0.0.1; it stops when this process exits.
 //! Every test binary gets a bucket of its own, and this process's storage is pointed at the
 //! server with Hadoop's S3A keys, as a Spark user would configure it.

@@ -28,6 +28,11 @@ final class NameIndex {
     }
   }
 
+  /** The name of column {@code c}, as UTF-8 bytes. */
+  byte[] name(int c) {
+    return names[c];
+  }
+
   /** The column named {@code b[offset, offset + length)}, or -1. */
   int find(byte[] b, int offset, int length) {
     int i = hash(b, offset, length) & mask;

@@ -145,6 +145,81 @@ class ExampleDecoderTest {
     assertEquals("f: record at byte offset 9 is not a valid tf.train.Example: message is truncated", bad.getMessage());
   }
 
+  /** An Example of {@code entries}, each a name and a Feature body, in the given order. */
+  static byte[] example(Object... entries) {
+    java.io.ByteArrayOutputStream features = new java.io.ByteArrayOutputStream();
+    for (int i = 0; i < entries.length; i += 2) {
+      byte[] name = ((String) entries[i]).getBytes(java.nio.charset.StandardCharsets.UTF_8);
+      byte[] value = (byte[]) entries[i + 1];
+      java.io.ByteArrayOutputStream entry = new java.io.ByteArrayOutputStream();
+      entry.write(0x0a);
+      entry.write(name.length);
+      entry.writeBytes(name);
+      entry.write(0x12);
+      entry.write(value.length);
+      entry.writeBytes(value);
+      features.write(0x0a);
+      features.write(entry.size());
+      features.writeBytes(entry.toByteArray());
+    }
+    java.io.ByteArrayOutputStream out = new java.io.ByteArrayOutputStream();
+    out.write(0x0a);
+    out.write(features.size());
+    out.writeBytes(features.toByteArray());
+    return out.toByteArray();
+  }
+
+  /**
+   * Records in the layouts the one-pass path reads and in those it hands to the general path
+   * (order changes, repeated and unknown features, unpacked values, a feature with no list,
+   * longer lists) decode to the values the protocol buffer says, record after record.
+   */
+  @Test
+  void everyLayoutDecodesAlikeWhicheverPathTakesIt() {
+    byte[] packedFloat = {0x12, 6, 0x0a, 4, 0, 0, (byte) 0xc0, 0x3f}; // 1.5f
+    byte[] packedInt = {0x1a, 4, 0x0a, 2, (byte) 0xac, 0x02}; // 300
+    byte[] unpackedInt = {0x1a, 3, 0x08, (byte) 0xac, 0x02}; // 300, one varint field
+    byte[] twoInts = {0x1a, 4, 0x0a, 2, 1, 2};
+    byte[] noList = {};
+    byte[] text = {0x0a, 4, 0x0a, 2, 'h', 'i'};
+    StructType schema = GoldenRows.schema("f", DataTypes.FloatType, "n", DataTypes.LongType,
+        "s", DataTypes.StringType, "l", GoldenRows.array(DataTypes.LongType));
+    byte[][] records = {
+      example("f", packedFloat, "n", packedInt, "s", text, "l", twoInts),
+      example("n", packedInt, "f", packedFloat, "s", text, "l", twoInts), // another order
+      example("f", packedFloat, "x", packedInt, "n", packedInt), // unknown feature, s and l missing
+      example("f", packedFloat, "n", unpackedInt, "s", text, "l", twoInts), // unpacked varint
+      example("f", packedFloat, "n", packedInt, "n", twoInts), // repeated: the last wins (a list)
+      example("f", noList, "n", packedInt, "s", text, "l", twoInts), // a feature with no list
+      example("f", packedFloat, "n", packedInt, "s", text, "l", twoInts), // back to the first layout
+    };
+    ExampleDecoder decoder = new ExampleDecoder(schema, false);
+    List<InternalRow> rows = new ArrayList<>();
+    for (byte[] r : records) {
+      InternalRow row = newRow(schema);
+      try {
+        decoder.decode(r, 0, r.length, row, "mem", 0);
+      } catch (BadRecordException e) {
+        row = null;
+        assertTrue(e.getMessage().contains("feature 'n'"), e.getMessage());
+      }
+      rows.add(row);
+    }
+    for (int i : new int[] {0, 1, 3, 6}) {
+      InternalRow row = rows.get(i);
+      assertEquals(1.5f, row.getFloat(0), "record " + i);
+      assertEquals(300L, row.getLong(1), "record " + i);
+      assertEquals("hi", row.getUTF8String(2).toString(), "record " + i);
+      assertArrayEquals(new long[] {1, 2}, row.getArray(3).toLongArray(), "record " + i);
+    }
+    assertEquals(300L, rows.get(2).getLong(1));
+    assertTrue(rows.get(2).isNullAt(2));
+    assertTrue(rows.get(2).isNullAt(3));
+    assertEquals(null, rows.get(4), "two values in a scalar column are refused, naming it");
+    assertTrue(rows.get(5).isNullAt(0), "a feature with no list is a null");
+    assertEquals(300L, rows.get(5).getLong(1));
+  }
+
   @Test
   void unsupportedTypesAreRefusedNamingTheColumn() {
     StructType map = GoldenRows.schema("m", DataTypes.createMapType(DataTypes.StringType, DataTypes.IntegerType));

@@ -19,7 +19,14 @@ if [ "${1:-}" = --fast ]; then
     shift
 fi
 
-step() { printf '\n=== %s (%ss)\n' "$1" "$SECONDS"; }
+# Each step says when it started and the disk left: the virtualenvs (PyTorch's above all) and
+# the Rust build take many GB, and a full disk otherwise shows only as some tool's OSError.
+step() { printf '\n=== %s (%ss, %s free)\n' "$1" "$SECONDS" "$(df -h --output=avail . | tail -n 1 | tr -d ' ')"; }
+
+# CI builds from a clean clone once: cargo's incremental caches would only take disk.
+if [ "${CI:-}" = true ]; then
+    export CARGO_INCREMENTAL=0
+fi
 
 install_wheel() {
     step "Python package (release wheel, installed the way users get it)"
@@ -120,6 +127,11 @@ echo "HDFS at $SPARKTRAIN_TEST_HDFS"
 
 step "Rust tests"
 cargo test --workspace --exclude sparktrain-python --locked
+if [ "${CI:-}" = true ]; then
+    # Nothing after this point uses the test build (the wheel is a release build of its own):
+    # its GBs go before the PyTorch environment needs them.
+    cargo clean --profile dev
+fi
 
 install_wheel
 
@@ -131,7 +143,7 @@ python tests/harness/torch_env.py
 
 step "Python tests"
 # loadgroup: the tests of one xdist_group (the YARN module) share one worker and one cluster.
-pytest -q -n 2 --dist loadgroup -p no:cacheprovider -m "not chaos" "$@"
+pytest -q -rs -n 2 --dist loadgroup -p no:cacheprovider -m "not chaos" "$@"
 
 # A process holds one SparkContext: the chaos tests' is on a standalone master of their own.
 step "Chaos tests (Spark standalone master, 3 workers)"

@@ -7,7 +7,6 @@ way on every rerun, from HDFS too, and taking files from the driver's work queue
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -159,10 +158,9 @@ def test_keras_fits_from_a_dataset_on_hdfs(tf, hdfs_data: str) -> None:
 
 @pytest.mark.spark  # PyTorch runs in .venv-torch, in a process of its own
 def test_a_torch_dataloader_with_two_workers_reads_hdfs_once(hdfs_data: str) -> None:
-    from harness.torch_env import VENV, torch_python
+    from harness.torch_env import torch_python_for_tests
 
-    if not (VENV / "bin" / "python").exists() and os.environ.get("CI") != "true":
-        pytest.skip(f"{VENV} is not built: python tests/harness/torch_env.py (PyTorch, a few GB)")
+    python = torch_python_for_tests()
     script = textwrap.dedent(
         f"""
         import json, torch
@@ -178,7 +176,7 @@ def test_a_torch_dataloader_with_two_workers_reads_hdfs_once(hdfs_data: str) -> 
         print(json.dumps(sorted(ids)))
         """
     )
-    done = subprocess.run([str(torch_python()), "-c", script], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([str(python), "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     ids = json.loads(done.stdout.strip().splitlines()[-1])
     # Rank 1 of 2 holds files 1 and 3; its two DataLoader workers split them without overlap.

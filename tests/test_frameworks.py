@@ -219,20 +219,13 @@ def test_local_mode_runs_the_trainers_from_the_driver(spark) -> None:
 # --- PyTorch, in its own virtualenv ---------------------------------------------------------
 
 
-def _torch_python() -> Path:
-    from harness.torch_env import VENV, torch_python
-
-    if not (VENV / "bin" / "python").exists() and os.environ.get("CI") != "true":
-        pytest.skip(f"{VENV} is not built: python tests/harness/torch_env.py (PyTorch, a few GB)")
-    return torch_python()
-
-
 def _submit_example(*args: str) -> subprocess.CompletedProcess[str]:
     """``examples/torch_distributor.py`` through spark-submit on a local cluster of two
     executors, everything (driver, executors, trainers) in ``.venv-torch``."""
     from harness.processes import run_in_group
+    from harness.torch_env import torch_python_for_tests
 
-    python = _torch_python()
+    python = torch_python_for_tests()
     submit = python.parent / "spark-submit"
     env = {**os.environ, "PYSPARK_PYTHON": str(python), "PYSPARK_DRIVER_PYTHON": str(python)}
     env["SPARK_LOCAL_IP"] = "127.0.0.1"

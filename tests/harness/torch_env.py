@@ -2,11 +2,17 @@
 wheels and needs a setuptools that TensorFlowOnSpark (in ``.venv``) cannot have, so it lives
 apart, made from ``tests/bench/requirements-torch.txt`` and reused while that file is unchanged.
 The sparktrain wheel that ``tests/run.sh`` built goes in too, since a job run by its
-interpreter has it as driver and executors."""
+interpreter has it as driver and executors.
+
+PyTorch's install takes about 7.5 GB on disk plus its downloads: on a machine with less free
+than that, :func:`torch_python` raises :class:`TorchEnvUnavailable` before pip starts, rather
+than leave a half-installed virtualenv, and the tests that need it skip with that reason."""
 
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +20,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-torch"
 REQUIREMENTS = ROOT / "tests" / "bench" / "requirements-torch.txt"
+# The installed virtualenv (7.5 GB with PyTorch 2.9's CUDA wheels) and pip's downloads of them
+# (about 3.5 GB, in the temporary folder until pip ends), with some room to spare.
+NEEDED_BYTES = 12 * 2**30
+
+
+class TorchEnvUnavailable(RuntimeError):
+    """The PyTorch virtualenv is not built and this machine's disk cannot hold it."""
 
 
 def torch_python(venv: Path = VENV, *, with_wheel: bool = True) -> Path:
@@ -22,13 +35,20 @@ def torch_python(venv: Path = VENV, *, with_wheel: bool = True) -> Path:
     python = venv / "bin" / "python"
     want = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
     stamp = venv / ".requirements.sha"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     if not stamp.exists() or stamp.read_text().strip() != want:
+        free = shutil.disk_usage(venv.parent).free
+        if free < NEEDED_BYTES:
+            raise TorchEnvUnavailable(
+                f"{venv} is not built and the disk has {free / 2**30:.1f} GiB free; "
+                f"PyTorch's install needs about {NEEDED_BYTES / 2**30:.0f} GiB"
+            )
+        if not python.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         print(f"installing {REQUIREMENTS.name} into {venv} (PyTorch: a few GB)", file=sys.stderr)
         pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         subprocess.run([*pip, "--upgrade", "pip"], check=True)
-        subprocess.run([*pip, "-r", str(REQUIREMENTS)], check=True)
+        # No pip cache: it would keep a second copy of the multi-GB wheels.
+        subprocess.run([*pip, "--no-cache-dir", "-r", str(REQUIREMENTS)], check=True)
         stamp.write_text(want)
     if with_wheel:
         wheels = sorted((ROOT / "target" / "wheels").glob("sparktrain-*.whl"))
@@ -43,5 +63,23 @@ def torch_python(venv: Path = VENV, *, with_wheel: bool = True) -> Path:
     return python
 
 
+def torch_python_for_tests() -> Path:
+    """:func:`torch_python` for a test: skips it when the virtualenv is not built, outside CI
+    (where building it would cost a run minutes and GBs unasked), or when the disk cannot hold
+    it, with the reason."""
+    import pytest
+
+    if not (VENV / "bin" / "python").exists() and os.environ.get("CI") != "true":
+        pytest.skip(f"{VENV} is not built: python tests/harness/torch_env.py (PyTorch, a few GB)")
+    try:
+        return torch_python()
+    except TorchEnvUnavailable as unavailable:
+        pytest.skip(str(unavailable))
+
+
 if __name__ == "__main__":
-    print(torch_python())
+    try:
+        print(torch_python())
+    except TorchEnvUnavailable as unavailable:
+        # Not fatal: the tests that need PyTorch say this again as their reason to skip.
+        print(f"PyTorch environment not built: {unavailable}", file=sys.stderr)

@@ -7,8 +7,10 @@ In one run, on one core (the process pins itself to CPU 0):
   (c) sparktrain reads the file back into Arrow;
   (d) ``tf.data.TFRecordDataset`` + batched ``tf.io.parse_example`` reads it (and raw, unparsed);
 
-and (e) sparktrain reads it again decoding on N threads with the process on N cores, for each N
+(e) sparktrain reads it again decoding on N threads with the process on N cores, for each N
 of ``--threads`` (default: 2 and every core; the scaling against (c));
+and, on TensorFlow's own file from (b) (its writer's feature order), (f) sparktrain with the
+schema given against (g) ``tf.data`` + ``parse_example``;
 
 each measured ``--repeat`` times (median). It prints rows/s, MB/s and the ratios, plus single-core
 CRC-32C and memcpy bandwidth as the physical reference. TensorFlow's Python writer builds about 12k
@@ -177,6 +179,23 @@ def main() -> None:
         seconds, n = timed(tf_read_raw)
         results["(d') read: tf.data raw records (batch 1024)"] = (args.rows, seconds, size)
 
+        # TensorFlow's own file from (b): its writer's feature order, read with the schema given,
+        # as a trainer that knows its columns reads files made elsewhere.
+        def our_read_theirs() -> int:
+            return sum(b.num_rows for b in tfrecord.read(theirs, schema=table.schema, batch_size=65536))
+
+        seconds, n = timed(our_read_theirs)
+        assert n == tf_rows, n
+        results["(f) read: sparktrain, TF's file, schema given"] = (tf_rows, seconds, os.path.getsize(theirs))
+
+        def tf_read_theirs() -> int:
+            dataset = tf.data.TFRecordDataset(theirs).batch(1024).map(lambda x: tf.io.parse_example(x, spec))
+            return sum(int(batch["label"].shape[0]) for batch in dataset)
+
+        seconds, n = timed(tf_read_theirs)
+        assert n == tf_rows, n
+        results["(g) read: tf.data + parse_example, TF's file"] = (tf_rows, seconds, os.path.getsize(theirs))
+
         # The same bytes: a record written by sparktrain equals TensorFlow's serialization.
         first_ours = next(iter(tfrecord.RecordReader(ours)))
         parsed = tf.train.Example.FromString(first_ours)
@@ -197,6 +216,8 @@ def main() -> None:
 
     print(f"write ratio sparktrain / TensorFlow: {rate_of('(a)') / rate_of('(b)'):.1f}x")
     print(f"read ratio sparktrain / tf.data+parse_example: {rate_of('(c)') / rate_of('(d)'):.1f}x")
+    theirs_ratio = rate_of("(f)") / rate_of("(g)")
+    print(f"read ratio on TF's file, schema given, sparktrain / tf.data+parse_example: {theirs_ratio:.1f}x")
     raw = rate_of("(d')")
     print(f"read ratio sparktrain / tf.data raw: {rate_of('(c)') / raw:.1f}x")
     for name in results:

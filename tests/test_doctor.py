@@ -453,6 +453,78 @@ def test_the_command_exits_with_1_on_errors_and_names_them(tmp_path):
     assert result.stdout.rstrip().endswith("2 errors, 0 warnings, 5 ok")
 
 
+def _executor_python(tmp_path: Path, interpreter: str, version: str) -> Path:
+    """A PYSPARK_PYTHON that runs ``interpreter`` with a sparktrain package of its own that
+    says it is ``version``: all the doctor's probe asks of the package."""
+    shadow = tmp_path / "shadow" / "sparktrain"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    python = tmp_path / "python"
+    python.write_text(
+        f'#!/bin/sh\nPYTHONPATH={shadow.parent}${{PYTHONPATH:+:$PYTHONPATH}} exec {interpreter} "$@"\n'
+    )
+    python.chmod(0o755)
+    return python
+
+
+def _doctor_with_executor_python(python: Path) -> subprocess.CompletedProcess[str]:
+    return _doctor(
+        "--master", "local[1]", *LOOPBACK, "--conf", "spark.ui.enabled=false", "--wait", "180",
+        env={"PYSPARK_PYTHON": str(python)},
+    )  # fmt: skip
+
+
+@pytest.mark.spark
+def test_executors_with_another_sparktrain_version_are_an_error_naming_both(tmp_path):
+    import sparktrain
+
+    python = _executor_python(tmp_path, sys.executable, "0.0.1.dev0")
+    result = _doctor_with_executor_python(python)
+    assert result.returncode == 1, result.stdout + result.stderr[-3000:]
+    report = " ".join(result.stdout.split())
+    assert "ERROR executor-versions" in report
+    assert f"sparktrain 0.0.1.dev0 ({sys.executable})" in report  # the wrapper execs it
+    assert f"the driver runs Python {'.'.join(map(str, sys.version_info[:3]))}" in report
+    assert f"sparktrain {sparktrain.__version__}" in report
+    assert "sparktrain pack" in report
+
+
+def _python_of_another_minor_release() -> str | None:
+    """An interpreter on this machine (PATH or pyenv) of a newer minor release than this one's,
+    which can start PySpark's worker."""
+    import glob
+    import shutil
+
+    minor = sys.version_info[1]
+    candidates = [shutil.which(f"python3.{m}") for m in range(minor + 1, minor + 4)]
+    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3")))
+    for candidate in candidates:
+        if not candidate:
+            continue
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; print(sys.version_info[1])"], capture_output=True
+        )
+        if probe.returncode == 0 and int(probe.stdout) > minor:
+            return candidate
+    return None
+
+
+@pytest.mark.spark
+def test_executors_on_another_python_are_an_error_naming_it(tmp_path):
+    other = _python_of_another_minor_release()
+    if other is None:
+        pytest.skip("no Python of a newer minor release than the driver's on this machine")
+    import sparktrain
+
+    result = _doctor_with_executor_python(_executor_python(tmp_path, other, sparktrain.__version__))
+    assert result.returncode == 1, result.stdout + result.stderr[-3000:]
+    report = " ".join(result.stdout.split())
+    assert "ERROR executor-versions" in report
+    driver = ".".join(map(str, sys.version_info[:2]))
+    assert f"the executors run another Python than the driver's {driver}" in report
+    assert "sparktrain pack" in report
+
+
 def test_bad_options_exit_with_2_before_spark_starts(capsys):
     assert doctor.main(["--workers", "0"]) == 2
     assert "0 is less than 1" in capsys.readouterr().err

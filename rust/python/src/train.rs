@@ -825,19 +825,10 @@ impl ExportedModel {
 }
 
 /// Checks early stopping's settings (JSON of the engine's `EarlyStopping`) against the
-/// configuration's loss (AUC needs a binary model, accuracy a classifier), so the driver
-/// refuses bad ones before any Spark job starts.
+/// configuration's loss, so the driver refuses bad ones before any Spark job starts.
 #[pyfunction]
 fn check_early_stopping(json: &str, config: &TrainerConfig) -> Result<()> {
-    let settings = from_json::<EarlyStopping>("early_stopping", json)?;
-    settings.validate()?;
-    if !settings.monitor.measured_with(config.inner.loss) {
-        return Err(Error::invalid(format!(
-            "early_stopping: a model trained with {} has no '{}' to watch",
-            config.inner.loss.name(),
-            settings.monitor.name()
-        )));
-    }
+    from_json::<EarlyStopping>("early_stopping", json)?.validate(config.inner.loss)?;
     Ok(())
 }
 

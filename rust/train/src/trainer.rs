@@ -233,7 +233,7 @@ impl Monitor {
     }
 
     /// Whether a model trained with `loss` has this metric in its evaluations.
-    pub fn measured_with(self, loss: Loss) -> bool {
+    fn measured_with(self, loss: Loss) -> bool {
         match self {
             Monitor::Loss => true,
             Monitor::Accuracy => loss.is_classification(),
@@ -278,12 +278,20 @@ pub struct EarlyStopping {
 }
 
 impl EarlyStopping {
-    /// Checks the settings.
-    pub fn validate(&self) -> Result<()> {
+    /// Checks the settings for a model trained with `loss`, whose evaluations must have the
+    /// monitored metric (AUC needs a binary model, accuracy a classifier).
+    pub fn validate(&self, loss: Loss) -> Result<()> {
         if !(self.min_delta.is_finite() && self.min_delta >= 0.0) {
             return Err(TrainError::InvalidArgument(format!(
                 "early_stopping: min_delta={} must be a non-negative number",
                 self.min_delta
+            )));
+        }
+        if !self.monitor.measured_with(loss) {
+            return Err(TrainError::InvalidArgument(format!(
+                "early_stopping: a model trained with {} has no '{}' to watch",
+                loss.name(),
+                self.monitor.name()
             )));
         }
         Ok(())
@@ -464,7 +472,7 @@ impl Trainer {
             return Err(TrainError::InvalidArgument("eval_every must be at least 1".into()));
         }
         if let Some(es) = &options.early_stopping {
-            es.validate()?;
+            es.validate(self.config.loss)?;
             if eval.is_none() {
                 return Err(TrainError::InvalidArgument(
                     "early_stopping needs evaluation data (eval_data) to watch".into(),

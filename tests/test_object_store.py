@@ -16,6 +16,7 @@ import uuid
 import pyarrow as pa
 import pytest
 
+from harness.object_stores import check_a_large_upload_appears_whole, mixed_table
 from harness.s3 import boto3_client, s3a_keys
 from harness.synthetic import dense_table
 from sparktrain import errors, fs, tfrecord
@@ -37,22 +38,11 @@ def _keys(s3_endpoint: str, url: str) -> dict[str, int]:
     return {o["Key"][len(prefix) + 1 :]: o["Size"] for o in listing.get("Contents", [])}
 
 
-def _table(n: int = 1000) -> pa.Table:
-    return pa.table(
-        {
-            "id": pa.array(range(n), pa.int64()),
-            "x": pa.array([i / 4 for i in range(n)], pa.float32()),
-            "ids": pa.array([[i, i + 1] for i in range(n)], pa.list_(pa.int64())),
-            "word": pa.array([f"w{i % 7}" for i in range(n)], pa.string()),
-        }
-    )
-
-
 @pytest.mark.parametrize("compression", [None, "GZIP", "ZLIB"])
 def test_examples_round_trip_and_are_real_objects(
     root: str, s3_endpoint: str, compression: str | None
 ) -> None:
-    table = _table()
+    table = mixed_table()
     for part in range(2):
         tfrecord.write_batches(f"{root}/part-{part}.tfrecord", table, compression)
     fs.write_bytes(f"{root}/_SUCCESS", b"")
@@ -78,25 +68,8 @@ def test_examples_round_trip_and_are_real_objects(
 def test_a_large_file_is_invisible_until_closed_and_a_failed_one_leaves_nothing(
     root: str, s3_endpoint: str
 ) -> None:
-    path = f"{root}/big.tfrecord"
-    records = [bytes([i % 251]) * 100_000 for i in range(200)]  # 20 MB: a multipart upload
-    writer = tfrecord.RecordWriter(path)
-    writer.write_many(records)
-    # Parts have gone up, but no object exists until the upload completes.
-    assert not fs.exists(path)
-    assert _keys(s3_endpoint, root) == {}
-    assert writer.close() == len(records)
-    assert _keys(s3_endpoint, root) == {"big.tfrecord": fs.size(path)}
-    assert list(tfrecord.RecordReader(path)) == records
-
-    def fail_while_writing() -> None:
-        with tfrecord.RecordWriter(f"{root}/failed.tfrecord") as w:
-            w.write_many(records)
-            raise RuntimeError("boom")
-
-    with pytest.raises(RuntimeError, match="boom"):
-        fail_while_writing()
-    assert sorted(_keys(s3_endpoint, root)) == ["big.tfrecord"]
+    # A multipart upload: parts go up first; no object exists until the upload completes.
+    check_a_large_upload_appears_whole(root, lambda url: _keys(s3_endpoint, url))
 
 
 def test_folders_are_prefixes_and_renames_copy(root: str) -> None:

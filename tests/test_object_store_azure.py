@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 
 from harness.azurite import blob_service
+from harness.object_stores import check_a_large_upload_appears_whole, mixed_table
 from harness.synthetic import dense_table
 from sparktrain import errors, fs, tfrecord
 from sparktrain.training import FeatureSpec, Trainer
@@ -49,14 +50,7 @@ def _download(endpoint: str, url: str) -> bytes:
 def test_examples_round_trip_and_are_real_blobs(
     root: str, azure_endpoint: str, compression: str | None, tmp_path
 ) -> None:
-    table = pa.table(
-        {
-            "id": pa.array(range(500), pa.int64()),
-            "x": pa.array([i / 4 for i in range(500)], pa.float32()),
-            "ids": pa.array([[i, i + 1] for i in range(500)], pa.list_(pa.int64())),
-            "word": pa.array([f"w{i % 7}" for i in range(500)], pa.string()),
-        }
-    )
+    table = mixed_table(500)
     for part in range(2):
         tfrecord.write_batches(f"{root}/part-{part}.tfrecord", table, compression)
     blobs = _blobs(azure_endpoint, root)
@@ -74,25 +68,8 @@ def test_examples_round_trip_and_are_real_blobs(
 def test_a_large_file_is_invisible_until_closed_and_a_failed_one_leaves_nothing(
     root: str, azure_endpoint: str
 ) -> None:
-    path = f"{root}/big.tfrecord"
-    records = [bytes([i % 251]) * 100_000 for i in range(200)]  # 20 MB: blocks, then a commit
-    writer = tfrecord.RecordWriter(path)
-    writer.write_many(records)
-    # Blocks have gone up, but no blob exists until the block list is committed.
-    assert not fs.exists(path)
-    assert _blobs(azure_endpoint, root) == {}
-    assert writer.close() == len(records)
-    assert _blobs(azure_endpoint, root) == {"big.tfrecord": fs.size(path)}
-    assert list(tfrecord.RecordReader(path)) == records
-
-    def fail_while_writing() -> None:
-        with tfrecord.RecordWriter(f"{root}/failed.tfrecord") as w:
-            w.write_many(records)
-            raise RuntimeError("boom")
-
-    with pytest.raises(RuntimeError, match="boom"):
-        fail_while_writing()
-    assert sorted(_blobs(azure_endpoint, root)) == ["big.tfrecord"]
+    # Blocks go up first; no blob exists until the block list is committed.
+    check_a_large_upload_appears_whole(root, lambda url: _blobs(azure_endpoint, url))
 
 
 def test_folders_are_prefixes_and_renames_copy(root: str, azure_endpoint: str) -> None:

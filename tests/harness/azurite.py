@@ -126,13 +126,9 @@ class Azurite:
     def __exit__(
         self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+        from harness.processes import stop  # not at the top: `install` runs this file as a script
+
+        stop(self._process)
         shutil.rmtree(self._data, ignore_errors=True)
 
 

@@ -9,6 +9,7 @@ import shlex
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,6 +39,18 @@ def finish(process: subprocess.Popen[str], timeout: float) -> subprocess.Complet
         what = shlex.join(str(a) for a in list(process.args)[:4])
         pytest.fail(f"{what} ran past {timeout} s; its stderr ends with:\n{err[-3000:]}")
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def stop(process: subprocess.Popen[Any] | None, grace: float = 10.0) -> None:
+    """Stops a server a test started: SIGTERM, then SIGKILL after ``grace`` seconds."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def run_in_group(

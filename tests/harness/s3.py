@@ -19,6 +19,8 @@ import uuid
 from types import TracebackType
 from typing import Any
 
+from harness.processes import stop
+
 READY = re.compile(r"Running on (http://127\.0\.0\.1:\d+)")
 
 
@@ -66,13 +68,7 @@ class MotoServer:
     def __exit__(
         self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+        stop(self._process)
 
 
 def s3a_keys(endpoint: str) -> dict[str, str]:

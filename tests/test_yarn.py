@@ -164,8 +164,12 @@ def test_client_mode_runs_the_main_job_with_an_archive_from_sparktrain_pack(
     assert st.fs.size(archive) > 1 << 20
 
     output = f"{hdfs_url}/yarn/{uuid.uuid4().hex}"
+    # No UI for the client-mode driver: Spark 4.3 adds YARN's AM filter to the UI's handlers when
+    # the AM registers, and on a loaded machine that can race with the UI attaching them during
+    # SparkContext start (a ConcurrentModificationException in Jetty's ServletHandler).
     done = submit(
         yarn, user_env / "bin" / "python", "--deploy-mode", "client", "--conf", "spark.driver.host=127.0.0.1",
+        "--conf", "spark.ui.enabled=false",
         "--archives", f"{archive}#environment", "--python", "./environment/bin/python",
         EXAMPLE, "--rows", "20000", "--epochs", "1", "--output", output, cwd=tmp_path,
     )  # fmt: skip

@@ -21,6 +21,10 @@ use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 
+mod layout;
+
+use layout::Layout;
+
 use crate::error::{Error, Result};
 use crate::wire::{
     Cursor, Kind, RawList, WIRE_LEN, WireError, for_each_field_body, for_each_map_entry, parse_feature,
@@ -302,6 +306,12 @@ pub struct ExampleDecoder {
     seen: Vec<u32>,
     generation: u32,
     rows: usize,
+    /// The layout of a recent record, replayed on the next ones (see [`Layout`]).
+    layout: Option<Layout>,
+    /// Records to decode without trying a layout, after a record that did not follow one.
+    layout_cooldown: u32,
+    /// Records in a row that did not follow the layout learned before them.
+    layout_misses: u32,
 }
 
 impl ExampleDecoder {
@@ -327,6 +337,9 @@ impl ExampleDecoder {
             seen,
             generation: 0,
             rows: 0,
+            layout: None,
+            layout_cooldown: 0,
+            layout_misses: 0,
         })
     }
 
@@ -362,8 +375,25 @@ impl ExampleDecoder {
     /// Appends one record. `path` and `record` name it in errors. On error nothing of the
     /// record is kept, so the decoder stays consistent and a caller may skip the record.
     pub fn push(&mut self, payload: &[u8], path: &str, record: u64) -> Result<()> {
+        if let Some(layout) = &self.layout {
+            if layout.replay(payload, &mut self.columns) {
+                self.rows += 1;
+                self.layout_misses = 0;
+                return Ok(());
+            }
+            self.rollback();
+            // Records of changing layouts pay for a failed replay less and less often.
+            self.layout = None;
+            self.layout_misses = self.layout_misses.saturating_add(1);
+            self.layout_cooldown = 1 << self.layout_misses.min(10);
+        }
         if self.push_fast(payload) {
             self.rows += 1;
+            if self.layout_cooldown == 0 {
+                self.layout = Layout::learn(payload, &self.index, &self.prefixes, &self.columns);
+            } else {
+                self.layout_cooldown -= 1;
+            }
             return Ok(());
         }
         self.rollback();

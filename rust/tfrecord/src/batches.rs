@@ -18,6 +18,9 @@ pub struct ExampleBatchReader<R: Read> {
     decoder: RecordDecoder,
     batch_size: usize,
     done: bool,
+    /// Set by an error: the reader ends there, as the parallel reader does, instead of
+    /// raising it again for the rows decoded before it.
+    failed: bool,
 }
 
 impl<R: Read> ExampleBatchReader<R> {
@@ -43,6 +46,7 @@ impl<R: Read> ExampleBatchReader<R> {
             decoder: RecordDecoder::new(record_type, schema)?,
             batch_size,
             done: false,
+            failed: false,
         })
     }
 
@@ -82,9 +86,11 @@ impl<R: Read> Iterator for ExampleBatchReader<R> {
     type Item = Result<RecordBatch>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done && self.decoder.is_empty() {
+        if self.failed || (self.done && self.decoder.is_empty()) {
             return None;
         }
-        self.fill().transpose()
+        let item = self.fill().transpose();
+        self.failed = matches!(item, Some(Err(_)));
+        item
     }
 }

@@ -185,6 +185,31 @@ pub struct SkippedRegion {
     pub kind: CorruptionKind,
 }
 
+/// A payload CRC still to check: see [`RecordReader::next_unverified`].
+#[derive(Debug, Clone, Copy)]
+pub struct PayloadCheck {
+    /// Stream offset of the record.
+    pub offset: u64,
+    /// The masked CRC stored after the payload.
+    pub stored: u32,
+}
+
+impl PayloadCheck {
+    /// Checks `payload` against the stored CRC; a mismatch is the error the reader itself
+    /// would have raised for the record.
+    pub fn verify(&self, payload: &[u8], path: &str) -> Result<()> {
+        if masked_crc32c(payload) == self.stored {
+            return Ok(());
+        }
+        Err(Error::Corrupt {
+            path: path.to_string(),
+            offset: self.offset,
+            kind: CorruptionKind::PayloadCrcMismatch,
+            hint: String::new(),
+        })
+    }
+}
+
 /// A streaming TFRecord reader over any [`Read`].
 pub struct RecordReader<R: Read> {
     inner: R,
@@ -241,8 +266,25 @@ impl<R: Read> RecordReader<R> {
     /// until the next call.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<Result<&[u8]>> {
-        match self.advance() {
+        match self.advance(true) {
             Ok(Some((a, b))) => Some(Ok(&self.buf[a..b])),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// The next record's payload like [`RecordReader::next`], but with its CRC left for the
+    /// caller to check with [`PayloadCheck::verify`], so that a reader handing payloads to
+    /// other threads spreads that work over them too. In skip mode the reader must check it
+    /// (to step over exactly the damaged record), and the check comes back `None`.
+    pub fn next_unverified(&mut self) -> Option<Result<(&[u8], Option<PayloadCheck>)>> {
+        let verify = self.options.skip_corrupt;
+        let offset = self.offset;
+        match self.advance(verify) {
+            Ok(Some((a, b))) => {
+                let check = (!verify).then(|| PayloadCheck { offset, stored: read_u32(&self.buf[b..]) });
+                Some(Ok((&self.buf[a..b], check)))
+            }
             Ok(None) => None,
             Err(e) => Some(Err(e)),
         }
@@ -358,8 +400,9 @@ impl<R: Read> RecordReader<R> {
         }
     }
 
-    /// Finds the next good record and returns its payload's range in `buf`.
-    fn advance(&mut self) -> Result<Option<(usize, usize)>> {
+    /// Finds the next good record and returns its payload's range in `buf`; its payload CRC is
+    /// checked when `verify`.
+    fn advance(&mut self, verify: bool) -> Result<Option<(usize, usize)>> {
         loop {
             if !self.fill(HEADER_LEN)? {
                 if self.available() == 0 {
@@ -402,7 +445,7 @@ impl<R: Read> RecordReader<R> {
             }
             let payload = self.start + HEADER_LEN..self.start + total - FOOTER_LEN;
             let stored = read_u32(&self.buf[payload.end..]);
-            if masked_crc32c(&self.buf[payload.clone()]) != stored {
+            if verify && masked_crc32c(&self.buf[payload.clone()]) != stored {
                 self.damage(CorruptionKind::PayloadCrcMismatch, String::new())?;
                 continue;
             }

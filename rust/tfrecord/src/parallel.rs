@@ -1,9 +1,10 @@
 //! Decoding one TFRecord stream on several cores.
 //!
-//! Framing and CRCs are cheap (a few percent of a row's cost); turning a record's features
-//! into Arrow columns is not. So the caller's thread keeps the [`RecordReader`] (the file's
-//! order, its offsets, its skip report) and cuts the stream into chunks of raw payloads, and
-//! `threads` decoder threads turn chunks into record batches. Chunks are smaller than a batch,
+//! The caller's thread keeps the [`RecordReader`] (the file's order, its offsets, its skip
+//! report) and cuts the stream into chunks of raw payloads, and `threads` decoder threads check
+//! the payloads' CRCs and turn chunks into record batches: reading and framing stay on one
+//! thread, and everything that costs in proportion to the bytes of a record beyond the copy out
+//! of the file moves to the decoders. Chunks are smaller than a batch,
 //! so that even a file of one or two batches spreads over every thread; the batches handed out
 //! are the chunks' rows concatenated back in file order, at most `batch_size` rows as for
 //! [`ExampleBatchReader`](crate::ExampleBatchReader), and identical to its batches.
@@ -19,7 +20,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
 use crate::error::{Error, Result};
-use crate::framing::RecordReader;
+use crate::framing::{PayloadCheck, RecordReader};
 use crate::record_type::{RecordDecoder, RecordType};
 
 /// Rows per chunk handed to a decoder thread: large enough that the hand-over costs nothing
@@ -33,6 +34,8 @@ struct Chunk {
     first_record: u64,
     data: Vec<u8>,
     ends: Vec<usize>,
+    /// Per record, the CRC to check (empty when the reader checked them, in skip mode).
+    checks: Vec<PayloadCheck>,
 }
 
 type Decoded = (u64, Result<RecordBatch>);
@@ -55,6 +58,9 @@ pub struct ParallelBatchReader<R: Read> {
     sent: u64,
     next_out: u64,
     early: BTreeMap<u64, Result<RecordBatch>>,
+    /// A read error, raised once the chunks sent before it are handed out, as the serial
+    /// reader would raise it after their rows.
+    read_error: Option<Error>,
     /// Decoded rows waiting to fill a batch.
     pending: Vec<RecordBatch>,
     pending_rows: usize,
@@ -106,6 +112,7 @@ impl<R: Read> ParallelBatchReader<R> {
             sent: 0,
             next_out: 0,
             early: BTreeMap::new(),
+            read_error: None,
             pending: Vec::new(),
             pending_rows: 0,
             failed: false,
@@ -125,15 +132,22 @@ impl<R: Read> ParallelBatchReader<R> {
     fn send_chunk(&mut self) -> Result<bool> {
         let Some(work) = &self.work else { return Ok(false) };
         let first_record = self.records.records_read();
-        let mut chunk = Chunk { sequence: self.sent, first_record, data: Vec::new(), ends: Vec::new() };
         let rows = self.chunk_rows.min(self.batch_left);
+        let mut chunk = Chunk {
+            sequence: self.sent,
+            first_record,
+            data: Vec::new(),
+            ends: Vec::with_capacity(rows),
+            checks: Vec::with_capacity(rows),
+        };
         while chunk.ends.len() < rows {
-            match self.records.next() {
+            match self.records.next_unverified() {
                 None => break,
                 Some(Err(e)) => return Err(e),
-                Some(Ok(payload)) => {
+                Some(Ok((payload, check))) => {
                     chunk.data.extend_from_slice(payload);
                     chunk.ends.push(chunk.data.len());
+                    chunk.checks.extend(check);
                 }
             }
         }
@@ -156,9 +170,18 @@ impl<R: Read> ParallelBatchReader<R> {
 
     /// The next chunk's rows in stream order, or `None` when every chunk is handed out.
     fn next_chunk(&mut self) -> Result<Option<RecordBatch>> {
-        while self.in_flight < self.limit && self.send_chunk()? {}
+        while self.read_error.is_none() && self.in_flight < self.limit {
+            match self.send_chunk() {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    self.read_error = Some(e);
+                    self.work = None;
+                }
+            }
+        }
         if self.in_flight == 0 {
-            return Ok(None);
+            return self.read_error.take().map_or(Ok(None), Err);
         }
         let batch = loop {
             if let Some(batch) = self.early.remove(&self.next_out) {
@@ -240,7 +263,9 @@ fn decode(decoder: &mut RecordDecoder, chunk: &Chunk, path: &str) -> Result<Reco
     decoder.reserve(chunk.ends.len());
     let mut start = 0;
     for (i, &end) in chunk.ends.iter().enumerate() {
-        if let Err(e) = decoder.push(&chunk.data[start..end], path, chunk.first_record + i as u64) {
+        let payload = &chunk.data[start..end];
+        let checked = chunk.checks.get(i).map_or(Ok(()), |check| check.verify(payload, path));
+        if let Err(e) = checked.and_then(|()| decoder.push(payload, path, chunk.first_record + i as u64)) {
             // Drop the rows of this chunk decoded so far: the next chunk starts clean.
             let _ = decoder.finish();
             return Err(e);

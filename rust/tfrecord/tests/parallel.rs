@@ -124,6 +124,30 @@ fn damaged_framing_is_reported_at_its_offset_or_skipped() {
     assert_eq!(skipping.records().skipped().len(), 1);
 }
 
+/// Damage fails the parallel reader where it fails the serial one: the same batches before it,
+/// then the same error naming the file and offset. A payload's CRC is checked on a decoder
+/// thread, a header's while reading; both surface in stream order, after the rows before them.
+#[test]
+fn damage_fails_in_the_same_place_as_serially() {
+    let (clean, schema) = stream(10_000);
+    // The first record's payload, one in the middle, a header in the middle, the last CRC.
+    let header_in_middle = {
+        let mut r = records(&clean, false);
+        (0..5_000).for_each(|_| drop(r.next()));
+        r.offset() as usize + 3
+    };
+    for at in [20, clean.len() / 2, header_in_middle, clean.len() - 2] {
+        let mut data = clean.clone();
+        data[at] ^= 0x01;
+        let expected = serial(&data, &schema, 1000);
+        assert!(expected.last().unwrap().as_ref().unwrap_err().contains("offset"), "byte {at}");
+        for threads in [2, 4] {
+            let got = parallel(&data, &schema, 1000, threads);
+            assert!(got == expected, "byte {at}, {threads} threads: {:?}", got.last());
+        }
+    }
+}
+
 #[test]
 fn zero_threads_or_rows_are_refused() {
     let (data, schema) = stream(10);

@@ -4,45 +4,16 @@
 //! `cargo run --release -p sparktrain-tfrecord --example codec_throughput [rows]`
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{ArrayRef, Float32Array, Int64Array};
-use arrow::record_batch::RecordBatch;
 use sparktrain_tfrecord::{ExampleBatchReader, ExampleEncoder, ReaderOptions, RecordReader, RecordWriter};
 
-/// A small deterministic generator, so that runs are comparable.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
-fn table(rows: usize) -> RecordBatch {
-    let mut rng = SplitMix(7);
-    let mut columns: Vec<(String, ArrayRef)> = Vec::new();
-    let label: Int64Array = (0..rows).map(|_| (rng.next() & 1) as i64).collect();
-    columns.push(("label".into(), Arc::new(label)));
-    for i in 1..=13 {
-        let values: Float32Array = (0..rows).map(|_| (rng.next() % 10_000) as f32 / 7.0).collect();
-        columns.push((format!("I{i}"), Arc::new(values)));
-    }
-    for i in 1..=26 {
-        let values: Int64Array = (0..rows).map(|_| (rng.next() >> 33) as i64).collect();
-        columns.push((format!("C{i}"), Arc::new(values)));
-    }
-    RecordBatch::try_from_iter(columns).expect("valid columns")
-}
+#[path = "common/criteo.rs"]
+mod criteo;
 
 fn main() {
     let rows: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
-    let batch = table(rows);
+    let batch = criteo::table(rows);
     let encoder = ExampleEncoder::new(batch.schema(), &HashMap::new()).expect("supported schema");
 
     let start = Instant::now();

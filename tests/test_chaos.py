@@ -265,9 +265,13 @@ def test_kill_9_of_the_chief_while_it_writes_a_checkpoint(
         pid, _ = _pid_of(pids, 0)
 
         def unpublished() -> list[int]:
+            # A save under way is newer than every kept checkpoint; an older folder outside the
+            # index is one that retention is deleting.
             index = json.loads((model_dir / "checkpoint.json").read_text())
+            kept = [int(n.removeprefix("ckpt-")) for n in index["kept"]]
             names = [p.name for p in model_dir.iterdir() if p.name.startswith("ckpt-")]
-            return [int(n.removeprefix("ckpt-")) for n in names if n not in index["kept"]]
+            steps = [int(n.removeprefix("ckpt-")) for n in names if n not in index["kept"]]
+            return sorted(s for s in steps if s > max(kept, default=-1))
 
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

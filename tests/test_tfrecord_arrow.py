@@ -180,10 +180,53 @@ def test_decoding_on_several_threads_gives_the_same_batches(tmp_path: Path, comp
 
     one = batches(1)
     assert sum(b.num_rows for b in one) == rows
-    for threads in (2, 3):
+    # Two and three threads read whole files (three files); four split each file's records.
+    for threads in (2, 3, 4):
         several = batches(threads)
         assert [b.num_rows for b in several] == [b.num_rows for b in one]
         assert all(a.equals(b) for a, b in zip(several, one, strict=True))
+
+
+def test_files_read_at_once_keep_their_order_skip_report_and_errors(tmp_path: Path) -> None:
+    rows = 12_000
+    table = pa.table({"id": pa.array(range(rows), pa.int64()), "w": [f"w{i}" for i in range(rows)]})
+    for part in range(4):
+        tfrecord.write_batches(str(tmp_path / f"part-{part}.tfrecord"), table.slice(part * 3000, 3000))
+    damaged = tmp_path / "part-2.tfrecord"
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    damaged.write_bytes(bytes(data))
+
+    def read(threads: int, skip: bool) -> tuple[list[pa.RecordBatch], list[tuple[str, int, int]]]:
+        reader = tfrecord.read(str(tmp_path), batch_size=1000, threads=threads, skip_corrupt=skip)
+        batches = list(reader)
+        return batches, [(s["path"], s["offset"], s["bytes"]) for s in reader.skipped]
+
+    one, one_skipped = read(1, skip=True)
+    assert len(one_skipped) == 1
+    assert one_skipped[0][0].endswith("part-2.tfrecord")
+    assert sum(b.num_rows for b in one) == rows - 1
+    for threads in (2, 4):
+        several, skipped = read(threads, skip=True)
+        assert skipped == one_skipped
+        assert [b.num_rows for b in several] == [b.num_rows for b in one]
+        assert all(a.equals(b) for a, b in zip(several, one, strict=True))
+
+    def error_and_rows_before(threads: int) -> tuple[str, int]:
+        # The schema given: inference would sample the damaged file and fail before any batch.
+        reader = tfrecord.read(str(tmp_path), schema=table.schema, batch_size=1000, threads=threads)
+        batches = iter(reader)
+        seen = 0
+        while True:
+            try:
+                seen += next(batches).num_rows
+            except errors.TFRecordCorruptError as e:
+                return str(e), seen
+
+    message, seen = error_and_rows_before(1)
+    assert "part-2.tfrecord" in message
+    assert "offset" in message
+    assert error_and_rows_before(4) == (message, seen)
 
 
 def test_a_bad_record_read_on_several_threads_names_file_and_record(tmp_path: Path) -> None:

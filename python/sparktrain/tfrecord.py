@@ -150,8 +150,10 @@ def read(
     ``record_too_long``, refused before it is read: a damaged or hostile file cannot make the
     reader hold gigabytes.
 
-    ``threads`` decode each file on that many cores (the calling thread frames the records,
-    the others turn them into columns); the batches are the same whatever the number.
+    ``threads`` read on that many cores: with at least as many files as threads, each thread
+    reads whole files, that many at a time; otherwise each file's records are decoded on that
+    many threads (the calling thread frames them). The batches, their order and the skip report
+    are the same whatever the number.
     """
     threads = _checks.integer("threads", threads, minimum=1)
     return ExampleBatches(

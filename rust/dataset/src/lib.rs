@@ -6,6 +6,7 @@
 //! over all files, reads Arrow batches across files, and writes files that appear atomically.
 
 pub mod error;
+mod files_in_parallel;
 pub mod infer;
 pub mod open;
 pub mod read;

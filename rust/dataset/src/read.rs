@@ -12,6 +12,7 @@ use sparktrain_tfrecord::{
 };
 
 use crate::error::{Error, Result};
+use crate::files_in_parallel::{FileSettings, FilesInParallel};
 use crate::infer::{InferOptions, infer_schema_of};
 use crate::open::{input_files, open_records};
 
@@ -34,8 +35,9 @@ pub struct ReadOptions {
     pub infer_max_records: usize,
     /// What the records hold.
     pub record_type: RecordType,
-    /// Threads decoding each file's records into columns (1: in the calling thread). The
-    /// batches are the same whatever the number.
+    /// Threads reading the dataset (1: the calling thread). With at least as many files as
+    /// threads, each thread reads whole files, `threads` files at a time; otherwise each file's
+    /// records are decoded on `threads` threads. The batches are the same whatever the number.
     pub threads: usize,
 }
 
@@ -69,6 +71,8 @@ pub struct DatasetReader {
     files: Vec<FileStatus>,
     next_file: usize,
     current: Option<FileBatches>,
+    /// Set when whole files are read on several threads.
+    in_parallel: Option<FilesInParallel>,
     schema: SchemaRef,
     options: ReadOptions,
     skipped: Vec<SkippedInFile>,
@@ -102,10 +106,24 @@ impl DatasetReader {
             None => full,
             Some(columns) => Arc::new(project(&full, columns)?),
         };
+        let in_parallel = (options.threads > 1 && files.len() >= options.threads).then(|| {
+            let settings = FileSettings {
+                schema: schema.clone(),
+                batch_size: options.batch_size,
+                record_type: options.record_type,
+                compression: options.compression,
+                options: ReaderOptions {
+                    skip_corrupt: options.skip_corrupt,
+                    max_record_bytes: options.max_record_bytes,
+                },
+            };
+            FilesInParallel::new(files.clone(), settings, options.threads)
+        });
         Ok(DatasetReader {
             files,
             next_file: 0,
             current: None,
+            in_parallel,
             schema,
             options,
             skipped: Vec::new(),
@@ -138,6 +156,12 @@ impl DatasetReader {
     }
 
     fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        if let Some(files) = &mut self.in_parallel {
+            let mut finished = Vec::new();
+            let batch = files.next(&mut finished);
+            self.skipped.extend(finished.into_iter().map(|(path, region)| SkippedInFile { path, region }));
+            return batch.transpose();
+        }
         loop {
             if let Some(reader) = &mut self.current {
                 match reader.next() {

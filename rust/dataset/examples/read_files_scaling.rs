@@ -1,0 +1,54 @@
+//! Reads a dataset of several TFRecord files of the Criteo-like table into Arrow batches of
+//! 65,536 rows with a given number of threads, and prints rows/s: with at least as many files as
+//! threads, each thread reads whole files. Run it once per thread count under `taskset`, so
+//! that N threads get N cores:
+//!
+//! `cargo build --release -p sparktrain-dataset --example read_files_scaling`
+//! `for n in 1 2 4; do taskset -c 0-$((n-1)) target/release/examples/read_files_scaling $n; done`
+//!
+//! Arguments: `THREADS [REPEAT] [FILES] [ROWS]` (defaults 7 runs, 8 files, 1,000,000 rows in
+//! all), written to a temporary folder first (not timed).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::time::Instant;
+
+use sparktrain_dataset::{DatasetReader, ReadOptions};
+use sparktrain_tfrecord::{ExampleEncoder, RecordWriter};
+
+#[path = "../../tfrecord/examples/common/criteo.rs"]
+mod criteo;
+
+fn main() {
+    let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>().expect("a number"));
+    let threads = args.next().unwrap_or(1);
+    let repeat = args.next().unwrap_or(7);
+    let files = args.next().unwrap_or(8);
+    let rows = args.next().unwrap_or(1_000_000);
+    let table = criteo::table(rows);
+    let encoder = ExampleEncoder::new(table.schema(), &HashMap::new()).expect("supported schema");
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let per_file = rows.div_ceil(files);
+    for (part, offset) in (0..rows).step_by(per_file).enumerate() {
+        let path = dir.path().join(format!("part-{part:05}.tfrecord"));
+        let mut writer = RecordWriter::new(File::create(&path).expect("writable"));
+        encoder.write_batch(&table.slice(offset, per_file.min(rows - offset)), &mut writer).expect("encodes");
+        writer.into_inner().expect("written").sync_all().expect("synced");
+    }
+    let url = dir.path().display().to_string();
+    let mut times = Vec::new();
+    for _ in 0..repeat {
+        let start = Instant::now();
+        let options = ReadOptions { schema: Some(table.schema()), threads, ..Default::default() };
+        let read: usize =
+            DatasetReader::open(&url, options).expect("opens").map(|b| b.expect("reads").num_rows()).sum();
+        times.push(start.elapsed().as_secs_f64());
+        assert_eq!(read, rows);
+    }
+    times.sort_by(f64::total_cmp);
+    println!(
+        "{rows} rows in {files} files, {threads} threads: {:.0} rows/s (median of {repeat}; best {:.0})",
+        rows as f64 / times[times.len() / 2],
+        rows as f64 / times[0]
+    );
+}

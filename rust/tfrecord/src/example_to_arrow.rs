@@ -382,15 +382,16 @@ impl ExampleDecoder {
                 return Ok(());
             }
             self.rollback();
-            // Records of changing layouts pay for a failed replay less and less often.
             self.layout = None;
-            self.layout_misses = self.layout_misses.saturating_add(1);
-            self.layout_cooldown = 1 << self.layout_misses.min(10);
+            self.back_off_layout();
         }
         if self.push_fast(payload) {
             self.rows += 1;
             if self.layout_cooldown == 0 {
                 self.layout = Layout::learn(payload, &self.index, &self.prefixes, &self.columns);
+                if self.layout.is_none() {
+                    self.back_off_layout();
+                }
             } else {
                 self.layout_cooldown -= 1;
             }
@@ -398,6 +399,13 @@ impl ExampleDecoder {
         }
         self.rollback();
         self.push_general(payload, path, record)
+    }
+
+    /// Waits longer before the next replay or learning: records whose layout keeps changing, or
+    /// cannot be replayed, pay for the attempt less and less often (after 2, 4 ... 1,024 records).
+    fn back_off_layout(&mut self) {
+        self.layout_misses = self.layout_misses.saturating_add(1);
+        self.layout_cooldown = 1 << self.layout_misses.min(10);
     }
 
     /// Decodes a record in one pass, for the layout every TensorFlow writer produces: one

@@ -10,28 +10,17 @@ use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread;
 
-use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use sparktrain_storage::FileStatus;
-use sparktrain_tfrecord::{Compression, ExampleBatchReader, ReaderOptions, RecordType, SkippedRegion};
+use sparktrain_tfrecord::SkippedRegion;
 
 use crate::error::{Error, Result};
-use crate::open::open_records;
+use crate::read::FileSettings;
 
 /// What a file thread sends: its batches, then its skip report.
 enum FromFile {
     Batch(Result<RecordBatch>),
     Done(Vec<SkippedRegion>),
-}
-
-/// How each file is read.
-#[derive(Clone)]
-pub(crate) struct FileSettings {
-    pub schema: SchemaRef,
-    pub batch_size: usize,
-    pub record_type: RecordType,
-    pub compression: Option<Compression>,
-    pub options: ReaderOptions,
 }
 
 /// Batches of many files, read `threads` files at a time and handed out in file order.
@@ -94,27 +83,14 @@ impl FilesInParallel {
 /// A file thread: sends the batches of `url`, then its skip report. Stops at the first error,
 /// or as soon as the reader is dropped.
 fn read_file(url: &str, settings: &FileSettings, send: &SyncSender<FromFile>) {
-    let records = match open_records(url, settings.compression, settings.options) {
-        Ok(records) => records,
+    let mut batches = match settings.open(url, 1) {
+        Ok(batches) => batches,
         Err(e) => {
             let _ = send.send(FromFile::Batch(Err(e)));
             return;
         }
     };
-    let schema = settings.schema.clone();
-    let mut batches = match ExampleBatchReader::with_record_type(
-        records,
-        schema,
-        settings.batch_size,
-        settings.record_type,
-    ) {
-        Ok(batches) => batches,
-        Err(e) => {
-            let _ = send.send(FromFile::Batch(Err(e.into())));
-            return;
-        }
-    };
-    for batch in batches.by_ref() {
+    while let Some(batch) = batches.next() {
         let failed = batch.is_err();
         if send.send(FromFile::Batch(batch.map_err(Error::from))).is_err() || failed {
             return;

@@ -12,7 +12,7 @@ use sparktrain_tfrecord::{
 };
 
 use crate::error::{Error, Result};
-use crate::files_in_parallel::{FileSettings, FilesInParallel};
+use crate::files_in_parallel::FilesInParallel;
 use crate::infer::{InferOptions, infer_schema_of};
 use crate::open::{input_files, open_records};
 
@@ -71,6 +71,8 @@ pub struct DatasetReader {
     files: Vec<FileStatus>,
     next_file: usize,
     current: Option<FileBatches>,
+    /// How each file is opened and decoded.
+    settings: FileSettings,
     /// Set when whole files are read on several threads.
     in_parallel: Option<FilesInParallel>,
     schema: SchemaRef,
@@ -106,23 +108,23 @@ impl DatasetReader {
             None => full,
             Some(columns) => Arc::new(project(&full, columns)?),
         };
-        let in_parallel = (options.threads > 1 && files.len() >= options.threads).then(|| {
-            let settings = FileSettings {
-                schema: schema.clone(),
-                batch_size: options.batch_size,
-                record_type: options.record_type,
-                compression: options.compression,
-                options: ReaderOptions {
-                    skip_corrupt: options.skip_corrupt,
-                    max_record_bytes: options.max_record_bytes,
-                },
-            };
-            FilesInParallel::new(files.clone(), settings, options.threads)
-        });
+        let settings = FileSettings {
+            schema: schema.clone(),
+            batch_size: options.batch_size,
+            record_type: options.record_type,
+            compression: options.compression,
+            options: ReaderOptions {
+                skip_corrupt: options.skip_corrupt,
+                max_record_bytes: options.max_record_bytes,
+            },
+        };
+        let in_parallel = (options.threads > 1 && files.len() >= options.threads)
+            .then(|| FilesInParallel::new(files.clone(), settings.clone(), options.threads));
         Ok(DatasetReader {
             files,
             next_file: 0,
             current: None,
+            settings,
             in_parallel,
             schema,
             options,
@@ -171,43 +173,49 @@ impl DatasetReader {
             }
             let Some(file) = self.files.get(self.next_file) else { return Ok(None) };
             self.next_file += 1;
-            let options = ReaderOptions {
-                skip_corrupt: self.options.skip_corrupt,
-                max_record_bytes: self.options.max_record_bytes,
-            };
-            let records = open_records(&file.url, self.options.compression, options)?;
-            let (schema, size, kind) =
-                (self.schema.clone(), self.options.batch_size, self.options.record_type);
-            self.current = Some(if self.options.threads > 1 {
-                FileBatches::Parallel(ParallelBatchReader::new(
-                    records,
-                    schema,
-                    size,
-                    kind,
-                    self.options.threads,
-                )?)
-            } else {
-                FileBatches::Serial(ExampleBatchReader::with_record_type(records, schema, size, kind)?)
-            });
+            self.current = Some(self.settings.open(&file.url, self.options.threads)?);
         }
     }
 }
 
+/// How each file of a dataset is opened and decoded.
+#[derive(Clone)]
+pub(crate) struct FileSettings {
+    schema: SchemaRef,
+    batch_size: usize,
+    record_type: RecordType,
+    compression: Option<Compression>,
+    options: ReaderOptions,
+}
+
+impl FileSettings {
+    /// The batches of `url`, decoded on `threads` threads (1: in the calling thread).
+    pub(crate) fn open(&self, url: &str, threads: usize) -> Result<FileBatches> {
+        let records = open_records(url, self.compression, self.options)?;
+        let (schema, size, kind) = (self.schema.clone(), self.batch_size, self.record_type);
+        Ok(if threads > 1 {
+            FileBatches::Parallel(ParallelBatchReader::new(records, schema, size, kind, threads)?)
+        } else {
+            FileBatches::Serial(ExampleBatchReader::with_record_type(records, schema, size, kind)?)
+        })
+    }
+}
+
 /// One file's batches, decoded in the calling thread or on several.
-enum FileBatches {
+pub(crate) enum FileBatches {
     Serial(ExampleBatchReader<Box<dyn Read + Send>>),
     Parallel(ParallelBatchReader<Box<dyn Read + Send>>),
 }
 
 impl FileBatches {
-    fn records(&self) -> &RecordReader<Box<dyn Read + Send>> {
+    pub(crate) fn records(&self) -> &RecordReader<Box<dyn Read + Send>> {
         match self {
             FileBatches::Serial(reader) => reader.records(),
             FileBatches::Parallel(reader) => reader.records(),
         }
     }
 
-    fn next(&mut self) -> Option<sparktrain_tfrecord::Result<RecordBatch>> {
+    pub(crate) fn next(&mut self) -> Option<sparktrain_tfrecord::Result<RecordBatch>> {
         match self {
             FileBatches::Serial(reader) => reader.next(),
             FileBatches::Parallel(reader) => reader.next(),

@@ -4,14 +4,16 @@
 //! u32 masked CRC-32C of the payload`, exactly as TensorFlow's `RecordWriter` writes it.
 //!
 //! The reader keeps one buffer for the whole stream and hands out payloads as slices of it, so
-//! reading allocates only when a record is larger than any seen before. With `skip_corrupt` it
+//! reading allocates only when a record is larger than any seen before. For decoding on other
+//! threads it also hands out runs of consecutive records that own the buffer they were read
+//! into ([`RecordReader::next_run`]), so that no payload is copied. With `skip_corrupt` it
 //! steps over damaged regions instead of failing: a record whose payload CRC is wrong is skipped
 //! exactly (its header is trusted), and after a damaged header it scans forward for the next
 //! position that holds a valid header (a false match has odds of about 2^-32 per byte).
 
 use std::io::{ErrorKind, Read, Write};
 
-use crate::crc::masked_crc32c;
+use crate::crc::{masked_crc32c, masked_length_crc};
 use crate::error::{CorruptionKind, Error, Result};
 
 /// Bytes in a record header: the length and its masked CRC.
@@ -26,10 +28,13 @@ pub const FRAMING_LEN: usize = HEADER_LEN + FOOTER_LEN;
 const MAX_RESYNC_RECORD_LEN: u64 = 1 << 31;
 /// Smallest read from the inner stream.
 const READ_CHUNK: usize = 256 * 1024;
+/// Buffers of finished runs kept for framing later runs into: about as many as runs are in
+/// flight on a many-core reader.
+const MAX_SPARE_BUFFERS: usize = 16;
 
 /// True when `header` (12 bytes) holds a length whose masked CRC matches.
 pub fn header_is_valid(header: &[u8]) -> bool {
-    header.len() >= HEADER_LEN && masked_crc32c(&header[..8]) == read_u32(&header[8..12])
+    header.len() >= HEADER_LEN && masked_length_crc(length_bytes(header)) == read_u32(&header[8..12])
 }
 
 #[inline]
@@ -38,10 +43,15 @@ fn read_u32(b: &[u8]) -> u32 {
 }
 
 #[inline]
-fn read_u64(b: &[u8]) -> u64 {
+fn length_bytes(b: &[u8]) -> [u8; 8] {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[..8]);
-    u64::from_le_bytes(a)
+    a
+}
+
+#[inline]
+fn read_u64(b: &[u8]) -> u64 {
+    u64::from_le_bytes(length_bytes(b))
 }
 
 /// Appends one framed record to `out`. This is the whole of TFRecord's write side; the writer
@@ -61,7 +71,7 @@ pub fn frame_in_place(record: &mut [u8]) {
     let payload_len = record.len() - FRAMING_LEN;
     let len = (payload_len as u64).to_le_bytes();
     record[..8].copy_from_slice(&len);
-    record[8..12].copy_from_slice(&masked_crc32c(&len).to_le_bytes());
+    record[8..12].copy_from_slice(&masked_length_crc(len).to_le_bytes());
     let crc = masked_crc32c(&record[HEADER_LEN..HEADER_LEN + payload_len]);
     record[HEADER_LEN + payload_len..].copy_from_slice(&crc.to_le_bytes());
 }
@@ -185,27 +195,53 @@ pub struct SkippedRegion {
     pub kind: CorruptionKind,
 }
 
-/// A payload CRC still to check: see [`RecordReader::next_unverified`].
-#[derive(Debug, Clone, Copy)]
-pub struct PayloadCheck {
-    /// Stream offset of the record.
-    pub offset: u64,
-    /// The masked CRC stored after the payload.
-    pub stored: u32,
+/// The payloads of consecutive records in one owned buffer, framed by
+/// [`RecordReader::next_run`] for decoding on another thread.
+#[derive(Debug)]
+pub struct RecordRun {
+    data: Vec<u8>,
+    /// Each payload's range in `data`.
+    payloads: Vec<(usize, usize)>,
+    first_record: u64,
+    /// Stream offset of `data[0]` while the payloads' CRCs are still to check: `data` then holds
+    /// the records as the stream frames them, each payload followed by its CRC.
+    unchecked_from: Option<u64>,
 }
 
-impl PayloadCheck {
-    /// Checks `payload` against the stored CRC; a mismatch is the error the reader itself
-    /// would have raised for the record.
-    pub fn verify(&self, payload: &[u8], path: &str) -> Result<()> {
-        if masked_crc32c(payload) == self.stored {
-            return Ok(());
-        }
-        Err(Error::Corrupt {
-            path: path.to_string(),
-            offset: self.offset,
-            kind: CorruptionKind::PayloadCrcMismatch,
-            hint: String::new(),
+impl RecordRun {
+    /// Records in the run.
+    pub fn len(&self) -> usize {
+        self.payloads.len()
+    }
+
+    /// True when the run holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.payloads.is_empty()
+    }
+
+    /// Index in the stream of the run's first record (records before it that the reader
+    /// skipped as damaged not counted), for naming records in errors.
+    pub fn first_record(&self) -> u64 {
+        self.first_record
+    }
+
+    /// The payloads in stream order. Where the reader left a payload's CRC unchecked it is
+    /// checked here, and a mismatch is the error the reader would have raised for that record
+    /// (`path` names the stream in it).
+    pub fn payloads<'a>(&'a self, path: &'a str) -> impl Iterator<Item = Result<&'a [u8]>> + 'a {
+        self.payloads.iter().map(move |&(start, end)| {
+            let payload = &self.data[start..end];
+            if let Some(data_offset) = self.unchecked_from
+                && masked_crc32c(payload) != read_u32(&self.data[end..])
+            {
+                return Err(Error::Corrupt {
+                    path: path.to_string(),
+                    offset: data_offset + (start - HEADER_LEN) as u64,
+                    kind: CorruptionKind::PayloadCrcMismatch,
+                    hint: String::new(),
+                });
+            }
+            Ok(payload)
         })
     }
 }
@@ -223,6 +259,15 @@ pub struct RecordReader<R: Read> {
     offset: u64,
     records: u64,
     skipped: Vec<SkippedRegion>,
+    /// Set while a run is being framed: the buffer then only grows, so that the ranges of the
+    /// run's records stay where they are.
+    in_run: bool,
+    /// Stream bytes the last run spanned, to size the buffer of the next.
+    run_bytes: usize,
+    /// Buffers of runs given back by [`RecordReader::recycle`].
+    spare: Vec<Vec<u8>>,
+    /// An error met after a run's records, raised by the next call.
+    deferred: Option<Error>,
 }
 
 impl<R: Read> RecordReader<R> {
@@ -239,6 +284,10 @@ impl<R: Read> RecordReader<R> {
             offset: 0,
             records: 0,
             skipped: Vec::new(),
+            in_run: false,
+            run_bytes: 0,
+            spare: Vec::new(),
+            deferred: None,
         }
     }
 
@@ -273,21 +322,108 @@ impl<R: Read> RecordReader<R> {
         }
     }
 
-    /// The next record's payload like [`RecordReader::next`], but with its CRC left for the
-    /// caller to check with [`PayloadCheck::verify`], so that a reader handing payloads to
-    /// other threads spreads that work over them too. In skip mode the reader must check it
-    /// (to step over exactly the damaged record), and the check comes back `None`.
-    pub fn next_unverified(&mut self) -> Option<Result<(&[u8], Option<PayloadCheck>)>> {
-        let verify = self.options.skip_corrupt;
-        let offset = self.offset;
-        match self.advance(verify) {
-            Ok(Some((a, b))) => {
-                let check = (!verify).then(|| PayloadCheck { offset, stored: read_u32(&self.buf[b..]) });
-                Some(Ok((&self.buf[a..b], check)))
-            }
-            Ok(None) => None,
-            Err(e) => Some(Err(e)),
+    /// The next run of up to `rows` records, `None` at the clean end of the stream; fewer than
+    /// `rows` only where the stream ends or fails after them (the next call then raises the
+    /// error, and a call after that retries from the record at fault, as [`RecordReader::next`]
+    /// would).
+    ///
+    /// The run takes the buffer the records were read into, and their payload CRCs are left for
+    /// [`RecordRun::payloads`] to check, so that a reader handing runs to other threads keeps
+    /// only the framing for itself. In skip mode the reader must check each CRC (to step over
+    /// exactly the damaged record) and a damaged region may be long, so the run gets copies of
+    /// the payloads instead.
+    pub fn next_run(&mut self, rows: usize) -> Result<Option<RecordRun>> {
+        if let Some(error) = self.deferred.take() {
+            return Err(error);
         }
+        if self.options.skip_corrupt {
+            return self.copied_run(rows);
+        }
+        // Start the run at the front of a buffer sized for what the last run spanned, so that it
+        // rarely needs to grow; the bytes already read ahead are the only ones copied.
+        let wanted = self.run_bytes.saturating_add(self.run_bytes / 8) + READ_CHUNK;
+        if self.start > 0 || self.buf.len() < wanted {
+            self.replace_buffer(wanted);
+        }
+        let data_offset = self.offset;
+        let first_record = self.records;
+        let mut payloads = Vec::with_capacity(rows);
+        self.in_run = true;
+        let mut failure = None;
+        while payloads.len() < rows {
+            match self.advance(false) {
+                Ok(Some(range)) => payloads.push(range),
+                Ok(None) => break,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        self.in_run = false;
+        if payloads.is_empty() {
+            return failure.map_or(Ok(None), Err);
+        }
+        self.deferred = failure;
+        self.run_bytes = self.start;
+        let data = self.replace_buffer(self.run_bytes.saturating_add(self.run_bytes / 8) + READ_CHUNK);
+        Ok(Some(RecordRun { data, payloads, first_record, unchecked_from: Some(data_offset) }))
+    }
+
+    /// Gives back the buffer of a run decoded and done with, to frame a later run into: a
+    /// buffer in use is faulted in already, where a new one costs a page fault (or zeroing) per
+    /// page.
+    pub fn recycle(&mut self, run: RecordRun) {
+        if run.unchecked_from.is_some() && self.spare.len() < MAX_SPARE_BUFFERS {
+            self.spare.push(run.data);
+        }
+    }
+
+    /// Moves the bytes not yet framed to the front of a buffer of `len` bytes (more if they
+    /// need it), a given-back one where there is one, and returns the old one.
+    fn replace_buffer(&mut self, len: usize) -> Vec<u8> {
+        let ahead = self.available();
+        let len = len.max(ahead);
+        let mut buf = match self.spare.pop() {
+            // Reused as it is: its old bytes are overwritten by reads before they are framed.
+            Some(mut buf) => {
+                if buf.len() < len {
+                    buf.resize(len, 0);
+                }
+                buf
+            }
+            None => vec![0; len],
+        };
+        buf[..ahead].copy_from_slice(&self.buf[self.start..self.end]);
+        self.start = 0;
+        self.end = ahead;
+        std::mem::replace(&mut self.buf, buf)
+    }
+
+    /// [`RecordReader::next_run`] in skip mode: the payloads, checked, copied into the run.
+    fn copied_run(&mut self, rows: usize) -> Result<Option<RecordRun>> {
+        let mut run = RecordRun {
+            data: Vec::new(),
+            payloads: Vec::with_capacity(rows),
+            first_record: self.records,
+            unchecked_from: None,
+        };
+        while run.payloads.len() < rows {
+            match self.advance(true) {
+                Ok(Some((start, end))) => {
+                    let at = run.data.len();
+                    run.data.extend_from_slice(&self.buf[start..end]);
+                    run.payloads.push((at, run.data.len()));
+                }
+                Ok(None) => break,
+                Err(e) if run.is_empty() => return Err(e),
+                Err(e) => {
+                    self.deferred = Some(e);
+                    break;
+                }
+            }
+        }
+        Ok((!run.is_empty()).then_some(run))
     }
 
     /// Copies every remaining record into a vector (for tests and small files).
@@ -309,7 +445,7 @@ impl<R: Read> RecordReader<R> {
         if self.available() >= n {
             return Ok(true);
         }
-        if self.start > 0 && self.start.saturating_add(n) > self.buf.len() {
+        if !self.in_run && self.start > 0 && self.start.saturating_add(n) > self.buf.len() {
             // Move the live bytes to the front to make room at the back.
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
@@ -318,9 +454,11 @@ impl<R: Read> RecordReader<R> {
         while self.available() < n && !self.eof {
             if self.end == self.buf.len() {
                 // Grow only as data arrives, at most doubling: a header that claims a huge
-                // length (damage, or a hostile file) must not allocate it up front.
+                // length (damage, or a hostile file) must not allocate it up front. Grow by one
+                // read at least, which a run (that cannot move its bytes) needs for every record
+                // past the buffer's end.
                 let grown = self.buf.len().saturating_mul(2).min(self.start.saturating_add(n));
-                self.buf.resize(grown.max(self.end + 1), 0);
+                self.buf.resize(grown.max(self.end + READ_CHUNK), 0);
             }
             let want_end = self.buf.len().min(self.end.saturating_add(READ_CHUNK));
             match self.inner.read(&mut self.buf[self.end..want_end]) {

@@ -34,7 +34,9 @@ pub use batches::ExampleBatchReader;
 pub use compression::Compression;
 pub use error::{CorruptionKind, Error, Result};
 pub use example_to_arrow::{ExampleDecoder, SchemaInference};
-pub use framing::{DEFAULT_MAX_RECORD_BYTES, ReaderOptions, RecordReader, RecordWriter, SkippedRegion};
+pub use framing::{
+    DEFAULT_MAX_RECORD_BYTES, ReaderOptions, RecordReader, RecordRun, RecordWriter, SkippedRegion,
+};
 pub use parallel::ParallelBatchReader;
 pub use record_type::{RecordDecoder, RecordEncoder, RecordSchemaInference, RecordType};
 pub use sequence_example::{SequenceExampleDecoder, SequenceExampleEncoder, SequenceSchemaInference};

@@ -555,9 +555,9 @@ impl ExampleDecoder {
     }
 }
 
-/// The first bytes of a map entry that names one column: `0x0a len name 0x12`. Up to 8 bytes
-/// (names of up to 5 bytes) they are kept as a word and a mask, so that matching costs one load
-/// and one compare; longer ones are compared as slices.
+/// The first bytes of a map entry that names one column: `0x0a len name 0x12`. The first 8 of
+/// them (all of them for names of up to 5 bytes) are also kept as a word and a mask, so that
+/// matching costs one load and one compare; longer prefixes are then compared as slices.
 #[derive(Debug, Clone)]
 struct EntryPrefix {
     bytes: Vec<u8>,
@@ -571,21 +571,24 @@ impl EntryPrefix {
         crate::wire::put_varint(&mut bytes, name.len() as u64);
         bytes.extend_from_slice(name);
         bytes.push(0x12);
-        let (mut word, mut mask) = (0, 0);
-        if bytes.len() <= 8 {
-            let mut w = [0u8; 8];
-            w[..bytes.len()].copy_from_slice(&bytes);
-            word = u64::from_le_bytes(w);
-            mask = if bytes.len() == 8 { u64::MAX } else { (1u64 << (8 * bytes.len())) - 1 };
-        }
-        EntryPrefix { bytes, word, mask }
+        let head = bytes.len().min(8);
+        let mut w = [0u8; 8];
+        w[..head].copy_from_slice(&bytes[..head]);
+        let mask = if head == 8 { u64::MAX } else { (1u64 << (8 * head)) - 1 };
+        EntryPrefix { word: u64::from_le_bytes(w), mask, bytes }
+    }
+
+    /// True when the word holds only the prefix's first 8 bytes.
+    #[inline(always)]
+    fn is_long(&self) -> bool {
+        self.bytes.len() > 8
     }
 
     /// The rest of `entry` after this prefix, if `entry` starts with it.
     #[inline(always)]
     fn strip<'a>(&self, entry: &'a [u8]) -> Option<&'a [u8]> {
         let len = self.bytes.len();
-        if len <= 8
+        if !self.is_long()
             && let Some(head) = entry.get(..8)
         {
             let head: [u8; 8] = head.try_into().ok()?;

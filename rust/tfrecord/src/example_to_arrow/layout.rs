@@ -27,12 +27,8 @@ enum Shape {
 /// One entry of a [`Layout`].
 #[derive(Debug, Clone)]
 struct Step {
-    /// The entry's first bytes, `0x0a len name 0x12`, up to 8 of them as a word and a mask.
-    word: u64,
-    mask: u64,
-    /// The whole prefix, when it is longer than the word.
-    long: Option<Box<[u8]>>,
-    prefix_len: usize,
+    /// The entry's first bytes, `0x0a len name 0x12`.
+    prefix: EntryPrefix,
     col: usize,
     shape: Shape,
 }
@@ -81,21 +77,11 @@ impl Layout {
                         (Kind::Int64, false) => Shape::Int64,
                         _ => Shape::Other,
                     };
-                    (col, shape, prefixes[col].bytes.clone())
+                    (col, shape, prefixes[col].clone())
                 }
-                None => (usize::MAX, Shape::Skip, EntryPrefix::new(name).bytes),
+                None => (usize::MAX, Shape::Skip, EntryPrefix::new(name)),
             };
-            let head = prefix.len().min(8);
-            let mut w = [0u8; 8];
-            w[..head].copy_from_slice(&prefix[..head]);
-            steps.push(Step {
-                word: u64::from_le_bytes(w),
-                mask: if head == 8 { u64::MAX } else { (1u64 << (8 * head)) - 1 },
-                long: (prefix.len() > 8).then(|| prefix.clone().into_boxed_slice()),
-                prefix_len: prefix.len(),
-                col,
-                shape,
-            });
+            steps.push(Step { prefix, col, shape });
         }
         let missing = (0..columns.len()).filter(|&c| !named[c]).collect();
         Some(Layout { steps, missing })
@@ -125,16 +111,15 @@ impl Layout {
             };
             let end = start + len;
             let Some(entry) = f.get(start..end) else { return false };
-            if entry.len() <= step.prefix_len || word_at(f, start) & step.mask != step.word {
+            let prefix = &step.prefix;
+            if entry.len() <= prefix.bytes.len() || word_at(f, start) & prefix.mask != prefix.word {
                 return false;
             }
-            if let Some(long) = &step.long
-                && !entry.starts_with(long)
-            {
+            if prefix.is_long() && !entry.starts_with(&prefix.bytes) {
                 return false;
             }
             at = end;
-            let rest = &entry[step.prefix_len..];
+            let rest = &entry[prefix.bytes.len()..];
             if step.shape == Shape::Skip {
                 let mut v = Cursor::new(rest);
                 if v.len_delimited().is_err() || !v.is_empty() {

@@ -11,13 +11,14 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::time::Instant;
 
 use sparktrain_dataset::{DatasetReader, ReadOptions};
 use sparktrain_tfrecord::{ExampleEncoder, RecordWriter};
 
 #[path = "../../tfrecord/examples/common/criteo.rs"]
 mod criteo;
+#[path = "../../tfrecord/examples/common/timing.rs"]
+mod timing;
 
 fn main() {
     let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>().expect("a number"));
@@ -36,19 +37,12 @@ fn main() {
         writer.into_inner().expect("written").sync_all().expect("synced");
     }
     let url = dir.path().display().to_string();
-    let mut times = Vec::new();
-    for _ in 0..repeat {
-        let start = Instant::now();
+    let throughput = timing::measure(repeat, || {
         let options = ReadOptions { schema: Some(table.schema()), threads, ..Default::default() };
         let read: usize =
             DatasetReader::open(&url, options).expect("opens").map(|b| b.expect("reads").num_rows()).sum();
-        times.push(start.elapsed().as_secs_f64());
         assert_eq!(read, rows);
-    }
-    times.sort_by(f64::total_cmp);
-    println!(
-        "{rows} rows in {files} files, {threads} threads: {:.0} rows/s (median of {repeat}; best {:.0})",
-        rows as f64 / times[times.len() / 2],
-        rows as f64 / times[0]
-    );
+        read
+    });
+    println!("{} rows in {files} files, {threads} threads: {throughput}", throughput.rows);
 }

@@ -11,7 +11,6 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::time::Instant;
 
 use sparktrain_tfrecord::{
     ExampleBatchReader, ExampleEncoder, ParallelBatchReader, ReaderOptions, RecordReader, RecordType,
@@ -20,6 +19,8 @@ use sparktrain_tfrecord::{
 
 #[path = "common/criteo.rs"]
 mod criteo;
+#[path = "common/timing.rs"]
+mod timing;
 
 const BATCH_ROWS: usize = 65_536;
 
@@ -45,10 +46,7 @@ fn main() {
         }
         Err(_) => input.into(),
     };
-    let mut times = Vec::new();
-    let mut rows = 0;
-    for _ in 0..repeat {
-        let start = Instant::now();
+    let throughput = timing::measure(repeat, || {
         let file = File::open(&path).expect("readable");
         let records = RecordReader::new(file, path.display().to_string(), ReaderOptions::default());
         // One thread decodes in the calling thread, as the dataset reader does.
@@ -60,13 +58,7 @@ fn main() {
                 ParallelBatchReader::new(records, schema.clone(), BATCH_ROWS, kind, threads).expect("schema"),
             )
         };
-        rows = reader.map(|b| b.expect("decodes").num_rows()).sum::<usize>();
-        times.push(start.elapsed().as_secs_f64());
-    }
-    times.sort_by(f64::total_cmp);
-    println!(
-        "{rows} rows, {threads} threads: {:.0} rows/s (median of {repeat}; best {:.0})",
-        rows as f64 / times[times.len() / 2],
-        rows as f64 / times[0]
-    );
+        reader.map(|b| b.expect("decodes").num_rows()).sum::<usize>()
+    });
+    println!("{} rows, {threads} threads: {throughput}", throughput.rows);
 }

@@ -59,8 +59,8 @@ pub struct ParallelBatchReader<R: Read> {
     cutting: u64,
     parts: usize,
     batch_left: usize,
-    /// Runs sent for batches not yet handed out, at most `limit`: with the queue's bound on
-    /// runs not yet decoded, this bounds memory to about a batch and a half of decoded rows.
+    /// Runs sent for batches not yet handed out, at most `limit` (a batch's runs and two per
+    /// thread): with the queue's bound on runs not yet decoded, this bounds the memory held.
     runs_held: usize,
     limit: usize,
     next_out: u64,

@@ -341,7 +341,7 @@ impl<R: Read> RecordReader<R> {
         }
         // Start the run at the front of a buffer sized for what the last run spanned, so that it
         // rarely needs to grow; the bytes already read ahead are the only ones copied.
-        let wanted = self.run_bytes.saturating_add(self.run_bytes / 8) + READ_CHUNK;
+        let wanted = self.run_buffer_len();
         if self.start > 0 || self.buf.len() < wanted {
             self.replace_buffer(wanted);
         }
@@ -366,15 +366,21 @@ impl<R: Read> RecordReader<R> {
         }
         self.deferred = failure;
         self.run_bytes = self.start;
-        let data = self.replace_buffer(self.run_bytes.saturating_add(self.run_bytes / 8) + READ_CHUNK);
+        let data = self.replace_buffer(self.run_buffer_len());
         Ok(Some(RecordRun { data, payloads, first_record, unchecked_from: Some(data_offset) }))
+    }
+
+    /// Bytes of the buffer a run starts in: what the last run spanned, and room to spare.
+    fn run_buffer_len(&self) -> usize {
+        self.run_bytes.saturating_add(self.run_bytes / 8) + READ_CHUNK
     }
 
     /// Gives back the buffer of a run decoded and done with, to frame a later run into: a
     /// buffer in use is faulted in already, where a new one costs a page fault (or zeroing) per
-    /// page.
+    /// page. A buffer grown far past the usual run (around a huge record) is let go.
     pub fn recycle(&mut self, run: RecordRun) {
-        if run.unchecked_from.is_some() && self.spare.len() < MAX_SPARE_BUFFERS {
+        let usual = run.data.len() <= 2 * self.run_buffer_len();
+        if run.unchecked_from.is_some() && usual && self.spare.len() < MAX_SPARE_BUFFERS {
             self.spare.push(run.data);
         }
     }

@@ -322,10 +322,10 @@ impl<R: Read> RecordReader<R> {
         }
     }
 
-    /// The next run of up to `rows` records, `None` at the clean end of the stream; fewer than
-    /// `rows` only where the stream ends or fails after them (the next call then raises the
-    /// error, and a call after that retries from the record at fault, as [`RecordReader::next`]
-    /// would).
+    /// The next run of up to `rows` records (at least one), `None` at the clean end of the
+    /// stream; fewer than `rows` only where the stream ends or fails after them (the next call
+    /// then raises the error, and a call after that retries from the record at fault, as
+    /// [`RecordReader::next`] would).
     ///
     /// The run takes the buffer the records were read into, and their payload CRCs are left for
     /// [`RecordRun::payloads`] to check, so that a reader handing runs to other threads keeps
@@ -333,6 +333,8 @@ impl<R: Read> RecordReader<R> {
     /// exactly the damaged record) and a damaged region may be long, so the run gets copies of
     /// the payloads instead.
     pub fn next_run(&mut self, rows: usize) -> Result<Option<RecordRun>> {
+        // A run of no records would read as the end of the stream.
+        let rows = rows.max(1);
         if let Some(error) = self.deferred.take() {
             return Err(error);
         }

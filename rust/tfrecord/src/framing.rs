@@ -266,7 +266,7 @@ pub struct RecordReader<R: Read> {
     run_bytes: usize,
     /// Buffers of runs given back by [`RecordReader::recycle`].
     spare: Vec<Vec<u8>>,
-    /// An error met after a run's records, raised by the next call.
+    /// An error met after a run's records, raised by the next read of any kind.
     deferred: Option<Error>,
 }
 
@@ -335,9 +335,6 @@ impl<R: Read> RecordReader<R> {
     pub fn next_run(&mut self, rows: usize) -> Result<Option<RecordRun>> {
         // A run of no records would read as the end of the stream.
         let rows = rows.max(1);
-        if let Some(error) = self.deferred.take() {
-            return Err(error);
-        }
         if self.options.skip_corrupt {
             return self.copied_run(rows);
         }
@@ -549,6 +546,9 @@ impl<R: Read> RecordReader<R> {
     /// Finds the next good record and returns its payload's range in `buf`; its payload CRC is
     /// checked when `verify`.
     fn advance(&mut self, verify: bool) -> Result<Option<(usize, usize)>> {
+        if let Some(error) = self.deferred.take() {
+            return Err(error);
+        }
         loop {
             if !self.fill(HEADER_LEN)? {
                 if self.available() == 0 {

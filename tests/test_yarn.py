@@ -73,9 +73,22 @@ def user_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def yarn_env(yarn: MiniYarn) -> dict[str, str]:
+    """The environment of a submit to the mini cluster. Its NodeManagers share this machine's
+    files, so PySpark's own zips are named ``local:`` as Spark's jars are: nothing to stage on
+    HDFS for them. (Once, under load, YARN refused an application's containers because the
+    staged py4j zip's time on HDFS no longer matched the one the client had recorded.)"""
     home = spark_home()
     assert home is not None
-    return {**os.environ, "HADOOP_CONF_DIR": str(yarn.conf_dir), "SPARK_HOME": home}
+    lib = Path(home) / "python" / "lib"
+    zips = [lib / "pyspark.zip", *sorted(lib.glob("py4j-*-src.zip"))]
+    assert zips[0].is_file(), f"no pyspark.zip under {lib}"
+    assert len(zips) == 2, f"one py4j zip expected under {lib}: {zips}"
+    return {
+        **os.environ,
+        "HADOOP_CONF_DIR": str(yarn.conf_dir),
+        "SPARK_HOME": home,
+        "PYSPARK_ARCHIVES_PATH": ",".join(f"local:{z}" for z in zips),
+    }
 
 
 def submit(

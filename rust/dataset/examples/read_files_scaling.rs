@@ -15,6 +15,8 @@ use std::fs::File;
 use sparktrain_dataset::{DatasetReader, ReadOptions};
 use sparktrain_tfrecord::{ExampleEncoder, RecordWriter};
 
+#[path = "../../tfrecord/examples/common/allocator.rs"]
+mod allocator;
 #[path = "../../tfrecord/examples/common/criteo.rs"]
 mod criteo;
 #[path = "../../tfrecord/examples/common/timing.rs"]

@@ -6,6 +6,7 @@
 //! arguments whose defaults come from the core's `Default`s, and errors as one [`errors::Error`]
 //! that becomes the matching `sparktrain.errors` class.
 
+mod allocator;
 mod cluster;
 mod collective;
 mod convert;
@@ -17,6 +18,10 @@ mod train;
 use std::sync::{Mutex, MutexGuard};
 
 use pyo3::prelude::*;
+
+/// Large blocks from mimalloc, small ones from the C library (see [`allocator`]).
+#[global_allocator]
+static ALLOCATOR: allocator::SplitAllocator = allocator::SplitAllocator;
 
 /// Runs `f` without the GIL, so other Python threads (and Spark's) run meanwhile.
 pub(crate) fn detach<T: Send, F: FnOnce() -> T + Send>(py: Python<'_>, f: F) -> T {

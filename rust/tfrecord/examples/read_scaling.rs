@@ -17,6 +17,8 @@ use sparktrain_tfrecord::{
     RecordWriter,
 };
 
+#[path = "common/allocator.rs"]
+mod allocator;
 #[path = "common/criteo.rs"]
 mod criteo;
 #[path = "common/timing.rs"]

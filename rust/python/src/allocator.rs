@@ -18,54 +18,40 @@ const LARGE: usize = 128 * 1024;
 /// allocated with, so every block goes back to the allocator it came from.
 pub struct SplitAllocator;
 
-fn is_large(size: usize) -> bool {
-    size >= LARGE
+/// The allocator of blocks of `size` bytes.
+fn side(size: usize) -> &'static dyn GlobalAlloc {
+    if size >= LARGE { &mimalloc::MiMalloc } else { &System }
 }
 
-// SAFETY: each call is forwarded to the allocator that `is_large` picks from the layout's size,
+// SAFETY: each call is forwarded to the allocator that `side` picks from the layout's size,
 // which Rust guarantees is the size the block was allocated (or last resized) with; a block
 // that changes sides when resized is copied into a new block and the old one freed.
 unsafe impl GlobalAlloc for SplitAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if is_large(layout.size()) {
-            unsafe { mimalloc::MiMalloc.alloc(layout) }
-        } else {
-            unsafe { System.alloc(layout) }
-        }
+        unsafe { side(layout.size()).alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if is_large(layout.size()) {
-            unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) }
-        } else {
-            unsafe { System.alloc_zeroed(layout) }
-        }
+        unsafe { side(layout.size()).alloc_zeroed(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if is_large(layout.size()) {
-            unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) }
-        } else {
-            unsafe { System.dealloc(ptr, layout) }
-        }
+        unsafe { side(layout.size()).dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        match (is_large(layout.size()), is_large(new_size)) {
-            (true, true) => unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) },
-            (false, false) => unsafe { System.realloc(ptr, layout, new_size) },
-            _ => {
-                // SAFETY: the caller guarantees `new_size`, rounded up to the alignment, fits.
-                let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-                let new = unsafe { self.alloc(new_layout) };
-                if !new.is_null() {
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
-                        self.dealloc(ptr, layout);
-                    }
-                }
-                new
+        if (layout.size() >= LARGE) == (new_size >= LARGE) {
+            return unsafe { side(new_size).realloc(ptr, layout, new_size) };
+        }
+        // SAFETY: the caller guarantees `new_size`, rounded up to the alignment, fits.
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        let new = unsafe { self.alloc(new_layout) };
+        if !new.is_null() {
+            unsafe {
+                std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
             }
         }
+        new
     }
 }

@@ -68,6 +68,8 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 ruff check python tests examples
 ruff format --check python tests examples
+# The package's layers (pyproject.toml): no import back up, no driver module in a task or trainer.
+PYTHONPATH=python lint-imports
 
 if $fast; then
     export SPARKTRAIN_SKIP_JAR=1 # no Maven here: the wheel carries the jar only if one was built

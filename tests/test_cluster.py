@@ -16,7 +16,7 @@ import time
 import pytest
 
 from sparktrain import Cluster
-from sparktrain.cluster.context import TrainerContext
+from sparktrain.cluster.trainer.context import TrainerContext
 from sparktrain.errors import InvalidArgumentError, SlotsUnavailable, Unauthenticated, WorkerFailed
 
 

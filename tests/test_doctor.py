@@ -22,8 +22,9 @@ from pyspark import SparkConf
 
 from harness.processes import run_in_group
 from sparktrain import fs
-from sparktrain.cluster.slots import available_slots
-from sparktrain.deploy import doctor
+from sparktrain._spark import available_slots
+from sparktrain.cluster.driver import preflight
+from sparktrain.deploy import doctor, probes
 from sparktrain.deploy.doctor import (
     Finding,
     conf_findings,
@@ -54,14 +55,14 @@ def conf(**settings: str) -> SparkConf:
 
 
 def test_dynamic_allocation_is_an_error_on_a_cluster_and_a_warning_on_a_local_master():
-    on = {doctor.DYNAMIC_ALLOCATION_CONF: "true"}
+    on = {preflight.DYNAMIC_ALLOCATION_CONF: "true"}
     [finding] = [f for f in conf_findings(on, master="yarn") if f.check == "dynamic-allocation"]
     assert finding.level == "error"
     assert "refuses barrier stages" in finding.message
     assert finding.fix is not None
     assert "spark.dynamicAllocation.enabled=false" in finding.fix
     assert by_check(conf_findings(on, master="local[2]"))["dynamic-allocation"].level == "warning"
-    off = {doctor.DYNAMIC_ALLOCATION_CONF: "false", "spark.master": "yarn"}
+    off = {preflight.DYNAMIC_ALLOCATION_CONF: "false", "spark.master": "yarn"}
     assert by_check(conf_findings(off))["dynamic-allocation"].level == "ok"
     # The master comes from the conf when it is not given.
     assert by_check(conf_findings({**on, "spark.master": "k8s://https://api:6443"}))[
@@ -108,7 +109,7 @@ def test_no_gpus_asked_for_is_fine():
 
 
 def test_gpus_the_executors_are_not_given_are_an_error():
-    task = {doctor.TASK_GPU_CONF: "1"}
+    task = {preflight.TASK_GPU_CONF: "1"}
     missing = by_check(conf_findings(task, master="yarn"))["gpu"]
     assert missing.level == "error"
     assert "spark.executor.resource.gpu.amount is not set" in missing.message
@@ -116,9 +117,9 @@ def test_gpus_the_executors_are_not_given_are_an_error():
     assert "spark.executor.resource.gpu.amount to at least 1" in missing.fix
 
     fewer = {
-        doctor.TASK_GPU_CONF: "2",
-        doctor.EXECUTOR_GPU_CONF: "1",
-        doctor.EXECUTOR_GPU_SCRIPT_CONF: "/gpus.sh",
+        preflight.TASK_GPU_CONF: "2",
+        preflight.EXECUTOR_GPU_CONF: "1",
+        preflight.EXECUTOR_GPU_SCRIPT_CONF: "/gpus.sh",
     }
     finding = by_check(conf_findings(fewer, master="yarn"))["gpu"]
     assert finding.level == "error"
@@ -132,25 +133,25 @@ def test_gpus_the_executors_are_not_given_are_an_error():
 
 
 def test_gpus_without_a_discovery_script_depend_on_the_cluster_manager():
-    given = {doctor.TASK_GPU_CONF: "1", doctor.EXECUTOR_GPU_CONF: "2"}
+    given = {preflight.TASK_GPU_CONF: "1", preflight.EXECUTOR_GPU_CONF: "2"}
     for master in ("yarn", "k8s://https://api:6443"):
         finding = by_check(conf_findings(given, gpus_per_worker=1, master=master))["gpu"]
         assert finding.level == "error", master
-        assert doctor.EXECUTOR_GPU_SCRIPT_CONF in finding.message
+        assert preflight.EXECUTOR_GPU_SCRIPT_CONF in finding.message
     # A standalone Worker may hand out addresses it found itself.
     assert by_check(conf_findings(given, master="spark://m:7077"))["gpu"].level == "warning"
     # Local masters need no script.
     assert by_check(conf_findings(given, master="local-cluster[2,1,1024]"))["gpu"].level == "ok"
-    assert by_check(conf_findings({doctor.TASK_GPU_CONF: "1"}, master="local[2]"))["gpu"].level == "ok"
-    scripted = {**given, doctor.EXECUTOR_GPU_SCRIPT_CONF: "/opt/getGpusResources.sh"}
+    assert by_check(conf_findings({preflight.TASK_GPU_CONF: "1"}, master="local[2]"))["gpu"].level == "ok"
+    scripted = {**given, preflight.EXECUTOR_GPU_SCRIPT_CONF: "/opt/getGpusResources.sh"}
     assert by_check(conf_findings(scripted, master="yarn"))["gpu"].level == "ok"
-    plugin = {**given, doctor.DISCOVERY_PLUGIN_CONF: "com.nvidia.spark.ExclusiveModeGpuDiscoveryPlugin"}
+    plugin = {**given, preflight.DISCOVERY_PLUGIN_CONF: "com.nvidia.spark.ExclusiveModeGpuDiscoveryPlugin"}
     assert by_check(conf_findings(plugin, master="yarn"))["gpu"].level == "ok"
     # Tasks sharing a GPU each get one address.
     shared = {
-        doctor.TASK_GPU_CONF: "0.25",
-        doctor.EXECUTOR_GPU_CONF: "1",
-        doctor.EXECUTOR_GPU_SCRIPT_CONF: "/g.sh",
+        preflight.TASK_GPU_CONF: "0.25",
+        preflight.EXECUTOR_GPU_CONF: "1",
+        preflight.EXECUTOR_GPU_SCRIPT_CONF: "/g.sh",
     }
     assert by_check(conf_findings(shared, gpus_per_worker=1, master="yarn"))["gpu"].level == "ok"
 
@@ -160,7 +161,7 @@ def test_the_spark_version_and_the_build_of_the_jar_must_match():
         conf = SparkConf(loadDefaults=False)
         if jars:
             conf.set("spark.jars", jars)
-        return doctor._spark_version(version, conf)
+        return probes.spark_version_finding(version, conf)
 
     assert spark_version("4.1.0", "/x/other.jar,/w/sparktrain-hadoop-0.1.0.jar").level == "ok"
     assert spark_version("3.5.9", "/w/sparktrain-hadoop-0.1.0-spark3.5.jar").level == "ok"
@@ -275,7 +276,7 @@ def test_kerberos_wants_credentials_that_gssapi_accepts(tmp_path, monkeypatch):
         assert finding is not None
         assert finding.level == "error"
         assert finding.fix is not None
-        if doctor.kerberos.gssapi_available():
+        if probes.kerberos.gssapi_available():
             # GSSAPI's own words name the cache it looked at.
             assert str(cache) in finding.message
             assert "kinit" in finding.fix
@@ -289,7 +290,7 @@ def test_kerberos_wants_credentials_that_gssapi_accepts(tmp_path, monkeypatch):
     assert_no_credentials()
     # Delegation tokens, as YARN gives a container, are credentials of their own.
     tokens = tmp_path / "container_tokens"
-    tokens.write_bytes(doctor.kerberos.TOKEN_STORAGE_MAGIC + b"\x00\x00")
+    tokens.write_bytes(probes.kerberos.TOKEN_STORAGE_MAGIC + b"\x00\x00")
     monkeypatch.setenv("HADOOP_TOKEN_FILE_LOCATION", str(tokens))
     finding = kerberos_finding()
     assert finding is not None
@@ -548,8 +549,8 @@ def test_without_pyspark_the_command_says_what_to_install():
 def test_cluster_run_warns_of_each_conf_check_once_per_application(caplog):
     from types import SimpleNamespace
 
-    from sparktrain.cluster.launcher import check_conf
-    from sparktrain.cluster.options import JobOptions
+    from sparktrain.cluster.driver.options import JobOptions
+    from sparktrain.cluster.driver.preflight import check_conf
 
     # Four cores per executor and one per task: trainers may share an executor (a warning).
     sc = SimpleNamespace(applicationId=f"app-{uuid.uuid4().hex}", master="local-cluster[2,4,1024]")

@@ -16,7 +16,8 @@ import pyarrow as pa
 import pytest
 
 from sparktrain import _native
-from sparktrain.cluster.feed import FeedServer, read_feed
+from sparktrain.cluster.task.feed import FeedServer
+from sparktrain.cluster.trainer.feed import read_feed
 from sparktrain.errors import InputError
 
 SCHEMA = pa.schema([("x0", pa.float32()), ("label", pa.int64())])

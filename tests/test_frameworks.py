@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 import sparktrain as st
-from sparktrain.cluster.context import TaskInfo
-from sparktrain.cluster.frameworks import framework_env
-from sparktrain.cluster.options import JobOptions
+from sparktrain.cluster.driver.options import JobOptions
+from sparktrain.cluster.settings import TaskInfo
+from sparktrain.cluster.trainer.frameworks import framework_env
 from sparktrain.errors import InvalidArgumentError, WorkerFailed
 from sparktrain.torch import TorchDistributor
 
@@ -92,8 +92,8 @@ def test_jax_initializes_with_no_arguments_from_a_trainers_environment(tmp_path:
     script = textwrap.dedent(
         """
         import json, os, sys
-        from sparktrain.cluster.context import TaskInfo
-        from sparktrain.cluster.frameworks import framework_env, register_jax_cluster
+        from sparktrain.cluster.settings import TaskInfo
+        from sparktrain.cluster.trainer.frameworks import framework_env, register_jax_cluster
         rank, port = int(sys.argv[1]), int(sys.argv[2])
         roles = ["chief", "worker"]
         tasks = [TaskInfo(i, roles[i], 0, "127.0.0.1", 0, port, str(i)) for i in range(2)]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sparktrain.cluster import failures
-from sparktrain.cluster.conf import (
+from sparktrain.cluster.driver.conf import (
     PORT_CONF,
     TASK_GPU_CONF,
     TLS_CONF,
@@ -27,6 +27,9 @@ from sparktrain.cluster.conf import (
     task_gpus,
     tls_files,
 )
+from sparktrain.cluster.driver.launcher import Cluster
+from sparktrain.cluster.driver.options import JobOptions
+from sparktrain.cluster.driver.restarts import Restart, backoff, describe, incurable, signature
 from sparktrain.cluster.failures import (
     FAILED,
     NOT_RETRYABLE,
@@ -38,9 +41,7 @@ from sparktrain.cluster.failures import (
     spark_error_summary,
     worker_failed,
 )
-from sparktrain.cluster.launcher import Cluster, role_names
-from sparktrain.cluster.options import JobOptions
-from sparktrain.cluster.restarts import Restart, backoff, describe, incurable, signature
+from sparktrain.cluster.settings import role_names
 from sparktrain.errors import (
     ClusterError,
     InvalidArgumentError,
@@ -199,7 +200,7 @@ def test_a_spark_errors_summary_is_its_java_message():
 
 
 def test_the_trainers_exit_codes_are_distinct_and_used_by_the_trainer():
-    from sparktrain.cluster import trainer
+    from sparktrain.cluster.trainer import main as trainer
 
     assert len({0, FAILED, PEER_LOST, ORPHANED}) == 4
     assert (trainer.FAILED, trainer.PEER_LOST, trainer.ORPHANED) == (FAILED, PEER_LOST, ORPHANED)
@@ -547,7 +548,7 @@ class _FedContext:
     def feed(self):
         import pyarrow as pa
 
-        from sparktrain.tfos._node import INDEX_COLUMN
+        from sparktrain.tfos._feed import INDEX_COLUMN
 
         positions = list(range(len(self._rows)))
         columns = [
@@ -559,7 +560,7 @@ class _FedContext:
 
 
 def _manager(rows, epochs=1, inference=False):
-    from sparktrain.tfos._node import FeedManager
+    from sparktrain.tfos._feed import FeedManager
 
     return FeedManager(_FedContext(rows), epochs, pickled_rows=False, inference=inference)
 
@@ -618,7 +619,7 @@ def test_inference_pairs_results_with_the_rows_read_in_order():
 def test_tf_config_names_nodes_as_tfos_does():
     from types import SimpleNamespace
 
-    from sparktrain.cluster.context import TaskInfo
+    from sparktrain.cluster.settings import TaskInfo
     from sparktrain.tfos._node import NodePlan, tfos_tf_config
 
     tasks = [TaskInfo(i, "x", 0, f"h{i}", 1000 + i, 2000 + i, str(i)) for i in range(5)]
@@ -825,7 +826,7 @@ def test_a_restart_is_described_in_one_line_and_backs_off_exponentially():
 
 
 def test_a_trainer_tells_errors_no_restart_fixes_by_its_exit_code():
-    from sparktrain.cluster.trainer import exit_code_for
+    from sparktrain.cluster.trainer.main import exit_code_for
     from sparktrain.errors import InvalidArgumentError, PeerFailed, TFRecordCorruptError
 
     assert exit_code_for(InvalidArgumentError("x")) == NOT_RETRYABLE

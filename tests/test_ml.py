@@ -342,3 +342,29 @@ def test_a_regressor_in_train_validation_split_fits_a_number_and_saves(spark, fr
     )
     with pytest.raises(InvalidArgumentError, match="'classes' is set by the Regressor"):
         Regressor(trainOptions={"classes": 3}).fit(assembled)
+
+
+def test_models_saved_by_an_earlier_sparktrain_load_and_score_the_same(spark, tmp_path):
+    """Spark ML persistence stores each stage's class by its module path: a PipelineModel with
+    a ClassifierModel and a RegressorModel saved by sparktrain 0.1.0 before its package was
+    split into layers (tests/golden/make_ml_models.py) load and score as they did then."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from golden.make_ml_models import frame as golden_frame
+
+    saved = Path(__file__).parent / "golden" / "ml"
+    shutil.copytree(saved, tmp_path / "ml")
+    expected = json.loads((saved / "scores.json").read_text())
+    df = golden_frame(spark)
+
+    pipeline = PipelineModel.load(str(tmp_path / "ml" / "pipeline"))
+    assert isinstance(pipeline.stages[-1], ClassifierModel)
+    scored = pipeline.transform(df).select("row", "probability").toPandas().sort_values("row")
+    probability = np.array([v.toArray()[1] for v in scored["probability"]])
+    np.testing.assert_allclose(probability, expected["probability"], rtol=0, atol=1e-6)
+
+    regressor = RegressorModel.load(str(tmp_path / "ml" / "regressor"))
+    amounts = regressor.transform(df).select("row", "prediction").toPandas().sort_values("row")
+    np.testing.assert_allclose(amounts["prediction"].to_numpy(), expected["prediction"], rtol=0, atol=1e-5)

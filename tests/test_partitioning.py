@@ -6,7 +6,7 @@ import datetime as dt
 
 import pyarrow as pa
 
-from sparktrain import partitioning
+from sparktrain.tfrecord import _partitioning as partitioning
 
 
 def test_escaping_matches_spark_and_round_trips() -> None:

@@ -2,8 +2,8 @@
 
 The public modules are ``sparktrain``, the modules its docstring names (``:mod:`sparktrain.x```)
 and, in turn, every module listed in a public module's ``__all__`` (the TFoS shim's modules).
-Modules that none of these names, such as ``sparktrain.dataframes`` or
-``sparktrain.cluster.launcher``, are implementation; the rules below do not apply to them.
+Modules that none of these names, such as ``sparktrain.tfrecord._dataframes`` or
+``sparktrain.cluster.driver.launcher``, are implementation; the rules below do not apply to them.
 
 - Every public module declares ``__all__``.
 - Every name in ``__all__`` resolves, and every class, function or module among them has a

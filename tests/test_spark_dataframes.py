@@ -18,8 +18,8 @@ from pyspark.sql import Row
 from pyspark.sql import types as T
 
 from sparktrain import fs, tfrecord
-from sparktrain.dataframes import ENGINE_CONF
 from sparktrain.errors import PathExistsError, SchemaError
+from sparktrain.tfrecord._engine import ENGINE_CONF
 
 
 # The HDFS case takes hdfs_url at run time, which the automatic marking cannot see.
@@ -404,7 +404,7 @@ def test_of_two_attempts_of_a_task_only_one_commits(out_dir: str) -> None:
     """A speculative copy racing the original: both write, one commit wins, no duplicate."""
     import pyarrow as pa
 
-    from sparktrain.output import WriteJob, write_task
+    from sparktrain.tfrecord._output import WriteJob, write_task
 
     job = WriteJob(out_dir)
     batch = pa.record_batch({"id": pa.array(range(10), pa.int64())})

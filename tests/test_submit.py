@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from harness.processes import finish, start_in_group
-from sparktrain.deploy.submit import GPU_SCRIPT, SubmitSpec, _Watch, duration_s, memory_mb
+from sparktrain.deploy.process import _Watch
+from sparktrain.deploy.spec import GPU_SCRIPT, SubmitSpec, duration_s, memory_mb
 from sparktrain.errors import InvalidArgumentError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,7 +2,7 @@
 
 The output pump reads a real pipe (``os.pipe``) as it reads a trainer's stdout or stderr; the
 heartbeat sends to a small client of our own that records each heartbeat's lines. The limits
-checked are those of :mod:`sparktrain.cluster.trainer_output`: a line is cut, a heartbeat stays
+checked are those of :mod:`sparktrain.cluster.task.output`: a line is cut, a heartbeat stays
 well under gRPC's 4 MiB, the queue is bounded and says how many lines it dropped, and the
 stderr tail of a failure report is bounded too. The watcher tests run the driver's real loop on
 a Cluster whose rendezvous service and SparkContext are stand-ins.
@@ -20,12 +20,11 @@ from types import SimpleNamespace
 import pytest
 
 from sparktrain._native import Event
-from sparktrain.cluster import launcher
-from sparktrain.cluster.console import Console
-from sparktrain.cluster.launcher import Cluster, State
+from sparktrain.cluster.driver import launcher
+from sparktrain.cluster.driver.console import Console
+from sparktrain.cluster.driver.launcher import Cluster, State
 from sparktrain.cluster.settings import JobSettings
-from sparktrain.cluster.task import _Heartbeat, _OutputPump
-from sparktrain.cluster.trainer_output import (
+from sparktrain.cluster.task.output import (
     LINE_OVERHEAD_BYTES,
     MAX_HEARTBEAT_BYTES,
     MAX_LINE_BYTES,
@@ -39,6 +38,7 @@ from sparktrain.cluster.trainer_output import (
     cut_marker,
     line_size,
 )
+from sparktrain.cluster.task.run import _Heartbeat, _OutputPump
 from sparktrain.errors import ClusterError, WorkerFailed
 
 SECRET = "ab" * 32

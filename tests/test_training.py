@@ -20,7 +20,7 @@ import pytest
 import sparktrain as st
 from harness.synthetic import DENSE, SPARSE, criteo_table, dense_table, write_tfrecords
 from sparktrain.errors import WorkerFailed
-from sparktrain.training import FeatureSpec
+from sparktrain.training import FeatureSpec, Trainer
 
 CRITEO = FeatureSpec(dense=tuple(DENSE), categorical=tuple((c, 10_000) for c in SPARSE))
 DENSE39 = FeatureSpec(dense=tuple(f"f{j:02d}" for j in range(39)))
@@ -175,6 +175,28 @@ def test_tensorboard_reads_the_chiefs_scalars_and_predict_scores_like_the_model(
     np.testing.assert_allclose(scored["score"].to_numpy(), expected, rtol=0, atol=1e-6)
     assert expected.min() > 0.0
     assert expected.max() < 1.0
+
+
+def test_predict_after_a_re_export_to_the_same_path_scores_with_the_new_weights(spark, tmp_path):
+    """Spark reuses its Python workers, and the driver is one process: a model exported again
+    under the same path must be scored with its new weights, in the same session."""
+    data = write_tfrecords(f"{tmp_path}/data", dense_table(512, seed=4), files=1)
+    export = str(tmp_path / "export")
+    table = dense_table(400, seed=5).drop(["label"])
+    table = table.append_column("row", pa.array(np.arange(400)))
+    # Four partitions on two executors: every Python worker scores both exports.
+    frame = spark.createDataFrame(table.to_pandas()).repartition(4).cache()
+
+    scores = []
+    for seed in (1, 2):
+        trainer = Trainer(model="mlp", features=DENSE39, hidden=[8], batch_size=64, seed=seed)
+        trainer.fit(data, steps=5)
+        trainer.export(export)
+        expected = st._native.ExportedModel(export).predict(table.to_batches()[0]).to_numpy()
+        scored = st.predict(spark, export, frame).toPandas().sort_values("row")["score"].to_numpy()
+        np.testing.assert_allclose(scored, expected, rtol=0, atol=1e-6)
+        scores.append(scored)
+    assert np.abs(scores[0] - scores[1]).max() > 1e-3
 
 
 def test_every_input_mode_sees_each_row_once_per_epoch(spark, tmp_path):

@@ -23,8 +23,8 @@ import pytest
 import sparktrain as st
 from harness.miniyarn import MiniYarn
 from harness.processes import run_in_group
-from sparktrain.deploy.cluster_managers import YARN_CLI
-from sparktrain.deploy.submit import spark_home
+from sparktrain.deploy.process import YARN_CLI
+from sparktrain.deploy.spark_home import spark_home
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = str(ROOT / "examples" / "ctr_on_spark.py")

@@ -16,6 +16,6 @@ import contextlib
 
 # See the docstring: this module must never fail the lookup.
 with contextlib.suppress(Exception):
-    from sparktrain.datasource import TFRecordDataSource as DefaultSource
+    from sparktrain.tfrecord._source import TFRecordDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

@@ -8,6 +8,6 @@ import contextlib
 
 # Never fail: PySpark's lookup imports every pyspark_* module in one worker.
 with contextlib.suppress(Exception):
-    from sparktrain.datasource import SparktrainTFRecordDataSource as DefaultSource
+    from sparktrain.tfrecord._source import SparktrainTFRecordDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

@@ -1,4 +1,5 @@
-"""sparktrain: distributed training on Spark clusters, with a Rust core.
+"""sparktrain: distributed training on Spark clusters, with a Rust core. Imported anywhere; every
+name loads on first use.
 
 Modules:
 
@@ -53,6 +54,7 @@ __all__ = [
 _SUBMODULES = {
     "cluster",
     "contents",
+    "data",
     "errors",
     "fs",
     "ml",
@@ -60,41 +62,28 @@ _SUBMODULES = {
     "servable",
     "tfos",
     "tfrecord",
+    "torch",
     "training",
+}
+#: Names handed on from the module that defines them.
+_NAMES = {
+    "Cluster": "sparktrain.cluster.driver.launcher",
+    "jar_path": "sparktrain.jvm",
+    "train": "sparktrain.training.driver",
+    "predict": "sparktrain.prediction",
+    "embeddings": "sparktrain.contents",
+    "export_onnx": "sparktrain.servable",
+    "onnx_inputs": "sparktrain.servable",
+    "__version__": "sparktrain._native",
 }
 
 
 def __getattr__(name: str) -> Any:
-    # Submodules load on first use: a trainer process that only needs the launcher starts
-    # without importing pyarrow and the TFRecord stack.
+    # Everything loads on first use: a trainer process that only needs the launcher starts
+    # without importing pyarrow and the TFRecord stack, and no task or trainer loads the
+    # driver's modules by importing this package.
     if name in _SUBMODULES:
         return importlib.import_module(f"sparktrain.{name}")
-    if name == "Cluster":
-        from sparktrain.cluster import Cluster
-
-        return Cluster
-    if name == "jar_path":
-        from sparktrain.jvm import jar_path
-
-        return jar_path
-    if name == "train":
-        from sparktrain.training import train
-
-        return train
-    if name == "predict":
-        from sparktrain.prediction import predict
-
-        return predict
-    if name == "embeddings":
-        from sparktrain.contents import embeddings
-
-        return embeddings
-    if name in ("export_onnx", "onnx_inputs"):
-        from sparktrain import servable
-
-        return getattr(servable, name)
-    if name == "__version__":
-        from sparktrain._native import __version__
-
-        return __version__
+    if name in _NAMES:
+        return getattr(importlib.import_module(_NAMES[name]), name)
     raise AttributeError(f"module 'sparktrain' has no attribute {name!r}")

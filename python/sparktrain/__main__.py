@@ -1,4 +1,4 @@
-"""``python -m sparktrain``: the ``sparktrain`` console script."""
+"""``python -m sparktrain``: the ``sparktrain`` console script. Runs in the ``sparktrain`` command."""
 
 from sparktrain.cli import main
 

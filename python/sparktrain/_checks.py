@@ -1,4 +1,5 @@
-"""Checks of public arguments, made on the driver before any Spark job starts.
+"""Checks of public arguments, made on the driver before any Spark job starts. Runs on the driver
+(and wherever a public function is called).
 
 Each check raises :class:`~sparktrain.errors.InvalidArgumentError` whose message starts with
 the parameter and the value given (``heartbeat_timeout=-1: must be > 0``), and returns the

@@ -1,4 +1,4 @@
-"""Optional dependencies, imported where they are first needed.
+"""Optional dependencies, imported where they are first needed. Imported anywhere.
 
 The Spark side of sparktrain needs pyspark, and pandas for ``mapInArrow`` (the ``spark``
 extra); trainers and the TFRecord API start without them. :func:`require` imports one on

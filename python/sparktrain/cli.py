@@ -1,6 +1,6 @@
 """The ``sparktrain`` console script: ``sparktrain pack``, ``sparktrain submit`` and
 ``sparktrain doctor``, each a thin front for its module in :mod:`sparktrain.deploy`, and
-``sparktrain export-onnx`` (:mod:`sparktrain.servable`)."""
+``sparktrain export-onnx`` (:mod:`sparktrain.servable`). Runs in the ``sparktrain`` command."""
 
 from __future__ import annotations
 

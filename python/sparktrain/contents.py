@@ -1,4 +1,5 @@
-"""An exported model's embedding tables as a Spark DataFrame, read in Spark tasks.
+"""An exported model's embedding tables as a Spark DataFrame, read in Spark tasks. Runs on the
+driver and in Spark tasks.
 
 Wide&Deep, DeepFM and DCN hash every categorical (crossed, multi-hot) column into a range of
 one shared id space and keep two tables over it: ``deep/embeddings`` (``dim`` values per id) and
@@ -113,7 +114,7 @@ def embeddings(
     files = sorted(e.path for e in fs.ls(export_dir) if not e.is_dir and e.path.endswith(".safetensors"))
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        storage_options.apply(storage)
+        fs.configure(storage)
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 yield from read_tables(files[index], tables, spec, rows_per_batch)

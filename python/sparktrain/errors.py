@@ -1,4 +1,4 @@
-"""The exceptions sparktrain raises.
+"""The exceptions sparktrain raises. Imported anywhere.
 
 Every error that comes from bad input or a failed service names what is at fault: the file and
 byte offset of a damaged record, the record and feature that does not fit a schema, the column

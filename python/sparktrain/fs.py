@@ -1,5 +1,6 @@
 """File-system operations on bare local paths, ``file://``, ``hdfs://``, ``viewfs://`` and object
-stores (``s3://``, ``s3a://``, ``gs://``, ``abfs://``, ``abfss://``).
+stores (``s3://``, ``s3a://``, ``gs://``, ``abfs://``, ``abfss://``). Runs anywhere: driver,
+executor tasks and trainers.
 
 HDFS is reached by a native client (no JVM, no libhdfs); ``hdfs://host:port/...`` names one
 NameNode, ``hdfs://nameservice/...`` and ``viewfs://`` are resolved from ``HADOOP_CONF_DIR``.
@@ -99,8 +100,9 @@ def configure(options: Mapping[str, str]) -> None:
     ``fs.s3a.bucket.<bucket>.<option>`` for one bucket), ``fs.gs.*`` and ``fs.azure.*``. A
     Spark session's ``spark.hadoop.fs.*`` confs are applied for you by sparktrain's Spark entry
     points, in the driver and in their tasks. Another key raises
-    :class:`~sparktrain.errors.InvalidArgumentError`."""
-    _native.fs_configure(dict(options))
+    :class:`~sparktrain.errors.InvalidArgumentError`; no keys change nothing."""
+    if options:
+        _native.fs_configure(dict(options))
 
 
 def configured() -> dict[str, str]:

@@ -1,5 +1,5 @@
 """sparktrain's jar, which the wheel carries: its path, for ``spark.jars``, and whether a
-session has it.
+session has it. Runs on the driver.
 
 The jar holds the TFRecord file format for Spark SQL (``format("tfrecord")`` and
 ``format("sparktrain.tfrecord")`` read and written by the JVM, and usable from SQL) and the

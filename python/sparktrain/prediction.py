@@ -1,48 +1,35 @@
-"""Scoring a DataFrame with an exported model, inside Spark tasks.
+"""Scoring a DataFrame with an exported model, inside Spark tasks. :func:`predict` runs on the
+driver, :func:`score_batch` in the tasks.
 
 :func:`predict` runs one ``mapInArrow`` over the DataFrame: each Python worker loads the
-exported model once (the Rust engine, no TensorFlow) and scores every Arrow batch it is
-handed, so rows never pass through Python objects one by one.
+exported model once per version of the export (the Rust engine, no TensorFlow; see
+:mod:`sparktrain.exported`) and scores every Arrow batch it is handed, so rows never pass
+through Python objects one by one.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from sparktrain import _checks, storage_options
+from sparktrain import _checks, exported, fs, storage_options
 from sparktrain._deps import require_spark
 from sparktrain.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from sparktrain._native import ExportedModel
 
-_MODELS: dict[str, ExportedModel] = {}
-_LOCK = threading.Lock()
-
-
-def _model(export_dir: str) -> ExportedModel:
-    """The model in ``export_dir``, loaded once per process (Spark reuses its Python workers,
-    so one load serves every task they run)."""
-    from sparktrain._native import ExportedModel
-
-    with _LOCK:
-        model = _MODELS.get(export_dir)
-        if model is None:
-            model = _MODELS[export_dir] = ExportedModel(export_dir)
-        return model
-
-
-def score_batch(export_dir: str, batch: pa.RecordBatch, score_column: str = "score") -> pa.RecordBatch:
+def score_batch(
+    export_dir: str, batch: pa.RecordBatch, score_column: str = "score", version: str | None = None
+) -> pa.RecordBatch:
     """``batch`` with a ``score_column`` appended: the probability of the positive class for a
     binary model, a list of class probabilities for a softmax model, or the output of a
-    regression model."""
+    regression model. ``version`` is the export's :func:`sparktrain.exported.version` (looked
+    up when None)."""
     import pyarrow as pa
 
-    model = _model(export_dir)
+    model = exported.load(export_dir, exported.version(export_dir) if version is None else version)
     scores = model.predict(batch)
     if model.loss == "softmax_cross_entropy" and batch.num_rows > 0:
         classes = len(scores) // batch.num_rows
@@ -71,14 +58,16 @@ def predict(spark: Any, export_dir: str, df: Any, *, score_column: str = "score"
     score_column = _checks.text("score_column", score_column)
     if score_column in df.columns:
         raise InvalidArgumentError(f"the DataFrame already has a column {score_column!r}")
-    model = _model(export_dir)  # fails early, on the driver, for a missing or damaged export
+    # Fails early, on the driver, for a missing or damaged export; the tasks score this version.
+    version = exported.version(export_dir)
+    model = exported.load(export_dir, version)
     score_type = ArrayType(FloatType(), False) if model.loss == "softmax_cross_entropy" else FloatType()
     schema = StructType([*df.schema.fields, StructField(score_column, score_type, False)])
 
     def score(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        storage_options.apply(storage)
+        fs.configure(storage)
         for batch in batches:
-            yield score_batch(export_dir, batch, score_column)
+            yield score_batch(export_dir, batch, score_column, version)
 
     return df.mapInArrow(score, schema)
 

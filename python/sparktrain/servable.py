@@ -1,5 +1,5 @@
 """The exported model as ONNX, for serving outside sparktrain (onnxruntime, Triton, any ONNX
-runtime), and the inputs it takes.
+runtime), and the inputs it takes. Runs on the driver (or any process that exports).
 
 :func:`export_onnx` writes the ONNX model of an export folder (what :func:`sparktrain.train`
 returns as ``export_dir``): the weights and the feature hashing and crossing, in standard
@@ -32,7 +32,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sparktrain import _checks, _native, storage_options
+from sparktrain import _checks, _native, fs, storage_options
 from sparktrain.errors import InvalidArgumentError, SparktrainError
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         options = dict(_pair(item) for item in args.conf)
-        storage_options.apply(options)
+        fs.configure(options)
         export_onnx(args.export_dir, args.out)
     except SparktrainError as e:
         print(f"sparktrain export-onnx: {e}", file=sys.stderr)

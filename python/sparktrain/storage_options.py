@@ -1,5 +1,7 @@
 """Object-store settings (S3, GCS, Azure), carried from a Spark session to every process that
-touches storage.
+touches storage. :func:`of_session` runs on the driver, :func:`from_options` in the tasks of
+the ``tfrecord`` data source; the tasks and trainers apply what they are given with
+:func:`sparktrain.fs.configure`.
 
 sparktrain's native client reads Hadoop's object-store keys (``fs.s3a.*``, ``fs.gs.*``,
 ``fs.azure.*``) from ``core-site.xml``, from :func:`sparktrain.fs.configure`, and each cloud's
@@ -7,7 +9,7 @@ environment variables (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``). Spark users set th
 ``spark.hadoop.fs.s3a.endpoint`` and the like, which live in the driver's JVM: the Spark entry
 points (``tfrecord.write``, ``read_dataframe``, ``Cluster.run``, ``train``, ``predict``) take them
 with :func:`of_session`, apply them in the driver's process, and carry them in their tasks,
-which apply them with :func:`apply` before touching storage. Like the job secret, the keys
+which apply them with :func:`sparktrain.fs.configure` before touching storage. Like the job secret, the keys
 travel in the Spark task closures; see ``docs/security.md``.
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sparktrain import _native
+from sparktrain import fs
 
 #: The prefixes of the keys the object stores read.
 KEY_PREFIXES = ("fs.s3a.", "fs.gs.", "fs.azure.")
@@ -33,20 +35,14 @@ def of_session(spark: Any) -> dict[str, str]:
     """The object-store keys of ``spark`` (a session or its SparkContext: its
     ``spark.hadoop.fs.s3a.*`` etc. confs), over the ones configured in this process, applied to
     this process too so that the driver's own checks see the same store as the tasks."""
-    options = _native.fs_configured()
+    options = fs.configured()
     context = spark if hasattr(spark, "getConf") else getattr(spark, "sparkContext", None)
     if context is not None:
         for key, value in context.getConf().getAll():
             if key.startswith(_HADOOP_CONF) and is_object_store_key(key[len(_HADOOP_CONF) :]):
                 options[key[len(_HADOOP_CONF) :]] = value
-    apply(options)
+    fs.configure(options)
     return options
-
-
-def apply(options: Mapping[str, str]) -> None:
-    """Sets ``options`` (object-store keys) for this process's storage; nothing when empty."""
-    if options:
-        _native.fs_configure(dict(options))
 
 
 def from_options(options: Mapping[str, str]) -> dict[str, str]:
@@ -55,4 +51,4 @@ def from_options(options: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in options.items() if is_object_store_key(k.lower())}
 
 
-__all__ = ["KEY_PREFIXES", "apply", "from_options", "is_object_store_key", "of_session"]
+__all__ = ["KEY_PREFIXES", "from_options", "is_object_store_key", "of_session"]

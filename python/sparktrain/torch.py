@@ -1,4 +1,5 @@
 """PySpark's ``TorchDistributor``, on sparktrain's launcher: change the import and nothing else.
+Runs on the driver.
 
 .. code-block:: python
 
@@ -37,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sparktrain import _checks
+from sparktrain import _checks, _spark
 from sparktrain.errors import InvalidArgumentError
 
 
@@ -78,7 +79,7 @@ class TorchDistributor:
     def run(self, train_object: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Any:
         """Runs ``train_object`` in ``num_processes`` processes and waits for them; returns
         what rank 0's call returned (None for a script)."""
-        from sparktrain.cluster import Cluster
+        from sparktrain.cluster.driver.launcher import Cluster
 
         if isinstance(train_object, str | os.PathLike):
             if kwargs:
@@ -88,7 +89,7 @@ class TorchDistributor:
         else:
             _checks.function("train_object", train_object)
             main_fun, main_args = _Call(train_object, args, kwargs), None
-        spark = self.spark if self.spark is not None else _active_session()
+        spark = self.spark if self.spark is not None else _spark.active_session("TorchDistributor")
         with Cluster.run(
             spark,
             main_fun,
@@ -99,16 +100,6 @@ class TorchDistributor:
             **self.cluster_options,
         ) as cluster:
             return cluster.wait()
-
-
-def _active_session() -> Any:
-    """The active SparkSession, which PySpark's distributor also requires."""
-    from pyspark.sql import SparkSession
-
-    session = SparkSession.getActiveSession()
-    if session is None:
-        raise InvalidArgumentError("TorchDistributor needs an active SparkSession (or spark=...)")
-    return session
 
 
 __all__ = ["TorchDistributor"]

@@ -82,7 +82,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.spark import ROOT, local_cluster_session
 from harness.synthetic import criteo_table, dense_table
-from sparktrain.cluster.conf import SEAL_CONF
+from sparktrain.cluster.driver.conf import SEAL_CONF
 
 MODELS: dict[str, Callable[..., pa.Table]] = {
     "mlp": dense_table,

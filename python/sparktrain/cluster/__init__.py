@@ -1,21 +1,41 @@
 """The launcher: one trainer per Spark task, a rendezvous with a chief, ``TF_CONFIG``,
-failure detection and a synchronized exit.
+failure detection and a synchronized exit. Imported on every side; its names load on first use.
 
-- :mod:`~sparktrain.cluster.launcher`: ``Cluster.run`` and the job handle, on the driver;
-- :mod:`~sparktrain.cluster.options`: ``Cluster.run``'s arguments, checked on the driver;
-- :mod:`~sparktrain.cluster.conf`: the Spark confs the launcher reads;
-- :mod:`~sparktrain.cluster.failures`: exit codes, ``WorkerFailed``, and Spark's task failures;
+Each side of a job has its own package, and imports flow one way (driver → task → shared;
+trainer → shared):
+
+- :mod:`~sparktrain.cluster.driver`: ``Cluster.run`` and the job handle, on the driver;
 - :mod:`~sparktrain.cluster.task`: what each barrier task does on its executor;
 - :mod:`~sparktrain.cluster.trainer`: the trainer process that runs ``main_fun(args, ctx)``;
-- :mod:`~sparktrain.cluster.context`: ``ctx``, the trainer's view of the job;
-- :mod:`~sparktrain.cluster.settings`: what travels from the driver to tasks and trainers;
-- :mod:`~sparktrain.cluster.slots`: the check that the cluster has a slot per trainer;
-- :mod:`~sparktrain.cluster.console`: prefixed trainer output and the progress line.
+- shared by all three: :mod:`~sparktrain.cluster.settings` (what travels from the driver to
+  tasks and trainers), :mod:`~sparktrain.cluster.failures` (exit codes and ``WorkerFailed``)
+  and :mod:`~sparktrain.cluster.scripts` (a ``.py`` file as ``main_fun``).
+
+The names below load on first use, so that a task or a trainer importing its own package does
+not load the driver's launcher.
 """
 
 from __future__ import annotations
 
-from sparktrain.cluster.context import TaskInfo, TrainerContext
-from sparktrain.cluster.launcher import Cluster, State
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sparktrain.cluster.driver.launcher import Cluster, State
+    from sparktrain.cluster.settings import TaskInfo
+    from sparktrain.cluster.trainer.context import TrainerContext
 
 __all__ = ["Cluster", "State", "TaskInfo", "TrainerContext"]
+
+_NAMES = {
+    "Cluster": "sparktrain.cluster.driver.launcher",
+    "State": "sparktrain.cluster.driver.launcher",
+    "TaskInfo": "sparktrain.cluster.settings",
+    "TrainerContext": "sparktrain.cluster.trainer.context",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NAMES:
+        return getattr(importlib.import_module(_NAMES[name]), name)
+    raise AttributeError(f"module 'sparktrain.cluster' has no attribute {name!r}")

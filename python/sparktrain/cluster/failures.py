@@ -1,6 +1,8 @@
 """How a trainer's failure is told: the exit codes trainers use, what an exit code means, the
 :class:`~sparktrain.errors.WorkerFailed` a failed trainer becomes, and which task Spark's
-message about a failed barrier stage names.
+message about a failed barrier stage names. Imported on all three sides of a job: the
+trainer sets the exit codes, the executor task and the driver build the error, and the driver
+reads Spark's messages.
 
 The driver (from the events of its rendezvous service, or from Spark's error when no trainer
 reported) and the task (when its trainer ends non-zero) build the same error here, so the

@@ -1,5 +1,6 @@
 """A Python file as a job's entry point: ``Cluster.run(spark, "train.py", args=[...])`` runs the
 file as ``__main__`` in every trainer, with ``args`` as its command line, as ``torchrun`` does.
+A :class:`Script` is made on the driver and called in the trainer process.
 
 The file is read on the driver, where its path is checked, and its text travels with the job,
 so the executors need no copy of it. A trainer runs the file at its original path when that
@@ -7,7 +8,7 @@ path holds the same text there (a shared file system, or a local cluster), so th
 beside it import as they would for ``python train.py``; otherwise it writes the text to a
 private folder under the file's name and runs that. Either way :func:`runpy.run_path` runs it:
 ``__file__``, ``sys.argv[0]`` and ``sys.path[0]`` are the file's, and the environment holds
-``TF_CONFIG`` and PyTorch's and JAX's variables (:mod:`sparktrain.cluster.frameworks`).
+``TF_CONFIG`` and PyTorch's and JAX's variables (:mod:`sparktrain.cluster.trainer.frameworks`).
 ``sys.exit(0)`` (or the end of the file) is success; any other exit status fails the trainer.
 """
 

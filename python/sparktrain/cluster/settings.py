@@ -1,5 +1,6 @@
 """What the driver sends every task of a job (through the Spark closure), and what a task
-hands its trainer process (through a local pipe).
+hands its trainer process (through a local pipe). Imported on all three sides of a job: the
+driver, the executor task and the trainer process.
 
 The job secret travels in :class:`JobSettings`, inside the closure Spark ships to the tasks: it
 never crosses the control plane. Nothing read from the control plane is ever unpickled.
@@ -11,7 +12,24 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sparktrain.cluster.context import DEFAULT_BARRIER_TIMEOUT, TaskInfo
+#: The barrier every trainer reaches after ``main_fun`` returns.
+EXIT_BARRIER = "__exit__"
+#: Seconds ``ctx.barrier()`` and the exit barrier wait for the others unless told otherwise.
+DEFAULT_BARRIER_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """One task of the cluster spec."""
+
+    task_index: int
+    role: str
+    index: int
+    host: str
+    data_port: int
+    tf_port: int
+    executor_id: str
+    gpus: tuple[str, ...] = ()
 
 
 def role_names(num_workers: int, num_evaluators: int, evaluator_roles: Sequence[str] = ()) -> list[str]:

@@ -1,5 +1,5 @@
 """The Kerberos credentials this process would reach HDFS with, looked up the way sparktrain's
-HDFS client does.
+HDFS client does. Runs on the driver and in the ``sparktrain`` command.
 
 That client (hdfs-native) authenticates to a Kerberized NameNode in one of two ways: with a
 delegation token from the file ``HADOOP_TOKEN_FILE_LOCATION`` names (what YARN gives each

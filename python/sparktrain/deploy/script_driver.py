@@ -1,7 +1,8 @@
 """The driver program of ``sparktrain submit --per-worker train.py ARGS``: a Spark session, and
 ``train.py`` run as ``__main__`` in every trainer with ``ARGS`` as its command line (as
 ``torchrun`` runs a script; see :mod:`sparktrain.cluster.scripts`). ``spark-submit`` runs this
-file; the user's script reaches the driver beside it (``--files`` in cluster mode).
+file; the user's script reaches the driver beside it (``--files`` in cluster mode). Runs on the
+driver.
 
     python -m sparktrain.deploy.script_driver --workers 2 [--gpus-per-worker 1] -- train.py ARGS
 """

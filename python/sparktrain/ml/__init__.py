@@ -4,7 +4,8 @@ whose ``fit(df)`` trains through :func:`sparktrain.train`, and :class:`Classifie
 ``Pipeline`` with Spark's feature transformers (``VectorAssembler``, ``StringIndexer``...), in
 ``CrossValidator`` and ``TrainValidationSplit`` with Spark's evaluators, and save to and load
 from any storage URL through sparktrain's storage layer (``write().save(path)``,
-``ClassifierModel.load(path)``, ``PipelineModel.load(path)``).
+``ClassifierModel.load(path)``, ``PipelineModel.load(path)``). Imported on the driver and in Spark
+tasks.
 
 The modules: :mod:`~sparktrain.ml.params` (the params and their checks),
 :mod:`~sparktrain.ml.base` (what every estimator and model shares, on the driver),

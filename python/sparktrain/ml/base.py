@@ -3,7 +3,7 @@ training through :func:`sparktrain.train` (:class:`Fitting`), and the fitted mod
 folder, feature layout and persistence (:class:`Fitted`). :mod:`sparktrain.ml.classifier` and
 :mod:`sparktrain.ml.regressor` add what is their own: the loss, the class count, the output
 columns.
-"""
+Runs on the driver."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import tempfile
 import uuid
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sparktrain import _checks, fs, storage_options
+from sparktrain import _checks, exported, fs, storage_options
 from sparktrain.ml.columns import Layout, check_columns, training_frame, vector_width
 from sparktrain.ml.params import EMBEDDING_MODELS, CommonParams
 from sparktrain.ml.persistence import MODEL, copy_folder, join
@@ -206,7 +206,7 @@ class Fitted(CommonParams):
     def _scoring(self, dataset: DataFrame, outputs: dict[str, str]) -> tuple[Layout, dict[str, str], str]:
         """What scoring ``dataset`` needs, checked on the driver (``outputs``: the output
         columns by param): the layout reading this model's columns now, the session's storage
-        settings, and the export's stamp (its weights' modification time, so a model saved
+        settings, and the export's version (:func:`sparktrain.exported.version`: a model saved
         over again is loaded again)."""
         spec = self._feature_spec()
         dense = self.getFeaturesCols()
@@ -222,8 +222,7 @@ class Fitted(CommonParams):
         if len(set(names)) != len(names):
             raise _checks.refuse("predictionCol", names, f"the {len(names)} outputs need {len(names)} names")
         storage = storage_options.of_session(dataset.sparkSession)
-        stamp = str(fs.status(join(self.exportDir, "model.safetensors")).modified_ms)
-        return layout, storage, stamp
+        return layout, storage, exported.version(self.exportDir)
 
     def _extra_metadata(self) -> dict[str, Any]:
         return {"format": 1}

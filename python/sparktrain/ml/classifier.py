@@ -15,7 +15,7 @@ from pyspark import keyword_only
 from pyspark.ml import Estimator, Model
 from pyspark.ml.util import MLReadable, MLWritable
 
-from sparktrain import storage_options
+from sparktrain import fs
 from sparktrain.ml.base import Fitted, Fitting
 from sparktrain.ml.params import ClassifierParams
 from sparktrain.ml.persistence import Reader, Writer
@@ -192,11 +192,11 @@ class ClassifierModel(Model, Fitted, ClassifierParams, MLWritable, MLReadable["C
             "probabilityCol": self.getProbabilityCol(),
             "predictionCol": self.getPredictionCol(),
         }
-        layout, storage, stamp = self._scoring(dataset, outputs)
+        layout, storage, version = self._scoring(dataset, outputs)
         raw, probability, prediction = outputs.values()
         scorer = Scorer(
             self.exportDir,
-            stamp,
+            version,
             layout,
             self.getNumClasses(),
             self.getThreshold(),
@@ -212,7 +212,7 @@ class ClassifierModel(Model, Fitted, ClassifierParams, MLWritable, MLReadable["C
         )
 
         def score(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            storage_options.apply(storage)
+            fs.configure(storage)
             for batch in batches:
                 yield scorer(batch)
 

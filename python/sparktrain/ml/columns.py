@@ -1,4 +1,5 @@
-"""How a DataFrame's columns become the engine's features, on the driver and in Spark tasks.
+"""How a DataFrame's columns become the engine's features, on the driver and in Spark tasks. Runs on
+the driver and in Spark tasks.
 
 The engine reads scalar columns: dense ones as floats, categorical ones hashed into ids. A
 Spark ML vector column (``VectorAssembler``'s output, dense or sparse) or an ``array<numeric>``

@@ -1,5 +1,5 @@
 """The Spark ML ``Param``\\s of :class:`~sparktrain.ml.Classifier`,
-:class:`~sparktrain.ml.Regressor` and their models.
+:class:`~sparktrain.ml.Regressor` and their models. Runs on the driver.
 
 Spark's own type converters raise ``TypeError`` without naming the param; these raise
 :class:`~sparktrain.errors.InvalidArgumentError` that starts with the param's name and the value

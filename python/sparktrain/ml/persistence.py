@@ -1,5 +1,6 @@
 """``MLWritable``/``MLReadable`` for sparktrain's estimators and models, on sparktrain's own
-storage layer (local paths, ``hdfs://``, ``s3://``, ``gs://``, ``abfs://``), without Hadoop.
+storage layer (local paths, ``hdfs://``, ``s3://``, ``gs://``, ``abfs://``), without Hadoop. Runs on
+the driver.
 
 The layout is Spark ML's own, so that ``Pipeline``/``PipelineModel.load``, which read each
 stage's metadata with ``spark.read.text``, find the class to load:

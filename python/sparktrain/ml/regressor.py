@@ -16,7 +16,7 @@ from pyspark import keyword_only
 from pyspark.ml import Estimator, Model
 from pyspark.ml.util import MLReadable, MLWritable
 
-from sparktrain import storage_options
+from sparktrain import fs
 from sparktrain.ml.base import Fitted, Fitting
 from sparktrain.ml.params import RegressorParams
 from sparktrain.ml.persistence import Reader, Writer
@@ -129,12 +129,12 @@ class RegressorModel(Model, Fitted, RegressorParams, MLWritable, MLReadable["Reg
         from pyspark.sql.types import DoubleType, StructField, StructType
 
         output = self.getPredictionCol()
-        layout, storage, stamp = self._scoring(dataset, {"predictionCol": output})
-        scorer = Regression(self.exportDir, stamp, layout, output)
+        layout, storage, version = self._scoring(dataset, {"predictionCol": output})
+        scorer = Regression(self.exportDir, version, layout, output)
         schema = StructType([*dataset.schema.fields, StructField(output, DoubleType(), False)])
 
         def score(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            storage_options.apply(storage)
+            fs.configure(storage)
             for batch in batches:
                 yield scorer(batch)
 

@@ -1,6 +1,7 @@
 """The Spark tasks' side of :meth:`~sparktrain.ml.ClassifierModel.transform` and
 :meth:`~sparktrain.ml.RegressorModel.transform`: score an Arrow batch with the exported model
-and append Spark ML's output columns (a classifier's three, a regressor's prediction).
+and append Spark ML's output columns (a classifier's three, a regressor's prediction). Runs in Spark
+tasks.
 
 Vectors leave as Spark ML's ``VectorUDT`` storage, ``struct<type, size, indices, values>``
 (dense: type 1, values only), so the columns are real vectors for ``BinaryClassificationEvaluator``
@@ -9,24 +10,14 @@ and friends, without a second pass to convert arrays.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
+from sparktrain import exported
 from sparktrain.ml.columns import Layout
 
-if TYPE_CHECKING:
-    from sparktrain._native import ExportedModel
-
-#: Models kept loaded per Python worker. A Python worker outlives its tasks and serves the
-#: tasks of every model a ``CrossValidator`` scores, so older models are let go.
-_KEPT = 4
-_MODELS: OrderedDict[tuple[str, str], ExportedModel] = OrderedDict()
-_LOCK = threading.Lock()
 #: The smallest probability taken for a logit, so a saturated float32 probability (exactly 0
 #: or 1) gives a large finite logit rather than an infinite one.
 _EPS = 1e-12
@@ -42,29 +33,14 @@ VECTOR = pa.struct(
 )
 
 
-def model(export_dir: str, stamp: str) -> ExportedModel:
-    """The exported model in ``export_dir``, loaded once per process and ``stamp`` (the
-    export's modification time: a folder saved over again is loaded again)."""
-    from sparktrain._native import ExportedModel
-
-    key = (export_dir, stamp)
-    with _LOCK:
-        found = _MODELS.get(key)
-        if found is None:
-            found = _MODELS[key] = ExportedModel(export_dir)
-            while len(_MODELS) > _KEPT:
-                _MODELS.popitem(last=False)
-        _MODELS.move_to_end(key)
-        return found
-
-
 @dataclass(frozen=True)
 class Scorer:
     """What a task needs to score: the export, the feature layout, the class count, the
     binary threshold and the output column names (raw, probability, prediction)."""
 
     export_dir: str
-    stamp: str
+    #: The export's :func:`sparktrain.exported.version`, taken on the driver.
+    version: str
     layout: Layout
     classes: int
     threshold: float
@@ -72,7 +48,7 @@ class Scorer:
 
     def probabilities(self, batch: pa.RecordBatch) -> np.ndarray:
         """``rows x classes`` float64 class probabilities of ``batch``'s rows."""
-        scores = model(self.export_dir, self.stamp).predict(self.layout.engine_batch(batch))
+        scores = exported.load(self.export_dir, self.version).predict(self.layout.engine_batch(batch))
         p = scores.to_numpy(zero_copy_only=False).astype(np.float64)
         if self.classes == 2:
             return np.stack([1.0 - p, p], axis=1)
@@ -104,13 +80,14 @@ class Regression:
     the prediction column."""
 
     export_dir: str
-    stamp: str
+    #: The export's :func:`sparktrain.exported.version`, taken on the driver.
+    version: str
     layout: Layout
     output: str
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """``batch`` with the model's output appended as a double column."""
-        scores = model(self.export_dir, self.stamp).predict(self.layout.engine_batch(batch))
+        scores = exported.load(self.export_dir, self.version).predict(self.layout.engine_batch(batch))
         prediction = pa.array(scores.to_numpy(zero_copy_only=False).astype(np.float64))
         schema = batch.schema.append(pa.field(self.output, pa.float64(), nullable=False))
         return pa.RecordBatch.from_arrays([*batch.columns, prediction], schema=schema)
@@ -132,4 +109,4 @@ def _vectors(matrix: np.ndarray) -> pa.StructArray:
     )
 
 
-__all__ = ["VECTOR", "Regression", "Scorer", "model"]
+__all__ = ["VECTOR", "Regression", "Scorer"]

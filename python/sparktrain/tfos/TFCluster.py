@@ -1,6 +1,6 @@
 """TFoS's ``TFCluster``: ``run`` a TensorFlow cluster on Spark executors, feed it RDDs in
 ``InputMode.SPARK`` (``train``, and ``inference``, which returns a lazy RDD of results), and
-``shutdown``.
+``shutdown``. Runs on the driver.
 
 The cluster is one barrier stage of sparktrain's launcher: ``num_executors`` tasks, the
 training nodes first (task 0 is the chief), then the ``num_ps`` parameter servers, then the
@@ -18,20 +18,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sparktrain import _checks
+from sparktrain import _checks, _spark
 from sparktrain._deps import require_spark
-from sparktrain.cluster import Cluster
-from sparktrain.cluster.launcher import spark_context
-from sparktrain.cluster.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF
+from sparktrain.cluster.driver.launcher import Cluster
+from sparktrain.cluster.driver.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF
 from sparktrain.errors import InvalidArgumentError
-from sparktrain.tfos._node import (
-    DEFAULT_EPOCHS,
-    INDEX_COLUMN,
-    OFFSET_BITS,
-    ROW_COLUMN,
-    NodePlan,
-    run_map_fun,
-)
+from sparktrain.tfos._feed import INDEX_COLUMN, ROW_COLUMN
+from sparktrain.tfos._node import DEFAULT_EPOCHS, OFFSET_BITS, NodePlan, run_map_fun
 
 #: The largest pickled inference output one node keeps for the result RDD.
 INFERENCE_RESULT_BYTES = 512 << 20
@@ -67,12 +60,12 @@ def _feed_frame(sc: Any, data: Any) -> tuple[Any, bool]:
     bits above :data:`OFFSET_BITS`, its offset there below); for an RDD the second column
     holds each row pickled (True), for a DataFrame its own columns follow (False). Starts no
     Spark job."""
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
     if isinstance(data, DataFrame):
         return data.select(F.monotonically_increasing_id().alias(INDEX_COLUMN), "*"), False
-    session = SparkSession.getActiveSession() or SparkSession(sc)
+    session = _spark.session(sc)
     shift = OFFSET_BITS
 
     def tag(split: int, rows: Any) -> Any:
@@ -389,7 +382,7 @@ def run(
             f"num_executors={num_executors} leaves no training node beside num_ps={num_ps} "
             f"and eval_node={bool(eval_node)}"
         )
-    spark_context(sc)
+    _spark.context(sc)
     plan = NodePlan(
         map_fun=map_fun,
         tf_args=tf_args,

@@ -1,5 +1,6 @@
 """TFoS's ``TFParallel``: the same function on every executor, independently (no cluster spec,
-no ``TF_CONFIG``), e.g. for parallel inference of a single-node model."""
+no ``TF_CONFIG``), e.g. for parallel inference of a single-node model. Runs on the driver; the
+function it wraps runs in the trainers."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from sparktrain import _checks
 from sparktrain._deps import require_spark
 from sparktrain.cluster import Cluster
-from sparktrain.cluster.context import TrainerContext
+from sparktrain.cluster.trainer.context import TrainerContext
 
 
 def _run_single(packed: tuple[Callable[[Any, Any], Any], Any], ctx: TrainerContext) -> Any:

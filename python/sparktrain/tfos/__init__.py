@@ -23,15 +23,15 @@ need ``InputMode.TENSORFLOW``, and ``driver_ps_nodes`` is refused.
 
 from __future__ import annotations
 
-from sparktrain.tfos import TFCluster, TFNode, TFParallel, compat, dfutil
+import importlib
+from types import ModuleType
 
 __all__ = ["TFCluster", "TFNode", "TFParallel", "compat", "dfutil", "pipeline"]
 
 
-def __getattr__(name: str) -> object:
-    # The pipeline module imports pyspark.ml (and so NumPy) as it loads: only when asked for.
-    if name == "pipeline":
-        import importlib
-
-        return importlib.import_module("sparktrain.tfos.pipeline")
+def __getattr__(name: str) -> ModuleType:
+    # Each module loads on first use: a node's trainer process imports TFNode alone, not the
+    # driver's TFCluster, and the pipeline module imports pyspark.ml (and NumPy) as it loads.
+    if name in __all__:
+        return importlib.import_module(f"sparktrain.tfos.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,25 +24,21 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import socket
 import subprocess
 import sys
 import threading
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sparktrain.errors import BarrierTimeout, InvalidArgumentError
+from sparktrain.tfos._feed import DataFeed, FeedManager
+from sparktrain.tfos._tf import export_saved_model, hdfs_path, start_cluster_server
 
 if TYPE_CHECKING:
-    from sparktrain.cluster.context import TrainerContext
-    from sparktrain.tfos.TFNode import DataFeed
+    from sparktrain.cluster.trainer.context import TrainerContext
 
-#: The columns of the DataFrame an RDD becomes to be fed: the row's position, the pickled row.
-INDEX_COLUMN = "_sparktrain_index"
-ROW_COLUMN = "_sparktrain_row"
 #: Bits of a row's position that hold its offset in its partition (the partition index is
 #: above them), as in Spark's ``monotonically_increasing_id``.
 OFFSET_BITS = 33
@@ -55,91 +51,6 @@ RELEASE_POLL_SECONDS = 1.0
 DEFAULT_EPOCHS = 10
 
 
-class FeedManager:
-    """``ctx.mgr``: the task's share of the fed RDD, read row by row for ``epochs`` passes by
-    every :class:`~sparktrain.tfos.TFNode.DataFeed` of the node (they share one reader, as
-    TFoS's feeds share one queue), and the inference results handed back."""
-
-    def __init__(self, ctx: TrainerContext, epochs: int, pickled_rows: bool, inference: bool) -> None:
-        self._ctx = ctx
-        self._epochs = max(1, epochs)
-        self._pickled = pickled_rows
-        #: Whether the job is ``TFCluster.inference``: rows read are then owed a result.
-        self.inference = inference
-        self._rows = self._read()
-        self._exhausted = False
-        #: ``"running"``, or ``"terminating"`` once a feed was terminated.
-        self.state = "running"
-        #: Positions of the rows read and not answered yet, in order.
-        self.pending: deque[int] = deque()
-        #: ``(row position, result)`` pairs from ``batch_results``.
-        self.results: list[tuple[int, Any]] = []
-        self._default_feed: DataFeed | None = None
-
-    def _read(self) -> Iterator[tuple[int, Any]]:
-        """``(position, row)`` for every row of every epoch."""
-        for _ in range(self._epochs):
-            for batch in self._ctx.feed():
-                positions = batch.column(INDEX_COLUMN).to_pylist()
-                if self._pickled:
-                    rows = [pickle.loads(r) for r in batch.column(ROW_COLUMN).to_pylist()]
-                else:
-                    columns = [batch.column(i).to_pylist() for i in range(1, batch.num_columns)]
-                    rows = [tuple(r) for r in zip(*columns, strict=True)]
-                yield from zip(positions, rows, strict=True)
-
-    def take(self, n: int) -> list[Any]:
-        """Up to ``n`` rows; fewer (or none) at the end of the feed or after ``terminate``."""
-        rows: list[Any] = []
-        while len(rows) < n and not self._exhausted and self.state == "running":
-            item = next(self._rows, None)
-            if item is None:
-                self._exhausted = True
-                break
-            if self.inference:
-                self.pending.append(item[0])
-            rows.append(item[1])
-        return rows
-
-    def answer(self, results: list[Any]) -> None:
-        """Pairs ``results`` with the oldest rows read and not answered yet."""
-        if not self.inference:
-            return  # TFoS drops results in training: nobody reads its output queue there
-        if len(results) > len(self.pending):
-            raise InvalidArgumentError(
-                f"batch_results got {len(results)} results for {len(self.pending)} rows not yet answered"
-            )
-        for result in results:
-            self.results.append((self.pending.popleft(), result))
-
-    def terminate(self) -> None:
-        """Stops feeding: every feed of the node reads nothing more."""
-        self.state = "terminating"
-
-    def get(self, key: str) -> Any:
-        """TFoS's ``mgr.get``: only ``"state"`` is kept."""
-        if key != "state":
-            raise InvalidArgumentError(f"mgr.get({key!r}): only 'state' is kept")
-        return self.state
-
-    def default_feed(self) -> DataFeed:
-        """The feed behind TFoS's module functions ``TFNode.next_batch(mgr, ...)`` and
-        ``TFNode.batch_results(mgr, ...)``."""
-        if self._default_feed is None:
-            from sparktrain.tfos.TFNode import DataFeed
-
-            self._default_feed = DataFeed(self, train_mode=not self.inference)
-        return self._default_feed
-
-    def check_answered(self) -> None:
-        """In inference, fails when rows read got no result: their outputs would be missing."""
-        if self.inference and self.pending:
-            raise InvalidArgumentError(
-                f"inference: {len(self.pending)} rows were read but got no result from batch_results; "
-                "TFCluster.inference needs one result per row read"
-            )
-
-
 @dataclass
 class NodeContext:
     """The ``ctx`` a TFoS ``map_fun`` receives (TFoS's ``TFNodeContext``).
@@ -147,7 +58,7 @@ class NodeContext:
     ``executor_id`` and ``worker_num`` are the task's index in the whole job (0 is the chief;
     TFoS numbers its parameter servers first, sparktrain last). ``num_workers`` counts the
     training nodes (``chief``/``master`` and ``worker``), as TFoS does. ``trainer`` is
-    sparktrain's own :class:`~sparktrain.cluster.context.TrainerContext`."""
+    sparktrain's own :class:`~sparktrain.cluster.trainer.context.TrainerContext`."""
 
     executor_id: int
     job_name: str
@@ -168,8 +79,6 @@ class NodeContext:
 
     def absolute_path(self, path: str) -> str:
         """``path`` as a full URL (see :func:`~sparktrain.tfos.TFNode.hdfs_path`)."""
-        from sparktrain.tfos.TFNode import hdfs_path
-
         return hdfs_path(self, path)
 
     def get_data_feed(
@@ -180,15 +89,11 @@ class NodeContext:
         input_mapping: dict[str, str] | None = None,
     ) -> DataFeed:
         """A :class:`~sparktrain.tfos.TFNode.DataFeed` over this node's share of the RDD."""
-        from sparktrain.tfos.TFNode import DataFeed
-
         return DataFeed(self.mgr, train_mode, qname_in, qname_out, input_mapping)
 
     def start_cluster_server(self, num_gpus: int = 1, rdma: bool = False) -> tuple[Any, Any]:
         """``(tf.train.ClusterSpec, tf.distribute.Server)`` for this node (see
         :func:`~sparktrain.tfos.TFNode.start_cluster_server`)."""
-        from sparktrain.tfos.TFNode import start_cluster_server
-
         return start_cluster_server(self, num_gpus, rdma)
 
     def export_saved_model(
@@ -199,8 +104,6 @@ class NodeContext:
         or a TF1 session with ``tag_set`` and ``signatures`` as
         :func:`~sparktrain.tfos.TFNode.export_saved_model` does."""
         if tag_set is not None or signatures is not None:
-            from sparktrain.tfos.TFNode import export_saved_model
-
             if tag_set is None or signatures is None:
                 raise InvalidArgumentError(
                     "export_saved_model of a TF1 session needs both tag_set and signatures"

@@ -1,4 +1,4 @@
-"""TFoS's ``compat`` helpers over TensorFlow versions."""
+"""TFoS's ``compat`` helpers over TensorFlow versions. Runs in the trainer process."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """TFoS's ``dfutil``: DataFrames to and from TFRecord files of ``tf.train.Example``, on
 sparktrain's own TFRecord support (:func:`sparktrain.tfrecord.write` and
-:func:`~sparktrain.tfrecord.read_dataframe`): no TensorFlow, and no ``tensorflow-hadoop`` jar.
+:func:`~sparktrain.tfrecord.read_dataframe`): no TensorFlow, and no ``tensorflow-hadoop`` jar. Runs
+on the driver.
 
 Types follow TFoS: written, integers and booleans become ``int64_list``, floats and doubles
 ``float_list``, strings and binaries ``bytes_list``, arrays multi-valued features (see
-:mod:`sparktrain.spark_types` for the rest); read back, ``int64`` features are longs,
+:mod:`sparktrain.tfrecord._types` for the rest); read back, ``int64`` features are longs,
 ``float`` features doubles and ``bytes`` features strings, binary for the features named in
 ``binary_features``, each an array when a record holds other than one value. TFoS decides
 scalar or array from the first record alone; here a sample spread over all files decides.
@@ -16,7 +17,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from sparktrain import _checks
+from sparktrain import _checks, _spark
 
 #: The DataFrames ``loadTFRecords`` made, with the folder each was read from.
 _loaded: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -36,19 +37,16 @@ def loadTFRecords(sc: Any, input_dir: str, binary_features: Sequence[str] = ()) 
     """Reads the TFRecord files of ``tf.train.Example`` under ``input_dir`` as a DataFrame,
     one column per feature, sorted by name. ``bytes`` features become strings except those
     named in ``binary_features``, which become binary (TensorFlow stores both alike)."""
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from sparktrain.cluster.launcher import spark_context
     from sparktrain.tfrecord import read_dataframe
 
     input_dir = _checks.text("input_dir", input_dir)
     if isinstance(binary_features, str) or not isinstance(binary_features, Sequence):
         raise _checks.refuse("binary_features", binary_features, "must be a list of feature names")
     binary = set(binary_features)
-    context = spark_context(sc)
-    session = SparkSession.getActiveSession() or SparkSession(context)
+    session = _spark.session(sc)
     df = read_dataframe(session, input_dir)
 
     def tfos_type(name: str, dt: Any) -> Any:

@@ -1,4 +1,5 @@
-"""Synchronous data-parallel training on sparktrain's Rust engine (candle).
+"""Synchronous data-parallel training on sparktrain's Rust engine (candle). Imported on the driver
+and in the trainer process.
 
 Inside ``Cluster.run``, ``ctx.trainer(...)`` gives each trainer a :class:`Trainer` whose
 ``fit`` trains together with every other trainer: gradients are averaged over the ring each
@@ -21,17 +22,23 @@ driver (``sharding="dynamic"``: fast trainers read more); or, with
 ``Cluster.run(..., input_mode="spark", data=df)``, each trainer's partition of the DataFrame
 (``data=None``).
 
-The modules: :mod:`~sparktrain.training.driver` (:func:`train`, on the driver),
-:mod:`~sparktrain.training.trainer` (:class:`Trainer`, in each trainer) and
-:mod:`~sparktrain.training.results` (the values that travel between them).
+The modules: :mod:`~sparktrain.training.driver` (:func:`train` and :class:`TrainResult`, on
+the driver), :mod:`~sparktrain.training.trainer` (:class:`Trainer`, in each trainer) and
+:mod:`~sparktrain.training.results` (the values that travel between them). The trainer process
+imports the last two alone, so :func:`train` and :class:`TrainResult` load on first use.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from sparktrain import _native
-from sparktrain.training.driver import train
-from sparktrain.training.results import FeatureSpec, FitResult, Metrics, TrainResult
+from sparktrain.training.results import FeatureSpec, FitResult, Metrics
 from sparktrain.training.trainer import DEFAULTS, Trainer
+
+if TYPE_CHECKING:
+    from sparktrain.training.driver import TrainResult, train
 
 #: Models the engine builds.
 MODELS: tuple[str, ...] = tuple(_native.MODELS)
@@ -52,3 +59,9 @@ __all__ = [
     "Trainer",
     "train",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("train", "TrainResult"):
+        return getattr(importlib.import_module("sparktrain.training.driver"), name)
+    raise AttributeError(f"module 'sparktrain.training' has no attribute {name!r}")

@@ -1,31 +1,30 @@
 """The driver's side of training: :func:`train` checks every argument, then runs the whole
-job through ``Cluster.run`` and returns the chief's result."""
+job through ``Cluster.run`` and returns the chief's result as a :class:`TrainResult`. Runs on
+the driver."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from sparktrain._deps import require_spark
-from sparktrain.cluster.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF
+from sparktrain.cluster.driver.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF, Restart
 from sparktrain.errors import InvalidArgumentError
-from sparktrain.training.results import FeatureSpec, FitResult, TrainResult
-from sparktrain.training.trainer import DEFAULTS, EvalCallback, Trainer, check_fit_arguments
-
-if TYPE_CHECKING:
-    from sparktrain.cluster.context import TrainerContext
+from sparktrain.training.results import FeatureSpec, FitResult, Metrics
+from sparktrain.training.trainer import DEFAULTS, EvalCallback, Trainer, check_fit_arguments, train_main
 
 
-def _train_main(args: dict[str, Any], ctx: TrainerContext) -> dict[str, Any] | None:
-    """The trainers' function of :func:`train`."""
-    trainer = ctx.trainer(**args["trainer"])
-    result = trainer.fit(args["data"], **args["fit"])
-    export_dir = trainer.export(args["export_dir"]) if args["export_dir"] else None
-    trainer.close()
-    if not ctx.is_chief:
-        return None
-    return {"fit": result, "export_dir": export_dir}
+@dataclass(frozen=True)
+class TrainResult:
+    """What :func:`~sparktrain.train` did: the chief's ``fit`` result, its final evaluation
+    (if ``eval_data`` was given), the exported model's folder (if any), and the restarts the
+    job went through (see :class:`~sparktrain.cluster.driver.restarts.Restart`)."""
+
+    fit: FitResult
+    metrics: Metrics | None
+    export_dir: str | None
+    restarts: tuple[Restart, ...] = ()
 
 
 def train(
@@ -76,7 +75,7 @@ def train(
 
     Every argument is checked here, before any Spark job starts:
     :class:`~sparktrain.errors.InvalidArgumentError` names the one at fault."""
-    from sparktrain.cluster import Cluster
+    from sparktrain.cluster.driver.launcher import Cluster
 
     fed = not isinstance(data, str)
     if data is None or (fed and not hasattr(data, "mapInArrow")):
@@ -120,7 +119,7 @@ def train(
     }
     cluster = Cluster.run(
         spark,
-        _train_main,
+        train_main,
         args,
         num_workers,
         input_mode="spark" if fed else "files",

@@ -1,5 +1,5 @@
 """The values that cross between the driver and the trainers: the feature spec, evaluation
-metrics and what ``fit`` and :func:`~sparktrain.train` did.
+metrics and what ``fit`` did. Imported in the trainer process and on the driver.
 
 They are plain frozen dataclasses, so they pickle from a trainer back to the driver; each has
 a conversion from the engine's own class in :mod:`sparktrain._native`, which holds the
@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparktrain import _native
-from sparktrain.cluster.restarts import Restart
 from sparktrain.errors import InvalidArgumentError
 
 
@@ -210,15 +209,3 @@ def log_line(line: _native.LogLine) -> dict[str, float]:
         "learning_rate": line.learning_rate,
         "wall_time": line.wall_time,
     }
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    """What :func:`~sparktrain.train` did: the chief's ``fit`` result, its final evaluation
-    (if ``eval_data`` was given), the exported model's folder (if any), and the restarts the
-    job went through (see :class:`~sparktrain.cluster.restarts.Restart`)."""
-
-    fit: FitResult
-    metrics: Metrics | None
-    export_dir: str | None
-    restarts: tuple[Restart, ...] = ()

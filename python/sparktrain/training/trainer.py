@@ -16,7 +16,7 @@ from sparktrain.errors import InvalidArgumentError
 from sparktrain.training.results import FeatureSpec, FitResult, Metrics
 
 if TYPE_CHECKING:
-    from sparktrain.cluster.context import TrainerContext
+    from sparktrain.cluster.trainer.context import TrainerContext
 
 #: The engine's configuration with every default.
 DEFAULTS = _native.TrainerConfig()
@@ -410,3 +410,15 @@ def check_fit_arguments(
         early_stopping_json(early_stopping, config)
         if eval_data is None:
             raise _checks.refuse("early_stopping", early_stopping, "needs eval_data to watch")
+
+
+def train_main(args: dict[str, Any], ctx: TrainerContext) -> dict[str, Any] | None:
+    """The trainers' function of :func:`sparktrain.train`: builds the trainer, fits, exports;
+    the chief returns what it did."""
+    trainer = ctx.trainer(**args["trainer"])
+    result = trainer.fit(args["data"], **args["fit"])
+    export_dir = trainer.export(args["export_dir"]) if args["export_dir"] else None
+    trainer.close()
+    if not ctx.is_chief:
+        return None
+    return {"fit": result, "export_dir": export_dir}

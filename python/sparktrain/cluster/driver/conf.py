@@ -1,0 +1,137 @@
+"""The Spark confs the launcher reads on the driver, and their parsing. Runs on the driver.
+
+Every conf is read and checked before the job's slot check and its Spark stage, so a bad value
+fails ``Cluster.run`` at once, naming the conf key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sparktrain.errors import InvalidArgumentError
+
+#: The Spark conf key for the rendezvous port or port range (``"0"``: any free port).
+PORT_CONF: Final = "spark.sparktrain.rendezvous.port"
+#: Spark conf keys of the control plane's TLS files on the driver (PEM): certificate, key, and
+#: the CA that signed the certificate (the certificate itself when left out: self-signed).
+TLS_CONF: Final = ("spark.sparktrain.tls.cert", "spark.sparktrain.tls.key", "spark.sparktrain.tls.ca")
+#: Spark conf keys of the data plane's tuning: parallel rings, and bytes per pipeline chunk.
+STREAMS_CONF: Final = "spark.sparktrain.collective.streams"
+CHUNK_CONF: Final = "spark.sparktrain.collective.chunkBytes"
+#: The Spark conf key that sends the data plane's frames in the clear (``false``) rather than
+#: encrypted and authenticated (``true``, the default): only for networks the job trusts.
+SEAL_CONF: Final = "spark.sparktrain.collective.seal"
+#: Spark's conf of the GPUs each task of the default resource profile gets.
+TASK_GPU_CONF: Final = "spark.task.resource.gpu.amount"
+
+
+@dataclass(frozen=True)
+class DriverConf:
+    """What the launcher takes from the Spark conf (and the files it names)."""
+
+    #: The host the tasks reach the driver at (``spark.driver.host``).
+    host: str | None
+    #: The rendezvous service's ports, first and last.
+    ports: tuple[int, int]
+    #: The control plane's PEM certificate, key and CA, or three Nones for no TLS.
+    tls: tuple[str | None, str | None, str | None]
+    collective_streams: int
+    collective_chunk_bytes: int
+    #: Whether the data plane's frames are encrypted and authenticated.
+    collective_sealed: bool
+
+
+def read_conf(conf: Any, tls: tuple[str, ...] | None, gpus_per_worker: int | None = None) -> DriverConf:
+    """The launcher's confs from a ``SparkConf``; ``tls`` (``Cluster.run``'s argument, its
+    shape already checked) replaces the TLS confs when given. ``gpus_per_worker`` is refused
+    when Spark gives each task fewer GPUs: every task would fail."""
+    if gpus_per_worker:
+        available = task_gpus(conf)
+        if available < gpus_per_worker:
+            raise InvalidArgumentError(
+                f"gpus_per_worker={gpus_per_worker}: Spark gives each task {available} "
+                f"GPU{'' if available == 1 else 's'}; set {TASK_GPU_CONF} to {gpus_per_worker}"
+            )
+    return DriverConf(
+        host=conf.get("spark.driver.host", None),
+        ports=port_range(conf.get(PORT_CONF, "0")),
+        tls=tls_files(conf, tls),
+        collective_streams=positive_int(conf, STREAMS_CONF, 1),
+        collective_chunk_bytes=positive_int(conf, CHUNK_CONF, 1 << 20),
+        collective_sealed=boolean(conf, SEAL_CONF, True),
+    )
+
+
+def task_gpus(conf: Any) -> int:
+    """How many GPU addresses Spark hands each task: ``spark.task.resource.gpu.amount``, where
+    a fraction (tasks sharing a GPU) still means one address, and 0 when it is not set."""
+    text = conf.get(TASK_GPU_CONF, None)
+    try:
+        amount = float(text) if text is not None else 0.0
+    except ValueError:
+        return 0  # Spark itself refuses such a value when the context starts
+    if amount <= 0:
+        return 0
+    return max(1, int(amount))
+
+
+def positive_int(conf: Any, key: str, default: int) -> int:
+    """The conf ``key`` as a positive integer, or ``default`` when it is not set."""
+    text = conf.get(key, None)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InvalidArgumentError(f"{key} must be a positive integer, not {text!r}")
+    return value
+
+
+def boolean(conf: Any, key: str, default: bool) -> bool:
+    """The conf ``key`` as ``true`` or ``false`` (any case), or ``default`` when it is not set."""
+    text = conf.get(key, None)
+    if text is None:
+        return default
+    value = str(text).strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidArgumentError(f"{key} must be true or false, not {text!r}")
+    return value == "true"
+
+
+def port_range(value: str) -> tuple[int, int]:
+    """``"40000-40100"`` as ``(40000, 40100)``; a single port is a range of one, and ``"0"``
+    lets the system pick."""
+    try:
+        low, _, high = value.partition("-")
+        start, end = int(low), int(high or low)
+    except ValueError:
+        raise InvalidArgumentError(f"{PORT_CONF}={value!r} is not a port or range like 40000-40100") from None
+    if not 0 <= start <= end <= 65535:
+        raise InvalidArgumentError(f"{PORT_CONF}={value!r} is not a valid port range")
+    return start, end
+
+
+def tls_files(conf: Any, tls: tuple[str, ...] | None) -> tuple[str | None, str | None, str | None]:
+    """The PEM certificate, key and CA of the control plane, read from the files ``tls``
+    names (else the TLS confs), or three Nones. The CA defaults to the certificate."""
+    paths = list(tls) if tls is not None else [conf.get(key, None) for key in TLS_CONF]
+    if len(paths) not in (2, 3) or not paths[0] or not paths[1]:
+        if tls is None and not any(paths):
+            return None, None, None
+        raise InvalidArgumentError(f"TLS needs a certificate and a key (and optionally a CA), got {paths}")
+    texts: list[str | None] = []
+    for path in paths:
+        if path is None:
+            texts.append(None)
+            continue
+        try:
+            with open(path) as f:
+                texts.append(f.read())
+        except OSError as e:
+            raise InvalidArgumentError(f"cannot read the control plane's TLS file {path}: {e}") from e
+    cert, key = texts[0], texts[1]
+    ca = texts[2] if len(texts) == 3 and texts[2] else cert
+    return cert, key, ca

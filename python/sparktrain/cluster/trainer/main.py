@@ -1,0 +1,178 @@
+"""The trainer process: ``python -m sparktrain.cluster.trainer``, started by a task. Runs in
+the trainer process.
+
+It reads the :class:`~sparktrain.cluster.settings.JobSettings` from stdin as soon as it starts,
+loads the user's function and connects to the driver while its task registers, then reads its
+:class:`~sparktrain.cluster.settings.TrainerLaunch` (the cluster spec). It dies with its task
+(the parent-death signal, and end-of-file on stdin), runs ``main_fun(args, ctx)``, waits at the
+exit barrier so that no trainer leaves while others still run, and writes its pickled return
+value where the task reads it. A failure prints its traceback to stderr, which reaches the
+driver, and exits non-zero.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import pickle
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from typing import TYPE_CHECKING
+
+from sparktrain import fs
+from sparktrain.cluster.failures import FAILED, NOT_RETRYABLE, ORPHANED, PEER_LOST
+from sparktrain.cluster.settings import EXIT_BARRIER, JobSettings, TrainerLaunch
+from sparktrain.cluster.trainer.context import TrainerContext
+from sparktrain.cluster.trainer.frameworks import framework_env, register_jax_cluster
+from sparktrain.errors import (
+    InvalidArgumentError,
+    MissingDependencyError,
+    PathNotFoundError,
+    PeerFailed,
+    SchemaError,
+    TFRecordError,
+)
+
+if TYPE_CHECKING:
+    from sparktrain._native import ControlClient
+
+_PR_SET_PDEATHSIG = 1
+
+#: sparktrain's errors that mean the job itself is wrong (its arguments, its input, its
+#: environment): a restart would fail alike, so the trainer says so with its exit code.
+_NOT_RETRYABLE = (InvalidArgumentError, MissingDependencyError, PathNotFoundError, SchemaError, TFRecordError)
+
+
+def exit_code_for(error: BaseException) -> int:
+    """The exit code of a trainer that failed with ``error``."""
+    if isinstance(error, PeerFailed):
+        return PEER_LOST
+    if isinstance(error, _NOT_RETRYABLE):
+        return NOT_RETRYABLE
+    return FAILED
+
+
+def _prove_liveness(interval: float) -> None:
+    """Writes a byte to the task's liveness pipe every ``interval`` seconds, from a thread
+    that needs the interpreter to run: a trainer stopped by SIGSTOP, or whose interpreter
+    hangs, falls silent, and its task kills it after the heartbeat time-out."""
+    fd = os.environ.get("SPARKTRAIN_ALIVE_FD")
+    if fd is None:
+        return
+
+    def beat() -> None:
+        try:
+            while True:
+                os.write(int(fd), b".")
+                time.sleep(interval)
+        except OSError:
+            return  # the task is gone: the stdin watchdog ends this process
+
+    threading.Thread(target=beat, name="sparktrain-liveness", daemon=True).start()
+
+
+def _die_with_parent(expected_parent: int) -> None:
+    """Asks the kernel to kill this process when the task that started it dies, and exits at
+    once if that already happened."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # Not Linux: the stdin watchdog below still applies.
+    if os.getppid() != expected_parent:
+        os._exit(ORPHANED)
+
+
+def _receive() -> object:
+    """The next message from the task. End-of-file means the task died."""
+    stdin = sys.stdin.buffer
+    size = int.from_bytes(stdin.read(8), "little")
+    data = stdin.read(size)
+    if size == 0 or len(data) != size:
+        os._exit(ORPHANED)
+    # The bytes come from the parent task over a private pipe, not from the network.
+    return pickle.loads(data)
+
+
+def _watch_stdin() -> None:
+    """Exits when the task's end of the stdin pipe closes: the task has died."""
+    sys.stdin.buffer.read()
+    os._exit(ORPHANED)
+
+
+def _context(job: JobSettings, launch: TrainerLaunch, client: ControlClient) -> TrainerContext:
+    me = launch.tasks[launch.rank]
+    return TrainerContext(
+        job_name=me.role,
+        task_index=me.index,
+        rank=launch.rank,
+        num_workers=job.num_workers,
+        num_evaluators=job.num_evaluators,
+        tasks=launch.tasks,
+        tf_config=launch.tf_config,
+        default_fs=job.default_fs,
+        working_dir=launch.working_dir,
+        executor_id=me.executor_id,
+        gpus=launch.gpus,
+        data_listener=socket.socket(fileno=launch.data_fd),
+        feed_path=launch.feed_path,
+        _client=client,
+        generation=job.generation,
+        _barrier_timeout=job.barrier_timeout,
+        _secret=job.secret,
+        _collective_timeout=job.collective_timeout,
+        _collective_streams=job.collective_streams,
+        _collective_chunk_bytes=job.collective_chunk_bytes,
+        _collective_sealed=job.collective_sealed,
+    )
+
+
+def main() -> int:
+    from sparktrain._native import ControlClient
+
+    _die_with_parent(int(os.environ.get("SPARKTRAIN_SUPERVISOR_PID", os.getppid())))
+    job = _receive()
+    assert isinstance(job, JobSettings)
+    _prove_liveness(job.heartbeat_interval)
+    fs.configure(job.storage)
+    try:
+        main_fun, args = pickle.loads(job.function)
+        client = ControlClient(job.address, job.secret, job.heartbeat_timeout, job.tls_ca)
+    except BaseException:
+        traceback.print_exc()
+        return FAILED
+    launch = _receive()
+    assert isinstance(launch, TrainerLaunch)
+    if launch.token is not None:
+        client.use_token(launch.token)
+    threading.Thread(target=_watch_stdin, name="sparktrain-parent-watch", daemon=True).start()
+    os.environ["TF_CONFIG"] = json.dumps(launch.tf_config)
+    # PyTorch's and JAX's own variables, so their process groups start with no arguments.
+    os.environ.update(framework_env(launch.tasks, launch.rank, job.num_workers))
+    os.environ["SPARKTRAIN_GENERATION"] = str(job.generation)  # ctx.generation, for scripts
+    register_jax_cluster()
+    ctx = _context(job, launch, client)
+    try:
+        # Release TensorFlow's port as late as possible: just before user code may start a server.
+        socket.socket(fileno=launch.tf_fd).close()
+        value = main_fun(args, ctx)
+        result = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        if len(result) > job.max_result_bytes:
+            raise InvalidArgumentError(
+                f"main_fun returned {len(result)} bytes once pickled, more than the limit of "
+                f"{job.max_result_bytes}; write large results to storage and return their path"
+            )
+        with open(launch.result_path, "wb") as f:
+            f.write(result)
+        sys.stdout.flush()
+        client.barrier(launch.rank, EXIT_BARRIER, job.barrier_timeout)
+    except BaseException as e:
+        traceback.print_exc()
+        sys.stderr.flush()
+        return exit_code_for(e)
+    return 0

@@ -1,0 +1,158 @@
+"""The data feed of TFoS's ``InputMode.SPARK`` inside a node: ``ctx.mgr``
+(:class:`FeedManager`, the task's share of the fed RDD) and :class:`DataFeed`, what TFoS's
+``TFNode.DataFeed(ctx.mgr)`` returns. Runs in the trainer process."""
+
+from __future__ import annotations
+
+import pickle
+from collections import deque
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from sparktrain import _checks
+from sparktrain.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from sparktrain.cluster.trainer.context import TrainerContext
+
+#: The columns of the DataFrame an RDD becomes to be fed: the row's position, the pickled row.
+INDEX_COLUMN = "_sparktrain_index"
+ROW_COLUMN = "_sparktrain_row"
+
+
+class FeedManager:
+    """``ctx.mgr``: the task's share of the fed RDD, read row by row for ``epochs`` passes by
+    every :class:`~sparktrain.tfos.TFNode.DataFeed` of the node (they share one reader, as
+    TFoS's feeds share one queue), and the inference results handed back."""
+
+    def __init__(self, ctx: TrainerContext, epochs: int, pickled_rows: bool, inference: bool) -> None:
+        self._ctx = ctx
+        self._epochs = max(1, epochs)
+        self._pickled = pickled_rows
+        #: Whether the job is ``TFCluster.inference``: rows read are then owed a result.
+        self.inference = inference
+        self._rows = self._read()
+        self._exhausted = False
+        #: ``"running"``, or ``"terminating"`` once a feed was terminated.
+        self.state = "running"
+        #: Positions of the rows read and not answered yet, in order.
+        self.pending: deque[int] = deque()
+        #: ``(row position, result)`` pairs from ``batch_results``.
+        self.results: list[tuple[int, Any]] = []
+        self._default_feed: DataFeed | None = None
+
+    def _read(self) -> Iterator[tuple[int, Any]]:
+        """``(position, row)`` for every row of every epoch."""
+        for _ in range(self._epochs):
+            for batch in self._ctx.feed():
+                positions = batch.column(INDEX_COLUMN).to_pylist()
+                if self._pickled:
+                    rows = [pickle.loads(r) for r in batch.column(ROW_COLUMN).to_pylist()]
+                else:
+                    columns = [batch.column(i).to_pylist() for i in range(1, batch.num_columns)]
+                    rows = [tuple(r) for r in zip(*columns, strict=True)]
+                yield from zip(positions, rows, strict=True)
+
+    def take(self, n: int) -> list[Any]:
+        """Up to ``n`` rows; fewer (or none) at the end of the feed or after ``terminate``."""
+        rows: list[Any] = []
+        while len(rows) < n and not self._exhausted and self.state == "running":
+            item = next(self._rows, None)
+            if item is None:
+                self._exhausted = True
+                break
+            if self.inference:
+                self.pending.append(item[0])
+            rows.append(item[1])
+        return rows
+
+    def answer(self, results: list[Any]) -> None:
+        """Pairs ``results`` with the oldest rows read and not answered yet."""
+        if not self.inference:
+            return  # TFoS drops results in training: nobody reads its output queue there
+        if len(results) > len(self.pending):
+            raise InvalidArgumentError(
+                f"batch_results got {len(results)} results for {len(self.pending)} rows not yet answered"
+            )
+        for result in results:
+            self.results.append((self.pending.popleft(), result))
+
+    def terminate(self) -> None:
+        """Stops feeding: every feed of the node reads nothing more."""
+        self.state = "terminating"
+
+    def get(self, key: str) -> Any:
+        """TFoS's ``mgr.get``: only ``"state"`` is kept."""
+        if key != "state":
+            raise InvalidArgumentError(f"mgr.get({key!r}): only 'state' is kept")
+        return self.state
+
+    def default_feed(self) -> DataFeed:
+        """The feed behind TFoS's module functions ``TFNode.next_batch(mgr, ...)`` and
+        ``TFNode.batch_results(mgr, ...)``."""
+        if self._default_feed is None:
+            self._default_feed = DataFeed(self, train_mode=not self.inference)
+        return self._default_feed
+
+    def check_answered(self) -> None:
+        """In inference, fails when rows read got no result: their outputs would be missing."""
+        if self.inference and self.pending:
+            raise InvalidArgumentError(
+                f"inference: {len(self.pending)} rows were read but got no result from batch_results; "
+                "TFCluster.inference needs one result per row read"
+            )
+
+
+class DataFeed:
+    """Reads the node's share of the RDD given to ``TFCluster.train`` or ``inference``.
+
+    ``next_batch(n)`` returns up to ``n`` rows (fewer at the end), or with ``input_mapping`` a
+    dict of tensor name → column values, columns taken by position in the sorted order of the
+    mapping's keys, as TFoS does. ``should_stop()`` is true once this feed read to the end of
+    every epoch, or after ``terminate()``. In inference, ``batch_results(results)`` takes one
+    result per row read, in order. The feeds of one node share its rows, as TFoS's share one
+    queue; ``train_mode`` is accepted for compatibility.
+    """
+
+    def __init__(
+        self,
+        mgr: FeedManager | None,
+        train_mode: bool = True,
+        qname_in: str = "input",
+        qname_out: str = "output",
+        input_mapping: dict[str, str] | None = None,
+    ) -> None:
+        if mgr is None:
+            raise InvalidArgumentError("DataFeed needs ctx.mgr, which exists only in InputMode.SPARK")
+        if input_mapping is not None:
+            _checks.instance("input_mapping", input_mapping, Mapping, "a dict of column to tensor name")
+        self.mgr = mgr
+        self.train_mode = train_mode
+        self.qname_in = qname_in
+        self.qname_out = qname_out
+        self.done_feeding = False
+        self.input_tensors = [t for _, t in sorted(input_mapping.items())] if input_mapping else None
+
+    def next_batch(self, batch_size: int) -> list[Any] | dict[str, list[Any]]:
+        """Up to ``batch_size`` rows; fewer (or none) at the end of the feed."""
+        batch_size = _checks.integer("batch_size", batch_size, minimum=1)
+        rows = self.mgr.take(batch_size)
+        if len(rows) < batch_size:
+            self.done_feeding = True
+        if self.input_tensors is None:
+            return rows
+        return {t: [row[i] for row in rows] for i, t in enumerate(self.input_tensors)}
+
+    def should_stop(self) -> bool:
+        """True once the feed is exhausted or terminated."""
+        return self.done_feeding
+
+    def batch_results(self, results: list[Any]) -> None:
+        """One result per row read (in inference), in the order the rows came. In training
+        the results are dropped, as TFoS does."""
+        self.mgr.answer(list(results))
+
+    def terminate(self) -> None:
+        """Stops feeding this node: the rest of its share is not read."""
+        self.mgr.terminate()
+        self.done_feeding = True

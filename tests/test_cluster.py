@@ -257,6 +257,35 @@ def test_spark_input_mode_feeds_each_trainer_a_partition_for_every_epoch(spark):
     assert all(t[0][0] > 0 for t in per_task)
 
 
+def test_a_second_pass_over_the_feed_while_one_is_open_is_refused(spark):
+    """The task serves one pass at a time: a second ``ctx.feed()`` read while the first is
+    open would wait for it forever, with healthy heartbeats. It is refused, naming the fix."""
+
+    def main_fun(args, ctx):
+        first = ctx.feed()
+        next(first)
+        try:
+            next(ctx.feed())
+        except InvalidArgumentError as e:
+            refused = str(e)
+        else:
+            refused = None
+        first.close()
+        return refused, sum(batch.num_rows for batch in ctx.feed())
+
+    # Partitions far larger than a socket's buffers: the task is still writing the first pass
+    # when the second one connects.
+    df = spark.range(0, 2_000_000, numPartitions=4)
+    with Cluster.run(spark, main_fun, None, 2, input_mode="spark", data=df, log=False) as cluster:
+        cluster.wait(timeout=120)
+        per_task = cluster.results()
+    for refused, _ in per_task:
+        assert refused is not None
+        assert "still being read" in refused
+        assert "close()" in refused
+    assert sum(rows for _, rows in per_task) == 2_000_000
+
+
 def test_absolute_path_follows_tensorflowonspark():
     def ctx(default_fs: str) -> TrainerContext:
         return TrainerContext(
@@ -347,3 +376,54 @@ def test_kept_results_stay_on_the_executors_and_roles_name_the_evaluators(spark)
     with pytest.raises(InvalidArgumentError, match="use result_rdd"):
         cluster.results()
     cluster.shutdown()
+
+
+def _tagged(tag: str) -> list[int]:
+    """Live processes (not zombies) whose environment holds ``ORPHAN_TAG=tag``."""
+    from pathlib import Path
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if f"ORPHAN_TAG={tag}".encode() in environ and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_trainers_children_do_not_outlive_the_job(spark):
+    """Trainers exit with os._exit, which skips the clean-up of their children: a daemon
+    process (as multiprocessing and DataLoader workers are) and a plain subprocess that a
+    main_fun starts must not outlive the job, whether it succeeds or fails."""
+    import uuid
+
+    def main_fun(fail, ctx):
+        import multiprocessing
+        import subprocess
+        import time
+
+        worker = multiprocessing.Process(target=time.sleep, args=(3600,), daemon=True)
+        worker.start()
+        subprocess.Popen(["sleep", "3600"])
+        if fail:
+            raise RuntimeError("main_fun fails with its children running")
+        return worker.pid
+
+    for fail in (False, True):
+        tag = uuid.uuid4().hex
+        env = {"ORPHAN_TAG": tag}
+        with Cluster.run(spark, main_fun, fail, 2, env=env, max_restarts=0, log=False) as cluster:
+            if fail:
+                with pytest.raises(WorkerFailed, match="main_fun fails with its children running"):
+                    cluster.wait(timeout=120)
+            else:
+                cluster.wait(timeout=120)
+        deadline = time.monotonic() + 15
+        while _tagged(tag) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _tagged(tag) == [], f"left running after the job (fail={fail})"

@@ -86,3 +86,26 @@ def test_a_deep_working_folder_still_gets_a_socket_it_can_bind(tmp_path):
     finally:
         server.close()
     assert not os.path.exists(os.path.dirname(server.path))
+
+
+def test_a_feed_that_stops_serving_is_named_after_its_time_out(tmp_path):
+    """A task whose partition stops coming (a wedged Spark iterator) is named after the read
+    time-out, rather than leaving its trainer waiting forever."""
+    import threading
+
+    never = threading.Event()
+
+    def stalled() -> Iterator[pa.RecordBatch]:
+        yield from batches(1)
+        never.wait()
+
+    server = FeedServer(stalled(), SCHEMA, str(tmp_path))
+    try:
+        reader = read_feed(server.path, timeout=1.0)
+        assert next(reader).num_rows == 100
+        with pytest.raises(InputError, match=r"no batch for 1 s") as stopped:
+            next(reader)
+        assert stopped.value.path == server.path
+    finally:
+        never.set()
+        server.close()

@@ -833,3 +833,33 @@ def test_a_trainer_tells_errors_no_restart_fixes_by_its_exit_code():
     assert exit_code_for(TFRecordCorruptError("bad", path="p", offset=3)) == NOT_RETRYABLE
     assert exit_code_for(PeerFailed("gone", op="allreduce", peer=1, address="a")) == PEER_LOST
     assert exit_code_for(ValueError("x")) == 1
+
+
+# --- ctx.save_state's files ---------------------------------------------------------------
+
+
+def test_state_round_trips_arrays_and_json_values_in_a_format_that_runs_no_code():
+    import numpy as np
+
+    from sparktrain.cluster.trainer.state import PICKLE_SUFFIX, SAFE_SUFFIX, decode, encode
+
+    weights = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for state in (weights, {"step": 3, "w": weights, "names": ["a"]}, {"step": 3}, [1, 2.5, None], None):
+        data = encode(state, use_pickle=False)
+        assert data.startswith(b"PK")  # a NumPy .npz archive
+        back = decode(data, SAFE_SUFFIX, "state.npz")
+        if isinstance(state, np.ndarray):
+            np.testing.assert_array_equal(back, state)
+            assert back.dtype == np.float32
+        elif isinstance(state, dict) and "w" in state:
+            np.testing.assert_array_equal(back.pop("w"), weights)
+            assert back == {"step": 3, "names": ["a"]}
+        else:
+            assert back == state
+    # Anything else needs the explicit opt-in, which the message names.
+    for value in ({"model": object()}, np.array([object()]), {"w": weights, "when": object()}):
+        with pytest.raises(InvalidArgumentError, match=r"pass pickle=True to save_state and load_state"):
+            encode(value, use_pickle=False)
+    assert decode(encode({1, 2}, use_pickle=True), PICKLE_SUFFIX, "state.pickle") == {1, 2}
+    with pytest.raises(InvalidArgumentError, match=r"not state that ctx\.save_state wrote"):
+        decode(b"not an archive", SAFE_SUFFIX, "dir/state.npz")

@@ -208,7 +208,58 @@ def test_user_state_saved_on_the_chief_survives_a_restart(spark, tmp_path):
         results = cluster.results()
     final = {"step": 6, "weights": [6.0, 6.0]}
     assert results == [(1, 1, final), (1, 1, final)]
-    assert sorted(os.listdir(tmp_path / "state")) == ["state.pickle"]
+    # The default format runs no code when read.
+    assert sorted(os.listdir(tmp_path / "state")) == ["state.npz"]
+
+
+class _Planted:
+    """What an attacker who can write a job's state folder plants: a pickle that runs code
+    (here, creating a file) wherever it is unpickled."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_pickle_planted_in_the_state_folder_is_refused_not_run(spark, tmp_path):
+    import pickle
+
+    import numpy as np
+
+    folder = tmp_path / "state"
+    folder.mkdir()
+    marker = tmp_path / "code-ran"
+    (folder / "state.pickle").write_bytes(pickle.dumps(_Planted(str(marker))))
+
+    def main_fun(directory, ctx):
+        from sparktrain.errors import InvalidArgumentError
+
+        try:
+            ctx.load_state(directory)
+        except InvalidArgumentError as e:
+            refused = str(e)
+        else:
+            refused = None
+        ctx.barrier("read")
+        # The safe format round-trips arrays and JSON values.
+        state = {"step": 7, "weights": np.arange(4.0), "names": ["a", "b"]}
+        ctx.save_state(state, directory)
+        ctx.barrier("saved")
+        back = ctx.load_state(directory)
+        return refused, back["step"], back["weights"].tolist(), back["names"]
+
+    with Cluster.run(spark, main_fun, f"file://{folder}", 2, max_restarts=0, log=False) as cluster:
+        results = cluster.results()
+    assert not marker.exists()
+    refused, step, weights, names = results[0]
+    assert refused is not None
+    assert "state.pickle is a pickle, which runs code when read; pass pickle=True" in refused
+    assert results[1][1:] == (7, [0.0, 1.0, 2.0, 3.0], ["a", "b"])
+    assert (step, weights, names) == (7, [0.0, 1.0, 2.0, 3.0], ["a", "b"])
+    # The pickle written before is gone: it would be an older state.
+    assert sorted(os.listdir(folder)) == ["state.npz"]
 
 
 def test_a_barrier_waits_at_most_barrier_timeout(spark):
@@ -228,3 +279,42 @@ def test_a_barrier_waits_at_most_barrier_timeout(spark):
         "BarrierTimeout: barrier 'never-complete#1': 1 of 2 tasks never arrived: [1]"
         in failed.value.stderr_tail
     )
+
+
+def test_a_fed_job_trains_each_row_once_across_a_restart(spark, tmp_path):
+    """``input_mode="spark"``: each generation repartitions the DataFrame again, and Spark
+    fetches a shuffle's blocks in no fixed order. A resumed trainer skips the rows its
+    checkpoint covers, as the engine does, so each partition must come in the same order in
+    every generation: then every row is trained on exactly once across the restart."""
+    from collections import Counter
+
+    def main_fun(folder, ctx):
+        from pathlib import Path
+
+        base = Path(folder)
+        progress = base / f"progress-{ctx.rank}"
+        done = int(progress.read_text()) if progress.exists() else 0
+        ids = [i for batch in ctx.feed() for i in batch.column("id").to_pylist()]
+        (base / f"order-{ctx.generation}-{ctx.rank}").write_text(",".join(map(str, ids)))
+        if ctx.generation == 0:
+            # Train on half the partition, checkpoint there, then fail mid-epoch.
+            checkpoint = len(ids) // 2
+            (base / f"used-0-{ctx.rank}").write_text(",".join(map(str, ids[:checkpoint])))
+            progress.write_text(str(checkpoint))
+            ctx.barrier("checkpointed")
+            raise RuntimeError("lost mid-epoch")
+        (base / f"used-1-{ctx.rank}").write_text(",".join(map(str, ids[done:])))
+        return len(ids)
+
+    # Many map partitions, so that each trainer's partition is fetched from several of them.
+    df = spark.range(0, 6_000, numPartitions=12)
+    with Cluster.run(
+        spark, main_fun, str(tmp_path), 2, input_mode="spark", data=df, restart_backoff=0.2, log=False
+    ) as cluster:
+        cluster.wait(timeout=180)
+        assert len(cluster.restarts) == 1
+    uses = Counter(int(i) for path in tmp_path.glob("used-*") for i in path.read_text().split(",") if i)
+    assert sorted(uses) == list(range(6_000))
+    assert set(uses.values()) == {1}
+    for rank in range(2):
+        assert (tmp_path / f"order-0-{rank}").read_text() == (tmp_path / f"order-1-{rank}").read_text()

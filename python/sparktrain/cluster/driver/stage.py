@@ -27,12 +27,12 @@ def run_stage(sc: Any, num_tasks: int, settings: JobSettings, keep: bool = False
 
 
 def run_fed_stage(data: Any, num_tasks: int, settings: JobSettings, keep: bool = False) -> Any:
-    """Runs the job's barrier stage over ``data`` repartitioned to ``num_tasks`` partitions.
-    Returns what :func:`run_stage` returns."""
+    """Runs the job's barrier stage over ``data`` repartitioned to ``num_tasks`` partitions,
+    each in a fixed order (:func:`in_fixed_order`). Returns what :func:`run_stage` returns."""
     from sparktrain.tfrecord._types import arrow_schema_of
 
     body = functools.partial(fed_partition, settings, arrow_schema_of(data.schema))
-    stage = data.repartition(num_tasks).mapInArrow(body, FED_RESULT_DDL, barrier=True)
+    stage = in_fixed_order(data.repartition(num_tasks)).mapInArrow(body, FED_RESULT_DDL, barrier=True)
     if keep:
         kept = stage.localCheckpoint(eager=True)
         return kept.rdd.map(lambda row: (row[0], bytes(row[1])), preservesPartitioning=True)
@@ -50,3 +50,29 @@ def checkpoint_locally(rdd: Any) -> Any:
     rdd.localCheckpoint()
     rdd._jrdd.count()
     return RDD(rdd._jrdd, rdd.ctx, rdd._jrdd_deserializer)
+
+
+def in_fixed_order(df: Any) -> Any:
+    """``df`` sorted within each partition by every column Spark can order.
+
+    Each generation of a job repartitions its DataFrame again. Spark puts the same rows in
+    each partition every time (it sorts before a round-robin repartition), but fetches the
+    shuffle's blocks in no fixed order, so a partition's rows arrive in another order each
+    time. A resumed trainer skips the batches its checkpoint covers, so the order must be the
+    one the checkpoint saw: sorting by the row's values makes it so. Map columns cannot be
+    ordered and are left out of the key; rows equal in every other column keep no fixed order
+    among themselves."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    def orderable(t: Any) -> bool:
+        if isinstance(t, T.MapType):
+            return False
+        if isinstance(t, T.ArrayType):
+            return orderable(t.elementType)
+        if isinstance(t, T.StructType):
+            return all(orderable(f.dataType) for f in t.fields)
+        return True
+
+    key = [F.col("`" + f.name.replace("`", "``") + "`") for f in df.schema.fields if orderable(f.dataType)]
+    return df.sortWithinPartitions(*key) if key else df

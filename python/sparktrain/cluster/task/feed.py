@@ -62,18 +62,19 @@ class FeedServer:
                 conn, _ = self._listener.accept()
             except OSError:
                 return  # closed
-            with conn, conn.makefile("wb") as out:
-                try:
-                    if first:
-                        first = False
+            live, first = first, False
+            try:
+                # Closing flushes what is left for a reader that may be gone: inside the try.
+                with conn, conn.makefile("wb") as out:
+                    if live:
                         self._serve_live(out)
                     else:
                         self._serve_spool(out)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the trainer stopped reading early; that is its choice
-                except Exception as e:
-                    self._fail(e)
-                    return
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the trainer stopped reading early (its choice): serve the next pass
+            except Exception as e:
+                self._fail(e)
+                return
 
     def _fail(self, error: Exception) -> None:
         """Says why in the error file, then stops listening, so that readers raise it. The
@@ -101,7 +102,8 @@ class FeedServer:
                 if live is not None:
                     try:
                         live.write_batch(batch)
-                    except (BrokenPipeError, ConnectionResetError):
+                        out.flush()  # each batch reaches the trainer as soon as it exists
+                    except OSError:
                         live = None  # keep spooling: a later epoch reads the whole partition
             if live is not None:
                 live.close()

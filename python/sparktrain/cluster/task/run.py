@@ -241,19 +241,25 @@ class _Heartbeat:
 
 
 def _stop(process: subprocess.Popen[bytes], grace: float = 3.0) -> None:
-    """SIGTERM to the trainer's process group, then SIGKILL after ``grace`` seconds."""
-    if process.poll() is not None:
-        return
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """Stops the trainer's whole process group: SIGTERM, then SIGKILL after ``grace`` seconds,
+    and SIGKILL to what is left once the trainer has exited. The group outlives a trainer that
+    ended on its own: trainers leave with ``os._exit``, which skips the clean-up of their
+    children (multiprocessing and DataLoader workers, subprocesses), and those would keep
+    GPUs and ports into the next generation. The group's id cannot name another group
+    meanwhile: the kernel does not reuse a process id while a group of that id has members."""
+    if process.poll() is None:
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                process.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 def _installed_pyspark_path(env: dict[str, str]) -> str | None:
@@ -488,6 +494,8 @@ def _supervise(
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(settings.heartbeat_interval)
     code = process.returncode if unresponsive is None else UNRESPONSIVE
+    # What the trainer left running holds its output pipes open: stop it before draining them.
+    _stop(process)
     for pump in pumps:
         pump.thread.join(5.0)
     tail = pumps[1].tail()

@@ -65,6 +65,8 @@ class TrainerContext:
     _collective_chunk_bytes: int = field(default=1 << 20, repr=False)
     _collective_sealed: bool = field(default=True, repr=False)
     _ring: Communicator | None = field(default=None, repr=False)
+    #: Whether a pass over the feed is being read (the task serves one at a time).
+    _feed_open: bool = field(default=False, repr=False)
     #: The job's generation: 0, then one more after each restart.
     generation: int = 0
     _barrier_timeout: float = field(default=DEFAULT_BARRIER_TIMEOUT, repr=False)
@@ -141,14 +143,33 @@ class TrainerContext:
     def feed(self) -> Iterator[pa.RecordBatch]:
         """One pass over this trainer's partition of the job's DataFrame, as Arrow record
         batches (``input_mode="spark"``). Call it again for another epoch: later passes replay
-        a local spool of the first."""
+        a local spool of the first. One pass at a time: read a pass to its end (or ``close()``
+        it) before starting the next; a second open pass is refused, as it would wait for
+        the first forever."""
         if self.feed_path is None:
             raise InvalidArgumentError(
                 "ctx.feed() needs Cluster.run(..., input_mode='spark', data=<a DataFrame>)"
             )
+        self._refuse_second_pass()
+        return self._feed_pass(self.feed_path)
+
+    def _feed_pass(self, path: str) -> Iterator[pa.RecordBatch]:
         from sparktrain.cluster.trainer.feed import read_feed
 
-        return read_feed(self.feed_path)
+        self._refuse_second_pass()  # two passes made before either started
+        self._feed_open = True
+        try:
+            yield from read_feed(path)
+        finally:
+            self._feed_open = False
+
+    def _refuse_second_pass(self) -> None:
+        if self._feed_open:
+            raise InvalidArgumentError(
+                "ctx.feed(): the previous pass over this trainer's partition is still being read; "
+                "read it to its end or close() it before the next one (the task serves one pass "
+                "at a time)"
+            )
 
     def trainer(self, **options: Any) -> Trainer:
         """A :class:`~sparktrain.training.Trainer` on sparktrain's engine for this trainer:
@@ -269,48 +290,86 @@ class TrainerContext:
         wait = self._barrier_timeout if timeout is None else timeout
         self.control_client().barrier(self.rank, f"{name}#{self._barriers[name]}", wait)
 
-    def save_state(self, state: Any, directory: str, name: str = "state") -> bool:
-        """The chief writes ``state`` (any picklable value: a NumPy model's arrays, a PyTorch
-        ``state_dict``, a step count) to ``directory`` (any storage URL, or a path resolved as
+    def save_state(self, state: Any, directory: str, name: str = "state", *, pickle: bool = False) -> bool:
+        """The chief writes ``state`` to ``directory`` (any storage URL, or a path resolved as
         :meth:`absolute_path` does), replacing the previous one atomically: a trainer killed
-        while writing leaves the previous state readable. Other trainers write nothing. Returns
-        whether this trainer wrote it. Pair it with :meth:`load_state` to resume after a
-        restart."""
+        while writing leaves the previous state readable. Other trainers write nothing.
+        Returns whether this trainer wrote it. Pair it with :meth:`load_state` to resume after a
+        restart.
+
+        ``state`` is a NumPy array, a JSON value (dicts, lists, strings, numbers, booleans,
+        None), or a dict whose values are either (``{"step": 5, "weights": array}``), stored in
+        ``<name>.npz``, a format that runs no code when read. ``pickle=True`` stores any
+        picklable value in ``<name>.pickle`` instead; read it back with ``load_state(...,
+        pickle=True)``, and only where everyone who can write ``directory`` is trusted:
+        unpickling runs whatever code the file holds, in every trainer."""
+        from sparktrain.cluster.trainer.state import PICKLE_SUFFIX, SAFE_SUFFIX, encode
+
         if not self.is_chief:
             return False
-        import pickle
-
         from sparktrain import fs
 
+        data = encode(state, pickle)
         folder = self.absolute_path(directory).rstrip("/")
+        written, other = (PICKLE_SUFFIX, SAFE_SUFFIX) if pickle else (SAFE_SUFFIX, PICKLE_SUFFIX)
         # Writing creates the folder when it is missing.
-        fs.write_bytes(
-            f"{folder}/{name}.pickle", pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL), overwrite=True
-        )
+        fs.write_bytes(f"{folder}/{name}{written}", data, overwrite=True)
+        # The other format's file would be an older state.
+        if fs.exists(f"{folder}/{name}{other}"):
+            fs.delete(f"{folder}/{name}{other}")
         return True
 
-    def load_state(self, directory: str, name: str = "state") -> Any:
+    def load_state(self, directory: str, name: str = "state", *, pickle: bool = False) -> Any:
         """The state the chief last saved with :meth:`save_state`, or None when there is none
         (the first generation). The chief reads it and every training task receives the same
         value, so only the chief needs to reach ``directory``; call it on every trainer of the
-        chief and the workers alike."""
-        import pickle
+        chief and the workers alike, with the same ``pickle`` as :meth:`save_state` used.
+        Without ``pickle=True`` a pickled state is refused, not run."""
+        from sparktrain.cluster.trainer.state import PICKLE_SUFFIX, SAFE_SUFFIX, decode
 
+        found: tuple[str, bytes] | None = None
+        refused = ""
+        if self.is_chief:
+            try:
+                found = self._read_state(self.absolute_path(directory).rstrip("/"), name, pickle)
+            except InvalidArgumentError as e:
+                refused = str(e)
+        if self.num_workers > 1 and self.job_name != "evaluator":
+            # Every trainer gets the chief's bytes (over the ring, authenticated by the job
+            # secret), or the chief's refusal, and does as the chief does.
+            suffix, data = found if found is not None else ("", b"")
+            suffix = self.allgather((f"!{refused}" if refused else suffix).encode())[0].decode()
+            data = self.allgather(data)[0]
+            refused = suffix[1:] if suffix.startswith("!") else ""
+            found = (suffix, data) if suffix and not refused else None
+        if refused:
+            raise InvalidArgumentError(refused)
+        if found is None:
+            return None
+        suffix, data = found
+        if suffix not in (SAFE_SUFFIX, PICKLE_SUFFIX):
+            raise InvalidArgumentError(f"load_state: the chief sent state of an unknown kind {suffix!r}")
+        return decode(data, suffix, f"{directory}/{name}{suffix}")
+
+    @staticmethod
+    def _read_state(folder: str, name: str, pickle: bool) -> tuple[str, bytes] | None:
+        """The suffix and bytes of the state file in ``folder``, the chief's part of
+        :meth:`load_state`; None when there is none."""
         from sparktrain import fs
+        from sparktrain.cluster.trainer.state import PICKLE_SUFFIX, SAFE_SUFFIX
         from sparktrain.errors import PathNotFoundError
 
-        data = None
-        if self.is_chief:
-            path = f"{self.absolute_path(directory).rstrip('/')}/{name}.pickle"
+        for suffix in (PICKLE_SUFFIX, SAFE_SUFFIX) if pickle else (SAFE_SUFFIX,):
             try:
-                data = fs.read_bytes(path)
+                return suffix, fs.read_bytes(f"{folder}/{name}{suffix}")
             except PathNotFoundError:
-                data = None
-        if self.num_workers > 1 and self.job_name != "evaluator":
-            data = self.allgather(data if self.is_chief else b"")[0]
-        # The bytes were written by this job's chief and travel only between its trainers,
-        # authenticated by the job secret.
-        return None if data is None else pickle.loads(data)
+                continue
+        if not pickle and fs.exists(f"{folder}/{name}{PICKLE_SUFFIX}"):
+            raise InvalidArgumentError(
+                f"load_state: {folder}/{name}{PICKLE_SUFFIX} is a pickle, which runs code when "
+                "read; pass pickle=True if everyone who can write that folder is trusted"
+            )
+        return None
 
     def report(self, step: int | None = None, **metrics: float) -> None:
         """Sends metrics to the driver, which prints the chief's as a progress line.

@@ -18,6 +18,7 @@ import os
 import pickle
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -88,6 +89,41 @@ def _die_with_parent(expected_parent: int) -> None:
         os._exit(ORPHANED)
 
 
+#: The reaper: a small process in the trainer's process group that kills the whole group (the
+#: trainer's leftover children, and itself) as soon as the trainer is gone, however it went.
+_REAPER = """
+import ctypes, os, signal, sys
+def reap(*_):
+    os.killpg(0, signal.SIGKILL)
+signal.signal(signal.SIGUSR1, reap)
+ctypes.CDLL(None).prctl(1, signal.SIGUSR1, 0, 0, 0)  # PR_SET_PDEATHSIG
+if os.getppid() != int(sys.argv[1]):
+    reap()
+while True:
+    signal.pause()
+"""
+
+
+def _start_reaper() -> None:
+    """Starts :data:`_REAPER` for this trainer.
+
+    The trainer leads a process group of its own, which its children (multiprocessing and
+    DataLoader workers, subprocesses) join. Its task kills that group whenever it stops the
+    trainer or sees it exit; the reaper covers the paths the task does not see: the task
+    itself killed, the trainer then killed by its parent-death signal. It gets a
+    parent-death signal of its own, and answers it by killing the group."""
+    try:
+        subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _REAPER, str(os.getpid())],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+        )
+    except OSError as e:
+        print(f"sparktrain: no reaper for this trainer's children ({e})", file=sys.stderr)
+
+
 def _receive() -> object:
     """The next message from the task. End-of-file means the task died."""
     stdin = sys.stdin.buffer
@@ -136,6 +172,7 @@ def main() -> int:
     from sparktrain._native import ControlClient
 
     _die_with_parent(int(os.environ.get("SPARKTRAIN_SUPERVISOR_PID", os.getppid())))
+    _start_reaper()
     job = _receive()
     assert isinstance(job, JobSettings)
     _prove_liveness(job.heartbeat_interval)

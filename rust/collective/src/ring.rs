@@ -46,8 +46,8 @@ impl Connection for TcpStream {
     }
 }
 
-/// How a communicator connects and behaves.
-#[derive(Debug, Clone)]
+/// How a communicator connects and behaves. Its `Debug` form leaves the key out.
+#[derive(Clone)]
 pub struct Config {
     /// This rank, `0..size`.
     pub rank: usize,
@@ -81,6 +81,22 @@ impl Config {
             max_gather_bytes: MAX_GATHER_BYTES,
             sealed: true,
         }
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key itself: a configuration may end up in a log or a panic message.
+        f.debug_struct("Config")
+            .field("rank", &self.rank)
+            .field("peers", &self.peers)
+            .field("secret", &"<redacted>")
+            .field("timeout", &self.timeout)
+            .field("chunk_bytes", &self.chunk_bytes)
+            .field("streams", &self.streams)
+            .field("max_gather_bytes", &self.max_gather_bytes)
+            .field("sealed", &self.sealed)
+            .finish()
     }
 }
 

@@ -410,6 +410,15 @@ fn an_all_gather_item_over_the_limit_is_refused_and_breaks_the_ring() {
 }
 
 #[test]
+fn a_configuration_prints_without_its_secret() {
+    let config = Config::new(0, vec!["127.0.0.1:1".into()], SECRET.to_vec(), Duration::from_secs(1));
+    let printed = format!("{config:?}");
+    let bytes = format!("{:?}", SECRET.to_vec());
+    assert!(!printed.contains(&bytes[1..bytes.len() - 1]), "{printed}");
+    assert!(printed.contains("rank: 0") && printed.contains("127.0.0.1:1"), "{printed}");
+}
+
+#[test]
 fn silent_connections_do_not_hold_up_the_ring() {
     let listeners: Vec<TcpListener> = (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
     let peers: Vec<String> = listeners.iter().map(|l| l.local_addr().unwrap().to_string()).collect();

@@ -418,6 +418,29 @@ fn a_configuration_prints_without_its_secret() {
 }
 
 #[test]
+fn sixty_four_idle_sockets_do_not_keep_the_peer_out() {
+    let listeners: Vec<TcpListener> = (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    let peers: Vec<String> = listeners.iter().map(|l| l.local_addr().unwrap().to_string()).collect();
+    // As many silent connections as a rank answers at once, held open to each rank's port
+    // before the ring forms; each would hold its slot for 5 s.
+    let idle: Vec<std::net::TcpStream> =
+        peers.iter().flat_map(|p| (0..64).map(move |_| std::net::TcpStream::connect(p).unwrap())).collect();
+    let handles: Vec<_> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(rank, listener)| {
+            // A deadline shorter than the idle connections' 5 s: waiting them out is no way in.
+            let config = Config::new(rank, peers.clone(), SECRET.to_vec(), Duration::from_secs(3));
+            thread::spawn(move || Communicator::connect(listener, config))
+        })
+        .collect();
+    let comms: Vec<Communicator> = handles.into_iter().map(|h| h.join().unwrap().unwrap()).collect();
+    let results = on_all(comms, |comm| comm.barrier());
+    assert!(results.into_iter().all(|(_, r)| r.is_ok()));
+    drop(idle);
+}
+
+#[test]
 fn silent_connections_do_not_hold_up_the_ring() {
     let listeners: Vec<TcpListener> = (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
     let peers: Vec<String> = listeners.iter().map(|l| l.local_addr().unwrap().to_string()).collect();

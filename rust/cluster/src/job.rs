@@ -48,7 +48,8 @@ const COMPLETED_KEPT: usize = 16;
 /// Something the driver should print or act on, in the order it happened.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    /// A task registered.
+    /// A task registered; or a later attempt of a registered task tried to, which was refused
+    /// (see [`Job::register`]): a second one for an index means Spark retried that task.
     Registered {
         /// The task.
         task_index: u32,
@@ -335,7 +336,13 @@ impl Job {
     }
 
     /// Records a registration and waits until every task has registered; returns the spec and
-    /// the token this registration got (a later registration of the same task gets its own).
+    /// the token this registration got.
+    ///
+    /// A task index registers once: a second registration is refused and the task keeps its
+    /// token. When the second one claims a later attempt (Spark retried the task, or someone
+    /// claims it did), the driver is still told, with a [`Event::Registered`] for the index,
+    /// so that its restart logic can end the generation; only a new generation takes the new
+    /// attempt.
     pub async fn register(&self, registration: Registration) -> Result<(ClusterSpec, String)> {
         let event = Event::Registered {
             task_index: registration.task_index,
@@ -346,7 +353,17 @@ impl Job {
         let token = crate::secret::task_token()?;
         let announce_ready = {
             let mut inner = lock(&self.inner);
-            inner.spec.register(registration)?;
+            match inner.spec.register(registration) {
+                Ok(()) => {}
+                Err(e @ ClusterError::DuplicateRegistration { attempt, registered, .. })
+                    if attempt > registered =>
+                {
+                    drop(inner);
+                    self.push(event);
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            }
             inner.tokens[task] = Some(token.clone());
             inner.last_heartbeat[task] = Some(Instant::now());
             inner.done[task] = false;

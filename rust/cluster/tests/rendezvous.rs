@@ -400,3 +400,39 @@ async fn a_dropped_workers_files_go_to_the_remaining_workers_not_to_the_evaluato
     }
     assert_eq!(taken, ["a", "b", "c"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higher_attempt_cannot_take_a_registered_tasks_token() {
+    let secret = JobSecret::generate().unwrap();
+    let server = RendezvousServer::start(config(&secret, 1, 0, Duration::from_secs(10))).await.unwrap();
+    let address = server.address().to_string();
+    let mut task = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
+    let token = task.register(&registration(0), Duration::from_secs(5)).await.unwrap().token;
+
+    // Another holder of the secret claims to be Spark's next attempt of task 0.
+    let mut thief = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
+    let retry = Registration { attempt: 1, ..registration(0) };
+    let stolen = thief.register(&retry, Duration::from_secs(5)).await;
+    assert!(stolen.is_err(), "a second registration of task 0 was accepted: {stolen:?}");
+    assert_eq!(thief.token(), None);
+    // The real task goes on with its own token; the driver still holds that one.
+    assert_eq!(task.heartbeat(0, 0, vec![], Duration::from_secs(5)).await.unwrap(), None);
+    assert_eq!(server.job().token(0).as_deref(), Some(token.as_str()));
+    assert!(thief.heartbeat(0, 1, vec![], Duration::from_secs(5)).await.is_err());
+    // The driver hears of the attempt, as of a task Spark retried, and decides.
+    let registered = server
+        .job()
+        .events(Duration::ZERO)
+        .await
+        .into_iter()
+        .filter(|e| matches!(e, Event::Registered { task_index: 0, .. }))
+        .count();
+    assert_eq!(registered, 2);
+
+    // Only the driver opens a new attempt: the next generation takes task 0 anew.
+    let next = JobSecret::generate().unwrap();
+    server.new_generation(next.clone(), 1, 0).unwrap();
+    let mut retried = TaskClient::connect(&address, &next, Duration::from_secs(5)).await.unwrap();
+    retried.register(&retry, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(retried.heartbeat(0, 1, vec![], Duration::from_secs(5)).await.unwrap(), None);
+}

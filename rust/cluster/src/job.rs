@@ -98,6 +98,7 @@ pub enum Event {
 
 struct Inner {
     spec: ClusterSpec,
+    /// Each task's latest heartbeat, or the moment every task had registered; None until then.
     last_heartbeat: Vec<Option<Instant>>,
     /// Exited or lost: no longer expected to heart-beat.
     done: Vec<bool>,
@@ -237,7 +238,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Job {
     /// A job whose tasks must all register within `registration_timeout` from now, and whose
-    /// registered tasks count as lost after `heartbeat_timeout` without a heartbeat.
+    /// tasks count as lost after `heartbeat_timeout` without a heartbeat, from the moment all
+    /// have registered.
     pub fn new(spec: ClusterSpec, registration_timeout: Duration, heartbeat_timeout: Duration) -> Self {
         let n = spec.num_tasks() as usize;
         Job {
@@ -365,10 +367,17 @@ impl Job {
                 Err(e) => return Err(e),
             }
             inner.tokens[task] = Some(token.clone());
-            inner.last_heartbeat[task] = Some(Instant::now());
             inner.done[task] = false;
             let newly_complete = inner.spec.is_complete() && !inner.ready_announced;
             inner.ready_announced |= newly_complete;
+            if newly_complete {
+                // Liveness is counted from here: a task cannot heart-beat before it has its
+                // spec (its token comes with it), and registrations may spread over longer
+                // than the heartbeat time-out (executors starting seconds apart), which the
+                // registration time-out bounds instead.
+                let now = Instant::now();
+                inner.last_heartbeat.iter_mut().for_each(|seen| *seen = Some(now));
+            }
             newly_complete
         };
         self.push(event);
@@ -540,13 +549,17 @@ impl Job {
         lock(&self.inner).work_taken.clone()
     }
 
-    /// Marks the registered, still running tasks whose last heartbeat is older than the
-    /// heartbeat time-out as lost, and reports each once.
+    /// Marks the still running tasks whose last heartbeat is older than the heartbeat
+    /// time-out as lost, and reports each once. Nothing is lost before every task has
+    /// registered: until then the registration time-out governs.
     fn detect_lost(&self) {
         let now = Instant::now();
         let mut lost = Vec::new();
         {
             let mut inner = lock(&self.inner);
+            if !inner.ready_announced {
+                return;
+            }
             for task in 0..inner.done.len() {
                 if inner.done[task] {
                     continue;

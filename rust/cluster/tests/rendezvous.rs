@@ -436,3 +436,59 @@ async fn a_higher_attempt_cannot_take_a_registered_tasks_token() {
     retried.register(&retry, Duration::from_secs(5)).await.unwrap();
     assert_eq!(retried.heartbeat(0, 1, vec![], Duration::from_secs(5)).await.unwrap(), None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_registers_15_s_after_the_others_loses_no_one() {
+    // The defaults of a job: 10 s without a heartbeat is a lost task; the registration window
+    // is longer.
+    let secret = JobSecret::generate().unwrap();
+    let mut settings = config(&secret, 3, 0, Duration::from_secs(60));
+    settings.heartbeat_timeout = Duration::from_secs(10);
+    let server = RendezvousServer::start(settings).await.unwrap();
+    let address = server.address().to_string();
+    let job = server.job();
+    // The driver watches the job all along, as the launcher does.
+    let watcher = {
+        let job = job.clone();
+        tokio::spawn(async move {
+            let mut seen = Vec::new();
+            loop {
+                let events = job.events(Duration::from_millis(500)).await;
+                let done = events.iter().any(|e| matches!(e, Event::Log { text, .. } if text == "done"));
+                seen.extend(events);
+                if done {
+                    return seen;
+                }
+            }
+        })
+    };
+    let mut tasks = Vec::new();
+    for task in 0..3u32 {
+        let (address, secret) = (address.clone(), secret.clone());
+        tasks.push(tokio::spawn(async move {
+            if task == 2 {
+                tokio::time::sleep(Duration::from_secs(15)).await;
+            }
+            let mut client = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
+            client.register(&registration(task), Duration::from_secs(60)).await.unwrap();
+            client
+        }));
+    }
+    let mut clients = Vec::new();
+    for task in tasks {
+        clients.push(task.await.unwrap());
+    }
+    // Every task heart-beats once it has its spec; two more beats a second apart.
+    for _ in 0..3 {
+        for (task, client) in clients.iter_mut().enumerate() {
+            let abort = client.heartbeat(task as u32, 0, vec![], Duration::from_secs(5)).await.unwrap();
+            assert_eq!(abort, None, "task {task} was told to stop");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    clients[0].heartbeat(0, 0, vec![(Stream::Stdout, "done".into())], Duration::from_secs(5)).await.unwrap();
+    let events = watcher.await.unwrap();
+    let lost: Vec<&Event> = events.iter().filter(|e| matches!(e, Event::Lost { .. })).collect();
+    assert!(lost.is_empty(), "{lost:?}");
+    assert!(events.contains(&Event::Ready));
+}

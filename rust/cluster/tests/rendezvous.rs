@@ -492,3 +492,46 @@ async fn a_task_that_registers_15_s_after_the_others_loses_no_one() {
     assert!(lost.is_empty(), "{lost:?}");
     assert!(events.contains(&Event::Ready));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trainer_output_the_driver_does_not_take_is_bounded_and_counted() {
+    use sparktrain_cluster::job::{EVENT_OVERHEAD_BYTES, MAX_QUEUED_OUTPUT_BYTES};
+    let secret = JobSecret::generate().unwrap();
+    let server = RendezvousServer::start(config(&secret, 1, 0, Duration::from_secs(10))).await.unwrap();
+    let address = server.address().to_string();
+    let mut task = registered(&address, &secret, 1).await.remove(0);
+    // A chatty trainer and a console that takes nothing: 64 MiB of lines in heartbeats of
+    // 100 lines of 8000 bytes.
+    let line = "x".repeat(8000);
+    let (beats, per_beat) = (84usize, 100usize);
+    for beat in 0..beats {
+        let lines = (0..per_beat).map(|i| (Stream::Stdout, format!("{beat}:{i}:{line}"))).collect();
+        task.heartbeat(0, 0, lines, Duration::from_secs(10)).await.unwrap();
+    }
+    let events = server.job().events(Duration::ZERO).await;
+    let kept: Vec<&String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Log { text, .. } if text.ends_with(&line) => Some(text),
+            _ => None,
+        })
+        .collect();
+    let held: usize = kept.iter().map(|t| t.len() + EVENT_OVERHEAD_BYTES).sum();
+    assert!(held <= MAX_QUEUED_OUTPUT_BYTES, "the driver held {} MiB of output", held >> 20);
+    assert!(held > MAX_QUEUED_OUTPUT_BYTES - 10_000, "the queue kept only {held} bytes");
+    // What was dropped is counted in a line of its own, and nothing is lost without a count.
+    let notice = events
+        .iter()
+        .find_map(|e| match e {
+            Event::Log { task_index: 0, text, .. } if text.contains("dropped") => Some(text.clone()),
+            _ => None,
+        })
+        .expect("a notice of the dropped lines");
+    let dropped = beats * per_beat - kept.len();
+    assert!(notice.contains(&format!("{dropped} lines of stdout")), "{notice} ({dropped} dropped)");
+    assert_eq!(server.job().output_dropped(), dropped as u64);
+    // The queue takes lines again once the driver has taken it.
+    task.heartbeat(0, 0, vec![(Stream::Stderr, "after".into())], Duration::from_secs(5)).await.unwrap();
+    let events = server.job().events(Duration::ZERO).await;
+    assert!(events.iter().any(|e| matches!(e, Event::Log { text, .. } if text == "after")), "{events:?}");
+}

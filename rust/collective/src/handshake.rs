@@ -1,4 +1,5 @@
-//! The connection handshake: each side proves it knows the job secret without sending it.
+//! The connection handshake: each side proves it knows the ring's key (derived from the job
+//! secret; called the secret below) without sending it.
 //!
 //! The connecting rank sends a magic tag, its rank, the index of the connection (one per
 //! parallel ring), whether it seals frames, and a fresh nonce; the accepting rank answers with

@@ -53,7 +53,8 @@ pub struct Config {
     pub rank: usize,
     /// `host:port` of every rank's listener, by rank.
     pub peers: Vec<String>,
-    /// The job secret, proven (never sent) when connecting.
+    /// The ring's key, proven (never sent) when connecting: a key of the data plane's own,
+    /// derived from the job secret (`JobSecret::ring_key` in `sparktrain-cluster`).
     pub secret: Vec<u8>,
     /// How long any wait for a peer may take.
     pub timeout: Duration,

@@ -130,6 +130,9 @@ struct Inner {
     work_taken: Vec<u64>,
     /// Each registered task's token, which its later calls must carry.
     tokens: Vec<Option<String>>,
+    /// Whether a later attempt of the task was reported (once: the driver needs one, and
+    /// repeated claims must not grow the queue).
+    retry_reported: Vec<bool>,
 }
 
 /// The events the driver has not taken yet, and what did not fit.
@@ -337,6 +340,7 @@ impl Job {
                 work: None,
                 work_taken: vec![0; n],
                 tokens: vec![None; n],
+                retry_reported: vec![false; n],
             }),
             version: watch::channel(0).0,
             events: Mutex::default(),
@@ -426,9 +430,9 @@ impl Job {
     ///
     /// A task index registers once: a second registration is refused and the task keeps its
     /// token. When the second one claims a later attempt (Spark retried the task, or someone
-    /// claims it did), the driver is still told, with a [`Event::Registered`] for the index,
-    /// so that its restart logic can end the generation; only a new generation takes the new
-    /// attempt.
+    /// claims it did), the driver is still told, once, with a [`Event::Registered`] for the
+    /// index, so that its restart logic can end the generation; only a new generation takes
+    /// the new attempt.
     pub async fn register(&self, registration: Registration) -> Result<(ClusterSpec, String)> {
         let event = Event::Registered {
             task_index: registration.task_index,
@@ -444,8 +448,11 @@ impl Job {
                 Err(e @ ClusterError::DuplicateRegistration { attempt, registered, .. })
                     if attempt > registered =>
                 {
+                    let first = !std::mem::replace(&mut inner.retry_reported[task], true);
                     drop(inner);
-                    self.push(event);
+                    if first {
+                        self.push(event);
+                    }
                     return Err(e);
                 }
                 Err(e) => return Err(e),

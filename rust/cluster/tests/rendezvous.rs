@@ -419,7 +419,9 @@ async fn a_higher_attempt_cannot_take_a_registered_tasks_token() {
     assert_eq!(task.heartbeat(0, 0, vec![], Duration::from_secs(5)).await.unwrap(), None);
     assert_eq!(server.job().token(0).as_deref(), Some(token.as_str()));
     assert!(thief.heartbeat(0, 1, vec![], Duration::from_secs(5)).await.is_err());
-    // The driver hears of the attempt, as of a task Spark retried, and decides.
+    let again = Registration { attempt: 2, ..registration(0) };
+    assert!(thief.register(&again, Duration::from_secs(5)).await.is_err());
+    // The driver hears of it once, as of a task Spark retried, and decides.
     let registered = server
         .job()
         .events(Duration::ZERO)

@@ -16,7 +16,7 @@ use crate::rendezvous::proto::{
     BarrierRequest, ExitRequest, HeartbeatRequest, LogLine, RegisterReply, RegisterRequest, ReportRequest,
     WorkRequest,
 };
-use crate::rendezvous::{SECRET_HEADER, TOKEN_HEADER};
+use crate::rendezvous::{CREDENTIAL_HEADER, TOKEN_HEADER};
 use crate::secret::JobSecret;
 use crate::spec::Registration;
 
@@ -33,7 +33,8 @@ pub struct ClientTls {
 #[derive(Clone)]
 pub struct TaskClient {
     address: String,
-    secret: String,
+    /// The job's control credential (never the secret itself).
+    credential: String,
     /// The token of the task this client acts for, once known; shared by its clones.
     token: Arc<Mutex<Option<String>>>,
     client: RendezvousClient<Channel>,
@@ -75,7 +76,7 @@ impl TaskClient {
                 Ok(channel) => {
                     return Ok(TaskClient {
                         address: address.to_string(),
-                        secret: secret.to_hex(),
+                        credential: secret.control_credential(),
                         token: Arc::default(),
                         client: RendezvousClient::new(channel),
                     });
@@ -97,8 +98,8 @@ impl TaskClient {
 
     fn request<T>(&self, message: T, timeout: Option<Duration>) -> Result<Request<T>> {
         let mut request = Request::new(message);
-        let secret = self.secret.parse().map_err(|_| ClusterError::Secret("not ASCII".into()))?;
-        request.metadata_mut().insert(SECRET_HEADER, secret);
+        let credential = self.credential.parse().map_err(|_| ClusterError::Secret("not ASCII".into()))?;
+        request.metadata_mut().insert(CREDENTIAL_HEADER, credential);
         if let Some(token) = self.token() {
             let token =
                 token.parse().map_err(|_| ClusterError::Secret("a task token that is not ASCII".into()))?;

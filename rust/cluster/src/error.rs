@@ -14,13 +14,20 @@ pub enum ClusterError {
         /// How many tasks the job has.
         total: u32,
     },
-    /// Two registrations claim the same task index and attempt.
-    #[error("task {task_index} registered twice with attempt {attempt}")]
+    /// A registration claims a task index that is registered already in this generation. A
+    /// later attempt does not take the place of the registered one: only the driver's restart
+    /// logic opens a new attempt, in the job's next generation.
+    #[error(
+        "task {task_index} is registered already (attempt {registered}); attempt {attempt} cannot take \
+         its place: a new attempt registers in the job's next generation, which the driver starts"
+    )]
     DuplicateRegistration {
         /// The task index.
         task_index: u32,
-        /// The attempt number both gave.
+        /// The attempt number the refused registration gave.
         attempt: u32,
+        /// The attempt number of the registration that holds the index.
+        registered: u32,
     },
     /// No port of the configured range could be bound.
     #[error("cannot listen on {host} ports {ports}: {reason}")]

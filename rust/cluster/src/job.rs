@@ -6,6 +6,13 @@
 //! waiting happens here, on one `watch` channel whose version is bumped by every change, so a
 //! waiter re-checks its condition (spec complete, barrier full, job aborted) after each.
 //!
+//! The events wait in a queue until the driver takes them. Trainer output and metrics in it
+//! are bounded ([`MAX_QUEUED_OUTPUT_BYTES`]): a driver that takes them slowly (a notebook's
+//! console) with chatty trainers would otherwise grow without limit. What does not fit is
+//! counted, and a line per task and stream says how much was dropped when the driver next
+//! takes the queue; the executors' logs keep every line. Events the driver acts on
+//! (registrations, exits, lost tasks) are never dropped.
+//!
 //! The work queue ([`Job::set_work`], [`Job::next_work`]) hands out the same list of items in
 //! every epoch, each epoch with its own cursor: a trainer asks for the next item whenever it
 //! needs one, so fast trainers read more, and an epoch ends when its queue is empty. Items come
@@ -40,6 +47,14 @@ pub enum Stream {
     Stderr,
 }
 
+/// The most bytes of trainer output and metrics the event queue holds (text plus
+/// [`EVENT_OVERHEAD_BYTES`] per event); what does not fit is dropped and counted.
+pub const MAX_QUEUED_OUTPUT_BYTES: usize = 16 << 20;
+
+/// What a queued event of output costs besides its text: the event itself and its strings'
+/// headers.
+pub const EVENT_OVERHEAD_BYTES: usize = 64;
+
 /// Completed barriers remembered. A task waiting at a completed barrier cannot be at any other
 /// (every barrier needs every task), so no later barrier completes before it has seen its own:
 /// a few are plenty, and a job that meets at a barrier every step keeps constant memory.
@@ -48,7 +63,8 @@ const COMPLETED_KEPT: usize = 16;
 /// Something the driver should print or act on, in the order it happened.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    /// A task registered.
+    /// A task registered; or a later attempt of a registered task tried to, which was refused
+    /// (see [`Job::register`]): a second one for an index means Spark retried that task.
     Registered {
         /// The task.
         task_index: u32,
@@ -97,6 +113,7 @@ pub enum Event {
 
 struct Inner {
     spec: ClusterSpec,
+    /// Each task's latest heartbeat, or the moment every task had registered; None until then.
     last_heartbeat: Vec<Option<Instant>>,
     /// Exited or lost: no longer expected to heart-beat.
     done: Vec<bool>,
@@ -113,6 +130,77 @@ struct Inner {
     work_taken: Vec<u64>,
     /// Each registered task's token, which its later calls must carry.
     tokens: Vec<Option<String>>,
+    /// Whether a later attempt of the task was reported (once: the driver needs one, and
+    /// repeated claims must not grow the queue).
+    retry_reported: Vec<bool>,
+}
+
+/// The events the driver has not taken yet, and what did not fit.
+#[derive(Default)]
+struct Events {
+    queue: VecDeque<Event>,
+    /// Bytes of output (log lines and metrics) in `queue`, by [`output_size`].
+    output_bytes: usize,
+    /// Lines dropped since the driver last took the queue, by task and stream.
+    dropped_lines: std::collections::BTreeMap<(u32, bool), u64>,
+    /// Metric reports dropped since the driver last took the queue, by task.
+    dropped_reports: std::collections::BTreeMap<u32, u64>,
+    /// Lines and reports dropped over the job's life.
+    dropped_total: u64,
+}
+
+impl Events {
+    /// Queues an event of output (a log line or metrics), or counts it as dropped when the
+    /// queue holds [`MAX_QUEUED_OUTPUT_BYTES`] of output already.
+    fn push_output(&mut self, event: Event) {
+        let size = output_size(&event);
+        if self.output_bytes + size <= MAX_QUEUED_OUTPUT_BYTES {
+            self.output_bytes += size;
+            self.queue.push_back(event);
+            return;
+        }
+        self.dropped_total += 1;
+        match event {
+            Event::Log { task_index, stream, .. } => {
+                *self.dropped_lines.entry((task_index, stream == Stream::Stderr)).or_default() += 1;
+            }
+            Event::Metrics { task_index, .. } => *self.dropped_reports.entry(task_index).or_default() += 1,
+            _ => {}
+        }
+    }
+
+    /// Everything queued, then a line per task and stream for what was dropped since the last
+    /// call; the queue starts empty again.
+    fn take(&mut self) -> Vec<Event> {
+        let mut taken: Vec<Event> = self.queue.drain(..).collect();
+        self.output_bytes = 0;
+        for ((task_index, stderr), count) in std::mem::take(&mut self.dropped_lines) {
+            let (stream, name) = if stderr { (Stream::Stderr, "stderr") } else { (Stream::Stdout, "stdout") };
+            let text = format!(
+                "sparktrain: {count} lines of {name} were dropped on the driver because it did not take \
+                 them fast enough; the executor's {name} log has every line"
+            );
+            taken.push(Event::Log { task_index, stream, text });
+        }
+        for (task_index, count) in std::mem::take(&mut self.dropped_reports) {
+            let text = format!(
+                "sparktrain: {count} metric reports were dropped on the driver because it did not take \
+                 them fast enough"
+            );
+            taken.push(Event::Log { task_index, stream: Stream::Stderr, text });
+        }
+        taken
+    }
+}
+
+/// What an event of output costs in the queue: its text and [`EVENT_OVERHEAD_BYTES`].
+fn output_size(event: &Event) -> usize {
+    EVENT_OVERHEAD_BYTES
+        + match event {
+            Event::Log { text, .. } => text.len(),
+            Event::Metrics { metrics, .. } => metrics.iter().map(|(name, _)| name.len() + 32).sum(),
+            _ => 0,
+        }
 }
 
 /// The items every epoch hands out, how far each epoch has got, and who took what.
@@ -222,7 +310,7 @@ fn tie_hash(epoch: u64, url: &str) -> u64 {
 pub struct Job {
     inner: Mutex<Inner>,
     version: watch::Sender<u64>,
-    events: Mutex<VecDeque<Event>>,
+    events: Mutex<Events>,
     new_events: Notify,
     deadline: Instant,
     heartbeat_timeout: Duration,
@@ -236,7 +324,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Job {
     /// A job whose tasks must all register within `registration_timeout` from now, and whose
-    /// registered tasks count as lost after `heartbeat_timeout` without a heartbeat.
+    /// tasks count as lost after `heartbeat_timeout` without a heartbeat, from the moment all
+    /// have registered.
     pub fn new(spec: ClusterSpec, registration_timeout: Duration, heartbeat_timeout: Duration) -> Self {
         let n = spec.num_tasks() as usize;
         Job {
@@ -251,9 +340,10 @@ impl Job {
                 work: None,
                 work_taken: vec![0; n],
                 tokens: vec![None; n],
+                retry_reported: vec![false; n],
             }),
             version: watch::channel(0).0,
-            events: Mutex::new(VecDeque::new()),
+            events: Mutex::default(),
             new_events: Notify::new(),
             deadline: Instant::now() + registration_timeout,
             heartbeat_timeout,
@@ -264,8 +354,9 @@ impl Job {
         self.version.send_modify(|v| *v += 1);
     }
 
+    /// Queues an event the driver acts on: never dropped (there are a few per task).
     fn push(&self, event: Event) {
-        lock(&self.events).push_back(event);
+        lock(&self.events).queue.push_back(event);
         self.new_events.notify_one();
     }
 
@@ -335,7 +426,13 @@ impl Job {
     }
 
     /// Records a registration and waits until every task has registered; returns the spec and
-    /// the token this registration got (a later registration of the same task gets its own).
+    /// the token this registration got.
+    ///
+    /// A task index registers once: a second registration is refused and the task keeps its
+    /// token. When the second one claims a later attempt (Spark retried the task, or someone
+    /// claims it did), the driver is still told, once, with a [`Event::Registered`] for the
+    /// index, so that its restart logic can end the generation; only a new generation takes
+    /// the new attempt.
     pub async fn register(&self, registration: Registration) -> Result<(ClusterSpec, String)> {
         let event = Event::Registered {
             task_index: registration.task_index,
@@ -346,12 +443,32 @@ impl Job {
         let token = crate::secret::task_token()?;
         let announce_ready = {
             let mut inner = lock(&self.inner);
-            inner.spec.register(registration)?;
+            match inner.spec.register(registration) {
+                Ok(()) => {}
+                Err(e @ ClusterError::DuplicateRegistration { attempt, registered, .. })
+                    if attempt > registered =>
+                {
+                    let first = !std::mem::replace(&mut inner.retry_reported[task], true);
+                    drop(inner);
+                    if first {
+                        self.push(event);
+                    }
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            }
             inner.tokens[task] = Some(token.clone());
-            inner.last_heartbeat[task] = Some(Instant::now());
             inner.done[task] = false;
             let newly_complete = inner.spec.is_complete() && !inner.ready_announced;
             inner.ready_announced |= newly_complete;
+            if newly_complete {
+                // Liveness is counted from here: a task cannot heart-beat before it has its
+                // spec (its token comes with it), and registrations may spread over longer
+                // than the heartbeat time-out (executors starting seconds apart), which the
+                // registration time-out bounds instead.
+                let now = Instant::now();
+                inner.last_heartbeat.iter_mut().for_each(|seen| *seen = Some(now));
+            }
             newly_complete
         };
         self.push(event);
@@ -403,7 +520,9 @@ impl Job {
         drop(inner);
         if !lines.is_empty() {
             let mut events = lock(&self.events);
-            events.extend(lines.into_iter().map(|(stream, text)| Event::Log { task_index, stream, text }));
+            for (stream, text) in lines {
+                events.push_output(Event::Log { task_index, stream, text });
+            }
             drop(events);
             self.new_events.notify_one();
         }
@@ -457,7 +576,8 @@ impl Job {
             return Err(out_of_range(task_index, n));
         }
         metrics.sort_by(|a, b| a.0.cmp(&b.0));
-        self.push(Event::Metrics { task_index, step, metrics });
+        lock(&self.events).push_output(Event::Metrics { task_index, step, metrics });
+        self.new_events.notify_one();
         Ok(())
     }
 
@@ -518,18 +638,28 @@ impl Job {
         Ok(item)
     }
 
+    /// How many output lines and metric reports were dropped because the driver did not take
+    /// the events fast enough, over the job's life.
+    pub fn output_dropped(&self) -> u64 {
+        lock(&self.events).dropped_total
+    }
+
     /// How many work items each task took, by task index, over all epochs.
     pub fn work_taken(&self) -> Vec<u64> {
         lock(&self.inner).work_taken.clone()
     }
 
-    /// Marks the registered, still running tasks whose last heartbeat is older than the
-    /// heartbeat time-out as lost, and reports each once.
+    /// Marks the still running tasks whose last heartbeat is older than the heartbeat
+    /// time-out as lost, and reports each once. Nothing is lost before every task has
+    /// registered: until then the registration time-out governs.
     fn detect_lost(&self) {
         let now = Instant::now();
         let mut lost = Vec::new();
         {
             let mut inner = lock(&self.inner);
+            if !inner.ready_announced {
+                return;
+            }
             for task in 0..inner.done.len() {
                 if inner.done[task] {
                     continue;
@@ -547,10 +677,11 @@ impl Job {
         }
     }
 
-    /// The events since the last call, waiting up to `timeout` for the first one.
+    /// The events since the last call, waiting up to `timeout` for the first one. Output that
+    /// did not fit in the queue meanwhile is counted in a line per task and stream at the end.
     pub async fn events(&self, timeout: Duration) -> Vec<Event> {
         self.detect_lost();
-        let drain = || lock(&self.events).drain(..).collect::<Vec<_>>();
+        let drain = || lock(&self.events).take();
         let ready = drain();
         if !ready.is_empty() {
             return ready;

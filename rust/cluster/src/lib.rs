@@ -5,7 +5,8 @@
 //!
 //! - [`roles`]: which task is the chief, a worker or an evaluator;
 //! - [`spec`]: the cluster spec built from the registrations, and `TF_CONFIG` for each task;
-//! - [`secret`]: the per-job secret every control-plane call carries, checked in constant time;
+//! - [`secret`]: the per-job secret, and the keys derived from it: the credential every
+//!   control-plane call carries (checked in constant time) and the ring's key;
 //! - [`job`]: the driver's view of a running job: registrations, heartbeats, barriers, events,
 //!   the work queue of input items (dynamic sharding) and the abort switch;
 //! - [`rendezvous`] and [`client`]: the driver's gRPC service (tonic) where tasks register,
@@ -27,7 +28,7 @@ pub mod untrusted;
 pub use client::{ClientTls, TaskClient};
 pub use error::{ClusterError, Result};
 pub use job::{Event, Job, Stream, WorkQueue};
-pub use rendezvous::{REFUSED_KEPT, RendezvousServer, SECRET_HEADER, ServerConfig, ServerTls};
+pub use rendezvous::{CREDENTIAL_HEADER, REFUSED_KEPT, RendezvousServer, ServerConfig, ServerTls};
 pub use roles::{Role, TaskRole, roles};
 pub use secret::JobSecret;
 pub use spec::{ClusterSpec, Registration, TaskEntry};

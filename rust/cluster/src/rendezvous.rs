@@ -4,20 +4,23 @@
 //! metrics and take their next input item from the job's work queue, and each task reports how
 //! its trainer ended. The state behind the calls is [`Job`].
 //!
-//! Every call must carry the job secret in the [`SECRET_HEADER`] metadata; a call without it,
-//! or with another, is refused with `UNAUTHENTICATED` and recorded with the caller's address
-//! ([`RendezvousServer::refused`]). The secret is checked on the headers, by an interceptor,
-//! before the body is read: a refused call costs no more than its headers. Only protobuf
-//! messages are read from the network, within the bounds of [`crate::limits`].
+//! Every call must carry the job's control credential ([`JobSecret::control_credential`], a
+//! key derived from the job secret that cannot be turned back into it or into the ring's key)
+//! in the [`CREDENTIAL_HEADER`] metadata; a call without it, or with another, is refused with
+//! `UNAUTHENTICATED` and recorded with the caller's address ([`RendezvousServer::refused`]).
+//! The credential is checked on the headers, by an interceptor, before the body is read: a
+//! refused call costs no more than its headers. Only protobuf messages are read from the
+//! network, within the bounds of [`crate::limits`].
 //!
 //! A registration returns a token for its task; every later call that names a registered task
 //! must carry it ([`TOKEN_HEADER`]), so no other holder of the secret can act for that task.
 //!
 //! Generations: when the driver restarts a failed job it starts a new generation
 //! ([`RendezvousServer::new_generation`]) with a fresh [`Job`] and a fresh secret. A task of an
-//! earlier generation still presents that generation's secret; it is refused with `ABORTED`
-//! (its task then stops its trainer at once) and its data-plane handshakes fail too, since the
-//! ring is keyed by the same secret. The work queue carries over to the new generation.
+//! earlier generation still presents that generation's credential; it is refused with
+//! `ABORTED` (its task then stops its trainer at once) and its data-plane handshakes fail too,
+//! since the ring's key derives from the same secret. The work queue carries over to the new
+//! generation.
 
 use std::net::{IpAddr, SocketAddr};
 use std::ops::RangeInclusive;
@@ -32,7 +35,7 @@ use tonic::{Request, Response, Status};
 use crate::error::{ClusterError, Result};
 use crate::job::{Job, Stream};
 use crate::limits;
-use crate::secret::JobSecret;
+use crate::secret::{self, JobSecret};
 use crate::spec::{ClusterSpec, Registration};
 
 /// The generated protocol types and service stubs.
@@ -47,8 +50,9 @@ use proto::{
     RegisterRequest, ReportReply, ReportRequest, TaskInfo, WorkReply, WorkRequest,
 };
 
-/// The metadata key that carries the job secret (hex).
-pub const SECRET_HEADER: &str = "x-sparktrain-secret";
+/// The metadata key that carries the job's control credential (hex,
+/// [`JobSecret::control_credential`]).
+pub const CREDENTIAL_HEADER: &str = "x-sparktrain-credential";
 /// The metadata key that carries the caller's task token (from its registration).
 pub const TOKEN_HEADER: &str = "x-sparktrain-task-token";
 
@@ -59,7 +63,7 @@ pub struct ServerConfig {
     pub host: IpAddr,
     /// The ports to try, in order; the first free one is kept bound and served.
     pub ports: RangeInclusive<u16>,
-    /// The job's secret.
+    /// The job's secret; the service keeps only the credential derived from it.
     pub secret: JobSecret,
     /// Training tasks, the chief included.
     pub num_workers: u32,
@@ -101,15 +105,16 @@ struct Refusals {
     recent: std::collections::VecDeque<String>,
 }
 
-/// Secrets of earlier generations kept to tell a stale caller from a stranger.
+/// Credentials of earlier generations kept to tell a stale caller from a stranger.
 const EARLIER_KEPT: usize = 64;
 
-/// The generation being served: its number, secret and job, and the secrets of earlier ones.
+/// The generation being served: its number, credential and job, and the credentials of
+/// earlier ones. The service keeps no secret itself.
 struct Generation {
     number: u64,
-    secret: JobSecret,
+    credential: String,
     job: Arc<Job>,
-    earlier: std::collections::VecDeque<(u64, JobSecret)>,
+    earlier: std::collections::VecDeque<(u64, String)>,
 }
 
 struct State {
@@ -176,27 +181,24 @@ fn reply_of(spec: &ClusterSpec, task_index: u32) -> Result<RegisterReply, Status
     Ok(RegisterReply { tasks, tf_config, token: String::new() })
 }
 
-/// Checks each call's secret on its headers, before its body is read, and hands the
+/// Checks each call's credential on its headers, before its body is read, and hands the
 /// handler the job of the caller's generation.
 #[derive(Clone)]
 struct Gate(Arc<State>);
 
 impl Gate {
-    /// The job of the current generation when the call carries its secret; else the call is
-    /// refused and recorded: `ABORTED` for a caller of an earlier generation, `UNAUTHENTICATED`
-    /// for anyone else.
+    /// The job of the current generation when the call carries its credential; else the call
+    /// is refused and recorded: `ABORTED` for a caller of an earlier generation,
+    /// `UNAUTHENTICATED` for anyone else.
     fn authenticate<T>(&self, request: &Request<T>) -> Result<Arc<Job>, Status> {
-        // Decoded once, outside the lock: None for no secret, Some(None) for one that is not
-        // even a secret's hex form.
-        let presented = request
-            .metadata()
-            .get(SECRET_HEADER)
-            .map(|v| v.to_str().ok().and_then(|p| JobSecret::from_hex(p).ok()));
+        // Read once, outside the lock: None for no credential, Some(None) for one that is not
+        // even text.
+        let presented = request.metadata().get(CREDENTIAL_HEADER).map(|v| v.to_str().ok());
         let (why, status) = {
             let current = lock(&self.0.current);
             match presented {
-                Some(Some(p)) if current.secret.matches(&p) => return Ok(current.job.clone()),
-                Some(p) => match p.and_then(|p| current.earlier.iter().find(|(_, s)| s.matches(&p))) {
+                Some(Some(p)) if secret::same(p, &current.credential) => return Ok(current.job.clone()),
+                Some(p) => match p.and_then(|p| current.earlier.iter().find(|(_, c)| secret::same(p, c))) {
                     Some((stale, _)) => {
                         let why = format!(
                             "a task of generation {stale}, superseded by generation {}",
@@ -369,7 +371,12 @@ impl RendezvousServer {
             source,
         })?;
         let job = Arc::new(Job::new(spec, config.registration_timeout, config.heartbeat_timeout));
-        let current = Generation { number: 0, secret: config.secret, job, earlier: Default::default() };
+        let current = Generation {
+            number: 0,
+            credential: config.secret.control_credential(),
+            job,
+            earlier: Default::default(),
+        };
         let state = Arc::new(State {
             current: Mutex::new(current),
             refused: Mutex::default(),
@@ -470,7 +477,7 @@ impl RendezvousServer {
             // has its index.
             job.resume_work(queue.restarted(num_workers));
         }
-        let old = std::mem::replace(&mut current.secret, secret);
+        let old = std::mem::replace(&mut current.credential, secret.control_credential());
         if current.earlier.len() == EARLIER_KEPT {
             current.earlier.pop_front();
         }

@@ -1,8 +1,17 @@
-//! The per-job secret: made on the driver, shipped to the tasks inside the Spark closure, and
-//! carried by every control-plane call. Nothing else authenticates a caller, so a call without
-//! it is refused.
+//! The per-job secret: made on the driver and shipped to the tasks inside the Spark closure.
+//! It never travels on the network itself: each plane gets a key of its own derived from it
+//! (HKDF-SHA256, RFC 5869, with a label per plane), so that what one plane shows cannot be
+//! turned into the other's key:
+//!
+//! - [`JobSecret::control_credential`] is what every control-plane call carries (in the clear
+//!   when the control plane runs without TLS);
+//! - [`JobSecret::ring_key`] keys the data plane's handshakes and, through them, every frame
+//!   between the trainers.
 
 use std::fmt;
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 
 use crate::error::{ClusterError, Result};
 
@@ -24,9 +33,22 @@ impl JobSecret {
         hex(&self.0)
     }
 
-    /// The raw bytes, for keying MACs (the data plane proves knowledge of them).
+    /// The raw bytes. Nothing sends or keys anything with them directly: see
+    /// [`JobSecret::ring_key`] and [`JobSecret::control_credential`].
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
+    }
+
+    /// The key of the data plane (the ring between the trainers): its handshakes prove it,
+    /// and each connection's frame key is derived from it.
+    pub fn ring_key(&self) -> [u8; SECRET_LEN] {
+        hkdf_sha256(SALT, &self.0, RING_LABEL)
+    }
+
+    /// What every control-plane call carries, as 64 hex digits: a caller that has it is of this
+    /// job. It cannot be turned into the secret or the ring's key.
+    pub fn control_credential(&self) -> String {
+        hex(&hkdf_sha256(SALT, &self.0, CONTROL_LABEL))
     }
 
     /// A secret from its hex form.
@@ -59,6 +81,20 @@ impl fmt::Debug for JobSecret {
         // Never print the secret itself, e.g. in a logged error or a panic message.
         f.write_str("JobSecret(<redacted>)")
     }
+}
+
+/// HKDF's salt: fixed, public, and this project's own.
+const SALT: &[u8] = b"sparktrain job secret";
+/// The label of the control plane's credential.
+const CONTROL_LABEL: &[u8] = b"sparktrain v1: control plane call credential";
+/// The label of the data plane's key.
+const RING_LABEL: &[u8] = b"sparktrain v1: data plane ring key";
+
+/// HKDF-SHA256 (RFC 5869) of `ikm`, 32 bytes of output: one block of the expansion.
+fn hkdf_sha256(salt: &[u8], ikm: &[u8], info: &[u8]) -> [u8; 32] {
+    let hmac = |key: &[u8]| Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts any key length");
+    let prk = hmac(salt).chain_update(ikm).finalize().into_bytes();
+    hmac(&prk).chain_update(info).chain_update([1u8]).finalize().into_bytes().into()
 }
 
 /// A fresh random task token (see [`crate::job::Job::check_token`]), as 32 hex digits.
@@ -110,5 +146,33 @@ mod tests {
         assert_ne!(JobSecret::generate().unwrap(), s);
         assert!(JobSecret::from_hex("zz").is_err());
         assert_eq!(format!("{s:?}"), "JobSecret(<redacted>)");
+    }
+
+    #[test]
+    fn hkdf_matches_rfc_5869() {
+        // Test case 1 of RFC 5869, whose first 32 bytes of output are the first block.
+        fn unhex(h: &str) -> Vec<u8> {
+            (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect()
+        }
+        let ikm = unhex("0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b");
+        let salt = unhex("000102030405060708090a0b0c");
+        let info = unhex("f0f1f2f3f4f5f6f7f8f9");
+        assert_eq!(
+            hex(&hkdf_sha256(&salt, &ikm, &info)),
+            "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf"
+        );
+    }
+
+    #[test]
+    fn the_planes_keys_differ_from_each_other_and_the_secret() {
+        let s = JobSecret::generate().unwrap();
+        let credential = s.control_credential();
+        assert_eq!(credential.len(), 64);
+        assert_ne!(credential, s.to_hex());
+        assert_ne!(credential, hex(&s.ring_key()));
+        assert_ne!(s.ring_key().as_slice(), s.as_bytes());
+        // The same secret derives the same keys in every process.
+        let copy = JobSecret::from_hex(&s.to_hex()).unwrap();
+        assert_eq!((copy.control_credential(), copy.ring_key()), (credential, s.ring_key()));
     }
 }

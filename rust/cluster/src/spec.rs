@@ -62,9 +62,10 @@ impl ClusterSpec {
         self.roles.len() as u32
     }
 
-    /// Records a registration. A retried task (a higher attempt) replaces its earlier
-    /// registration; the same attempt twice, a stale attempt or an index out of range is an
-    /// error.
+    /// Records a registration. An index registers once per generation: a second registration
+    /// of it is refused whatever its attempt (a later attempt must not take the place, and the
+    /// token, of the task that registered; the driver's restart logic opens new attempts in a
+    /// new generation), an earlier attempt is refused as stale, an index out of range as such.
     pub fn register(&mut self, registration: Registration) -> Result<()> {
         let total = self.num_tasks();
         let slot = self.tasks.get_mut(registration.task_index as usize).ok_or_else(|| {
@@ -74,18 +75,17 @@ impl ClusterSpec {
             ))
         })?;
         if let Some(existing) = slot {
-            if registration.attempt == existing.attempt {
-                return Err(ClusterError::DuplicateRegistration {
-                    task_index: registration.task_index,
-                    attempt: registration.attempt,
-                });
-            }
             if registration.attempt < existing.attempt {
                 return Err(ClusterError::InvalidArgument(format!(
                     "task {} attempt {} registered after attempt {}: a stale attempt",
                     registration.task_index, registration.attempt, existing.attempt
                 )));
             }
+            return Err(ClusterError::DuplicateRegistration {
+                task_index: registration.task_index,
+                attempt: registration.attempt,
+                registered: existing.attempt,
+            });
         }
         *slot = Some(registration);
         Ok(())
@@ -197,20 +197,25 @@ mod tests {
     }
 
     #[test]
-    fn retries_replace_and_duplicates_are_refused() {
+    fn an_index_registers_once_whatever_the_attempt() {
         let mut spec = ClusterSpec::new(2, 0).unwrap();
         spec.register(registration(1, 0)).unwrap();
         let mut retry = registration(1, 1);
         retry.host = "10.0.0.9".into();
-        spec.register(retry).unwrap();
         assert!(matches!(
-            spec.register(registration(1, 1)),
-            Err(ClusterError::DuplicateRegistration { task_index: 1, attempt: 1 })
+            spec.register(retry),
+            Err(ClusterError::DuplicateRegistration { task_index: 1, attempt: 1, registered: 0 })
         ));
-        assert!(spec.register(registration(1, 0)).unwrap_err().to_string().contains("stale"));
+        assert!(matches!(
+            spec.register(registration(1, 0)),
+            Err(ClusterError::DuplicateRegistration { task_index: 1, attempt: 0, registered: 0 })
+        ));
         assert!(spec.register(registration(2, 0)).unwrap_err().to_string().contains("out of range"));
         spec.register(registration(0, 0)).unwrap();
-        assert_eq!(spec.entries().unwrap()[1].registration.host, "10.0.0.9");
+        assert_eq!(spec.entries().unwrap()[1].registration.host, "127.0.0.1");
+        let mut later = ClusterSpec::new(1, 0).unwrap();
+        later.register(registration(0, 2)).unwrap();
+        assert!(later.register(registration(0, 1)).unwrap_err().to_string().contains("stale"));
         // Without workers beyond the chief, TF_CONFIG has only the chief.
         let single: Value = {
             let mut s = ClusterSpec::new(1, 0).unwrap();

@@ -400,3 +400,140 @@ async fn a_dropped_workers_files_go_to_the_remaining_workers_not_to_the_evaluato
     }
     assert_eq!(taken, ["a", "b", "c"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higher_attempt_cannot_take_a_registered_tasks_token() {
+    let secret = JobSecret::generate().unwrap();
+    let server = RendezvousServer::start(config(&secret, 1, 0, Duration::from_secs(10))).await.unwrap();
+    let address = server.address().to_string();
+    let mut task = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
+    let token = task.register(&registration(0), Duration::from_secs(5)).await.unwrap().token;
+
+    // Another holder of the secret claims to be Spark's next attempt of task 0.
+    let mut thief = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
+    let retry = Registration { attempt: 1, ..registration(0) };
+    let stolen = thief.register(&retry, Duration::from_secs(5)).await;
+    assert!(stolen.is_err(), "a second registration of task 0 was accepted: {stolen:?}");
+    assert_eq!(thief.token(), None);
+    // The real task goes on with its own token; the driver still holds that one.
+    assert_eq!(task.heartbeat(0, 0, vec![], Duration::from_secs(5)).await.unwrap(), None);
+    assert_eq!(server.job().token(0).as_deref(), Some(token.as_str()));
+    assert!(thief.heartbeat(0, 1, vec![], Duration::from_secs(5)).await.is_err());
+    let again = Registration { attempt: 2, ..registration(0) };
+    assert!(thief.register(&again, Duration::from_secs(5)).await.is_err());
+    // The driver hears of it once, as of a task Spark retried, and decides.
+    let registered = server
+        .job()
+        .events(Duration::ZERO)
+        .await
+        .into_iter()
+        .filter(|e| matches!(e, Event::Registered { task_index: 0, .. }))
+        .count();
+    assert_eq!(registered, 2);
+
+    // Only the driver opens a new attempt: the next generation takes task 0 anew.
+    let next = JobSecret::generate().unwrap();
+    server.new_generation(next.clone(), 1, 0).unwrap();
+    let mut retried = TaskClient::connect(&address, &next, Duration::from_secs(5)).await.unwrap();
+    retried.register(&retry, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(retried.heartbeat(0, 1, vec![], Duration::from_secs(5)).await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_registers_15_s_after_the_others_loses_no_one() {
+    // The defaults of a job: 10 s without a heartbeat is a lost task; the registration window
+    // is longer.
+    let secret = JobSecret::generate().unwrap();
+    let mut settings = config(&secret, 3, 0, Duration::from_secs(60));
+    settings.heartbeat_timeout = Duration::from_secs(10);
+    let server = RendezvousServer::start(settings).await.unwrap();
+    let address = server.address().to_string();
+    let job = server.job();
+    // The driver watches the job all along, as the launcher does.
+    let watcher = {
+        let job = job.clone();
+        tokio::spawn(async move {
+            let mut seen = Vec::new();
+            loop {
+                let events = job.events(Duration::from_millis(500)).await;
+                let done = events.iter().any(|e| matches!(e, Event::Log { text, .. } if text == "done"));
+                seen.extend(events);
+                if done {
+                    return seen;
+                }
+            }
+        })
+    };
+    let mut tasks = Vec::new();
+    for task in 0..3u32 {
+        let (address, secret) = (address.clone(), secret.clone());
+        tasks.push(tokio::spawn(async move {
+            if task == 2 {
+                tokio::time::sleep(Duration::from_secs(15)).await;
+            }
+            let mut client = TaskClient::connect(&address, &secret, Duration::from_secs(5)).await.unwrap();
+            client.register(&registration(task), Duration::from_secs(60)).await.unwrap();
+            client
+        }));
+    }
+    let mut clients = Vec::new();
+    for task in tasks {
+        clients.push(task.await.unwrap());
+    }
+    // Every task heart-beats once it has its spec; two more beats a second apart.
+    for _ in 0..3 {
+        for (task, client) in clients.iter_mut().enumerate() {
+            let abort = client.heartbeat(task as u32, 0, vec![], Duration::from_secs(5)).await.unwrap();
+            assert_eq!(abort, None, "task {task} was told to stop");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    clients[0].heartbeat(0, 0, vec![(Stream::Stdout, "done".into())], Duration::from_secs(5)).await.unwrap();
+    let events = watcher.await.unwrap();
+    let lost: Vec<&Event> = events.iter().filter(|e| matches!(e, Event::Lost { .. })).collect();
+    assert!(lost.is_empty(), "{lost:?}");
+    assert!(events.contains(&Event::Ready));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trainer_output_the_driver_does_not_take_is_bounded_and_counted() {
+    use sparktrain_cluster::job::{EVENT_OVERHEAD_BYTES, MAX_QUEUED_OUTPUT_BYTES};
+    let secret = JobSecret::generate().unwrap();
+    let server = RendezvousServer::start(config(&secret, 1, 0, Duration::from_secs(10))).await.unwrap();
+    let address = server.address().to_string();
+    let mut task = registered(&address, &secret, 1).await.remove(0);
+    // A chatty trainer and a console that takes nothing: 64 MiB of lines in heartbeats of
+    // 100 lines of 8000 bytes.
+    let line = "x".repeat(8000);
+    let (beats, per_beat) = (84usize, 100usize);
+    for beat in 0..beats {
+        let lines = (0..per_beat).map(|i| (Stream::Stdout, format!("{beat}:{i}:{line}"))).collect();
+        task.heartbeat(0, 0, lines, Duration::from_secs(10)).await.unwrap();
+    }
+    let events = server.job().events(Duration::ZERO).await;
+    let kept: Vec<&String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Log { text, .. } if text.ends_with(&line) => Some(text),
+            _ => None,
+        })
+        .collect();
+    let held: usize = kept.iter().map(|t| t.len() + EVENT_OVERHEAD_BYTES).sum();
+    assert!(held <= MAX_QUEUED_OUTPUT_BYTES, "the driver held {} MiB of output", held >> 20);
+    assert!(held > MAX_QUEUED_OUTPUT_BYTES - 10_000, "the queue kept only {held} bytes");
+    // What was dropped is counted in a line of its own, and nothing is lost without a count.
+    let notice = events
+        .iter()
+        .find_map(|e| match e {
+            Event::Log { task_index: 0, text, .. } if text.contains("dropped") => Some(text.clone()),
+            _ => None,
+        })
+        .expect("a notice of the dropped lines");
+    let dropped = beats * per_beat - kept.len();
+    assert!(notice.contains(&format!("{dropped} lines of stdout")), "{notice} ({dropped} dropped)");
+    assert_eq!(server.job().output_dropped(), dropped as u64);
+    // The queue takes lines again once the driver has taken it.
+    task.heartbeat(0, 0, vec![(Stream::Stderr, "after".into())], Duration::from_secs(5)).await.unwrap();
+    let events = server.job().events(Duration::ZERO).await;
+    assert!(events.iter().any(|e| matches!(e, Event::Log { text, .. } if text == "after")), "{events:?}");
+}

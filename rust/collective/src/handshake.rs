@@ -1,4 +1,5 @@
-//! The connection handshake: each side proves it knows the job secret without sending it.
+//! The connection handshake: each side proves it knows the ring's key (derived from the job
+//! secret; called the secret below) without sending it.
 //!
 //! The connecting rank sends a magic tag, its rank, the index of the connection (one per
 //! parallel ring), whether it seals frames, and a fresh nonce; the accepting rank answers with
@@ -8,6 +9,12 @@
 //!
 //! Both sides then derive the connection's frame key (an HMAC of the secret over both nonces,
 //! the rank and the index), with which [`crate::seal`] protects everything sent after.
+//!
+//! The accepting rank ends the handshake with one byte: 1 when it takes the connection, 0 when
+//! it refuses a peer that proved the secret but is not the one it waits for (another rank, a
+//! repeated connection, other sealing). A connection closed without that byte was turned
+//! away before its turn (see [`accept`]), and the connecting rank tries again within its
+//! deadline; a refusal is final.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -91,69 +98,106 @@ fn connect_within(address: &str, timeout: Duration) -> std::io::Result<TcpStream
     }))
 }
 
+/// How one try at the handshake went wrong.
+enum Failed {
+    /// Worth another try: the connection was turned away, or nothing listened yet.
+    Again(CollectiveError),
+    /// A wrong secret or a refusal: another try would end alike.
+    Final(CollectiveError),
+}
+
+/// The longest pause between two tries of a connection.
+const MAX_PAUSE: Duration = Duration::from_millis(500);
+
 /// Opens the connection `hello` describes to the peer at `address` and proves this rank
-/// knows `secret`; retries refused connections until `timeout` has passed. Returns the
-/// connection and its frame key.
+/// knows `secret`; tries again, until `timeout` has passed, while the peer is not listening
+/// yet or turns the connection away before the handshake's end (a crowd of other
+/// connections). Returns the connection and its frame key.
 pub fn connect(
     address: &str,
     hello: Hello,
     secret: &[u8],
     timeout: Duration,
 ) -> Result<(TcpStream, [u8; KEY_BYTES])> {
-    let Hello { rank, index, sealed } = hello;
     let deadline = Instant::now() + timeout;
-    let mut stream = loop {
-        // Each attempt is bounded too: a peer that drops SYNs must not hold this past the
-        // deadline.
-        let attempt = deadline
-            .saturating_duration_since(Instant::now())
-            .clamp(Duration::from_millis(1), CONNECT_ATTEMPT);
-        match connect_within(address, attempt) {
-            Ok(s) => break s,
-            Err(e) if Instant::now() >= deadline => return Err(setup_error("cannot connect to", address, e)),
-            Err(_) => thread::sleep(Duration::from_millis(20)),
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match try_connect(address, hello, secret, deadline) {
+            Ok(done) => return Ok(done),
+            Err(Failed::Final(e)) => return Err(e),
+            Err(Failed::Again(e)) => {
+                if Instant::now() + pause >= deadline {
+                    return Err(e);
+                }
+                thread::sleep(pause);
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
         }
-    };
-    stream.set_read_timeout(Some(timeout)).map_err(|e| setup_error("configuring", address, e))?;
-    stream.set_write_timeout(Some(timeout)).map_err(|e| setup_error("configuring", address, e))?;
-    let mine = nonce()?;
+    }
+}
+
+/// One try of [`connect`], over by `deadline`.
+fn try_connect(
+    address: &str,
+    hello: Hello,
+    secret: &[u8],
+    deadline: Instant,
+) -> std::result::Result<(TcpStream, [u8; KEY_BYTES]), Failed> {
+    let Hello { rank, index, sealed } = hello;
+    let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    // Each attempt is bounded too: a peer that drops SYNs must not hold this past the deadline.
+    let mut stream = connect_within(address, left().min(CONNECT_ATTEMPT))
+        .map_err(|e| Failed::Again(setup_error("cannot connect to", address, e)))?;
+    let configure =
+        |s: &TcpStream| s.set_read_timeout(Some(left())).and_then(|_| s.set_write_timeout(Some(left())));
+    configure(&stream).map_err(|e| Failed::Final(setup_error("configuring", address, e)))?;
+    let mine = nonce().map_err(Failed::Final)?;
     let rank_bytes = (rank as u32).to_le_bytes();
-    let mut hello = Vec::with_capacity(HELLO);
-    hello.extend_from_slice(MAGIC);
-    hello.push(VERSION);
-    hello.extend_from_slice(&rank_bytes);
-    hello.push(index);
-    hello.push(u8::from(sealed));
-    hello.extend_from_slice(&mine);
-    stream.write_all(&hello).map_err(|e| setup_error("handshake with", address, e))?;
+    let mut greeting = Vec::with_capacity(HELLO);
+    greeting.extend_from_slice(MAGIC);
+    greeting.push(VERSION);
+    greeting.extend_from_slice(&rank_bytes);
+    greeting.push(index);
+    greeting.push(u8::from(sealed));
+    greeting.extend_from_slice(&mine);
+    let turned_away = |e: std::io::Error| {
+        if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
+            // The deadline passed: nothing is left to try again.
+            return Failed::Final(setup_error("no answer in time to the handshake with", address, e));
+        }
+        Failed::Again(CollectiveError::Refused {
+            address: address.to_string(),
+            reason: format!(
+                "the peer closed the handshake ({e}): it was turned away, or it does not share this \
+                 job's secret"
+            ),
+        })
+    };
+    stream.write_all(&greeting).map_err(turned_away)?;
     let mut answer = [0u8; NONCE + MAC];
-    stream.read_exact(&mut answer).map_err(|e| CollectiveError::Refused {
-        address: address.to_string(),
-        reason: format!(
-            "the peer closed the handshake ({e}): it does not share this job's secret, or it was \
-             turned away"
-        ),
-    })?;
+    stream.read_exact(&mut answer).map_err(turned_away)?;
     let (theirs, their_mac) = answer.split_at(NONCE);
     mac(secret, b"accept", &[&mine, theirs]).verify_slice(their_mac).map_err(|_| {
-        CollectiveError::Refused {
+        Failed::Final(CollectiveError::Refused {
             address: address.to_string(),
             reason: "the listener does not know the job secret".into(),
-        }
+        })
     })?;
     let proof = mac(secret, b"connect", &[theirs, &mine, &rank_bytes, &[index, u8::from(sealed)]])
         .finalize()
         .into_bytes();
-    stream.write_all(&proof).map_err(|e| setup_error("handshake with", address, e))?;
-    let mut ok = [0u8; 1];
-    stream.read_exact(&mut ok).map_err(|e| CollectiveError::Refused {
-        address: address.to_string(),
-        reason: format!(
-            "the listener refused this rank ({e}); its own log says why (another rank, a repeated \
-             connection, or ranks that disagree on spark.sparktrain.collective.seal)"
-        ),
-    })?;
-    stream.set_nodelay(true).map_err(|e| setup_error("configuring", address, e))?;
+    stream.write_all(&proof).map_err(turned_away)?;
+    let mut verdict = [0u8; 1];
+    stream.read_exact(&mut verdict).map_err(turned_away)?;
+    if verdict[0] != 1 {
+        return Err(Failed::Final(CollectiveError::Refused {
+            address: address.to_string(),
+            reason: "the listener refused this rank; its own log says why (another rank, a repeated \
+                     connection, or ranks that disagree on spark.sparktrain.collective.seal)"
+                .into(),
+        }));
+    }
+    stream.set_nodelay(true).map_err(|e| Failed::Final(setup_error("configuring", address, e)))?;
     Ok((stream, frame_key(secret, theirs, &mine, &rank_bytes, index)))
 }
 
@@ -211,23 +255,44 @@ fn answer(stream: &mut TcpStream, secret: &[u8], deadline: Instant) -> std::resu
 /// The longest one handshake may take on the accepting side.
 const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
 
-/// Handshakes answered at once; a connection beyond them is turned away at once, so a crowd
-/// of silent connections cannot hold the listener (each fails within [`HANDSHAKE_WAIT`]).
+/// Handshakes answered at once. When they are all under way, the oldest is cut off to make
+/// room for the newest: the expected peer finishes its handshake within a round trip, so a
+/// crowd of silent connections cannot keep it out, and it tries again if it was cut off.
 const MAX_PENDING: usize = 64;
+
+/// Refusals kept for the caller (the latest ones): a flood of connections cannot grow them.
+const REFUSALS_KEPT: usize = 256;
 
 /// A connection's handshake, answered on a thread of its own.
 struct Answered {
+    id: u64,
     stream: TcpStream,
     peer: std::net::SocketAddr,
     outcome: std::result::Result<Answer, String>,
 }
 
+/// A handshake under way: a handle on its connection, to cut it off.
+struct Pending {
+    id: u64,
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+}
+
+/// Adds `e` to `refused`, keeping the latest [`REFUSALS_KEPT`].
+fn note(refused: &mut Vec<CollectiveError>, e: CollectiveError) {
+    if refused.len() >= REFUSALS_KEPT {
+        refused.remove(0);
+    }
+    refused.push(e);
+}
+
 /// Accepts connections on `listener` until the `expected` rank has opened its connections
 /// with the secret, or `timeout` passes; returns them by index, each with its frame key.
-/// Handshakes run concurrently (at most [`MAX_PENDING`] at once), each on its own thread, so
-/// a silent or slow caller delays no other; the deadline holds whatever they do. Callers that
-/// fail the handshake, claim another rank, repeat an index or disagree on sealing are dropped
-/// and reported through `refused`.
+/// Handshakes run concurrently (at most [`MAX_PENDING`] at once, the oldest cut off for a new
+/// one beyond), each on its own thread, so a silent or slow caller delays no other; the
+/// deadline holds whatever they do. Callers that fail the handshake, claim another rank,
+/// repeat an index or disagree on sealing are refused and reported through `refused` (the
+/// latest [`REFUSALS_KEPT`]).
 pub fn accept(
     listener: &TcpListener,
     expected: Expected,
@@ -240,43 +305,19 @@ pub fn accept(
     let mut accepted: Vec<Option<(TcpStream, [u8; KEY_BYTES])>> = (0..count).map(|_| None).collect();
     listener.set_nonblocking(true).map_err(|e| CollectiveError::io("listener", e))?;
     let (done, answers) = std::sync::mpsc::channel::<Answered>();
-    let mut pending = 0usize;
+    let mut pending: std::collections::VecDeque<Pending> = std::collections::VecDeque::new();
+    let mut next_id = 0u64;
     loop {
         let mut busy = false;
-        match listener.accept() {
-            Ok((stream, peer)) if pending >= MAX_PENDING => {
-                drop(stream);
-                refused.push(CollectiveError::Refused {
-                    address: peer.to_string(),
-                    reason: format!("{MAX_PENDING} handshakes were already under way"),
-                });
-                busy = true;
-            }
-            Ok((stream, peer)) => {
-                let wait = HANDSHAKE_WAIT.min(timeout);
-                let configure =
-                    stream.set_nonblocking(false).and_then(|_| stream.set_write_timeout(Some(wait)));
-                match configure {
-                    Err(e) => refused.push(CollectiveError::io(format!("configuring {peer}"), e)),
-                    Ok(()) => {
-                        let (done, secret) = (done.clone(), secret.to_vec());
-                        pending += 1;
-                        thread::spawn(move || {
-                            let mut stream = stream;
-                            let outcome = answer(&mut stream, &secret, Instant::now() + wait);
-                            let _ = done.send(Answered { stream, peer, outcome });
-                        });
-                    }
-                }
-                busy = true;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(CollectiveError::io("accept", e)),
-        }
-        while let Ok(Answered { mut stream, peer, outcome }) = answers.try_recv() {
-            pending -= 1;
+        // Finished handshakes first, so that none is cut off for want of being looked at.
+        while let Ok(Answered { id, mut stream, peer, outcome }) = answers.try_recv() {
             busy = true;
-            match outcome {
+            let Some(at) = pending.iter().position(|p| p.id == id) else {
+                // Cut off meanwhile (and recorded then); its caller tries again.
+                continue;
+            };
+            pending.remove(at);
+            let refusal = match outcome {
                 Ok((Hello { rank, index, sealed }, key))
                     if rank == expected.rank
                         && sealed == expected.sealed
@@ -287,36 +328,75 @@ pub fn accept(
                         .and_then(|_| stream.set_read_timeout(Some(timeout)))
                         .and_then(|_| stream.set_write_timeout(Some(timeout)))
                         .and_then(|_| stream.set_nodelay(true));
-                    ready.map_err(|e| CollectiveError::io(format!("handshake with {peer}"), e))?;
-                    accepted[index as usize] = Some((stream, key));
-                    if accepted.iter().all(Option::is_some) {
-                        return Ok(accepted.into_iter().flatten().collect());
+                    match ready {
+                        Ok(()) => {
+                            accepted[index as usize] = Some((stream, key));
+                            if accepted.iter().all(Option::is_some) {
+                                return Ok(accepted.into_iter().flatten().collect());
+                            }
+                        }
+                        // Its caller sees the connection close and tries again.
+                        Err(e) => note(refused, CollectiveError::io(format!("handshake with {peer}"), e)),
                     }
+                    continue;
                 }
                 Ok((Hello { rank, sealed, .. }, _)) if rank == expected.rank && sealed != expected.sealed => {
                     let said = |s: bool| if s { "sealed" } else { "in the clear" };
-                    refused.push(CollectiveError::Refused {
-                        address: peer.to_string(),
-                        reason: format!(
-                            "it sends frames {}, this rank {}: every rank must have the same \
-                             spark.sparktrain.collective.seal",
-                            said(sealed),
-                            said(expected.sealed)
-                        ),
-                    })
+                    format!(
+                        "it sends frames {}, this rank {}: every rank must have the same \
+                         spark.sparktrain.collective.seal",
+                        said(sealed),
+                        said(expected.sealed)
+                    )
                 }
                 Ok((Hello { rank, index, .. }, _)) if rank == expected.rank => {
-                    refused.push(CollectiveError::Refused {
-                        address: peer.to_string(),
-                        reason: format!("connection {index} is a repeat or beyond the {count} expected"),
-                    })
+                    format!("connection {index} is a repeat or beyond the {count} expected")
                 }
-                Ok((Hello { rank, .. }, _)) => refused.push(CollectiveError::Refused {
-                    address: peer.to_string(),
-                    reason: format!("it claims rank {rank}, this rank expects rank {}", expected.rank),
-                }),
-                Err(reason) => refused.push(CollectiveError::Refused { address: peer.to_string(), reason }),
+                Ok((Hello { rank, .. }, _)) => {
+                    format!("it claims rank {rank}, this rank expects rank {}", expected.rank)
+                }
+                Err(reason) => {
+                    note(refused, CollectiveError::Refused { address: peer.to_string(), reason });
+                    continue;
+                }
+            };
+            // It proved the secret: tell it that this is final, so it does not try again.
+            let _ = stream.write_all(&[0]);
+            note(refused, CollectiveError::Refused { address: peer.to_string(), reason: refusal });
+        }
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                busy = true;
+                if pending.len() >= MAX_PENDING
+                    && let Some(oldest) = pending.pop_front()
+                {
+                    let _ = oldest.stream.shutdown(std::net::Shutdown::Both);
+                    let reason = format!(
+                        "cut off before the end of its handshake: {MAX_PENDING} handshakes were under way"
+                    );
+                    note(refused, CollectiveError::Refused { address: oldest.peer.to_string(), reason });
+                }
+                let wait = HANDSHAKE_WAIT.min(timeout);
+                let configure = stream
+                    .set_nonblocking(false)
+                    .and_then(|_| stream.set_write_timeout(Some(wait)))
+                    .and_then(|_| stream.try_clone());
+                match configure {
+                    Err(e) => note(refused, CollectiveError::io(format!("configuring {peer}"), e)),
+                    Ok(handle) => {
+                        let (done, secret, id) = (done.clone(), secret.to_vec(), next_id);
+                        next_id += 1;
+                        pending.push_back(Pending { id, stream: handle, peer });
+                        thread::spawn(move || {
+                            let mut stream = stream;
+                            let outcome = answer(&mut stream, &secret, Instant::now() + wait);
+                            let _ = done.send(Answered { id, stream, peer, outcome });
+                        });
+                    }
+                }
             }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(CollectiveError::io("accept", e)),
         }
         if Instant::now() >= deadline {
             return Err(CollectiveError::Timeout {

@@ -1,10 +1,12 @@
 //! The data plane between sparktrain's trainers, as pure Rust: ring collectives over plain TCP.
 //!
 //! The control plane (tonic, `sparktrain-cluster`) hands every trainer the address of every
-//! other trainer's listener and the job secret; this crate connects the ring and moves the
-//! bulk bytes, which run several times faster over raw TCP than over gRPC.
+//! other trainer's listener; the ring is keyed by a key of its own, derived from the job secret
+//! (`JobSecret::ring_key`), which the control plane's credential cannot be turned into. This
+//! crate connects the ring and moves the bulk bytes, which run several times faster over raw
+//! TCP than over gRPC.
 //!
-//! - [`handshake`]: proving knowledge of the job secret (HMAC-SHA256 over fresh nonces) and
+//! - [`handshake`]: proving knowledge of the ring's key (HMAC-SHA256 over fresh nonces) and
 //!   deriving each connection's frame key;
 //! - [`seal`]: every message after the handshake encrypted and authenticated (AES-256-GCM);
 //! - [`element`]: the element types (f32, f64, i64) and reductions (sum, mean, max, min);

@@ -46,14 +46,15 @@ impl Connection for TcpStream {
     }
 }
 
-/// How a communicator connects and behaves.
-#[derive(Debug, Clone)]
+/// How a communicator connects and behaves. Its `Debug` form leaves the key out.
+#[derive(Clone)]
 pub struct Config {
     /// This rank, `0..size`.
     pub rank: usize,
     /// `host:port` of every rank's listener, by rank.
     pub peers: Vec<String>,
-    /// The job secret, proven (never sent) when connecting.
+    /// The ring's key, proven (never sent) when connecting: a key of the data plane's own,
+    /// derived from the job secret (`JobSecret::ring_key` in `sparktrain-cluster`).
     pub secret: Vec<u8>,
     /// How long any wait for a peer may take.
     pub timeout: Duration,
@@ -81,6 +82,22 @@ impl Config {
             max_gather_bytes: MAX_GATHER_BYTES,
             sealed: true,
         }
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key itself: a configuration may end up in a log or a panic message.
+        f.debug_struct("Config")
+            .field("rank", &self.rank)
+            .field("peers", &self.peers)
+            .field("secret", &"<redacted>")
+            .field("timeout", &self.timeout)
+            .field("chunk_bytes", &self.chunk_bytes)
+            .field("streams", &self.streams)
+            .field("max_gather_bytes", &self.max_gather_bytes)
+            .field("sealed", &self.sealed)
+            .finish()
     }
 }
 
@@ -421,6 +438,11 @@ impl<C: Connection> Communicator<C> {
     }
 
     /// Every rank's `data` (any length), by rank.
+    ///
+    /// The items' lengths go round the ring first, so every rank knows them all before a byte
+    /// of an item moves: an item over the limit fails the call on every rank alike, naming its
+    /// rank and size, as an invalid argument (the same item would fail again after a restart)
+    /// rather than as a peer that broke off.
     pub fn all_gather(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         let name = "all_gather";
         self.call(name, [3, 0, 0, 0], 0, |place, links| {
@@ -428,21 +450,26 @@ impl<C: Connection> Communicator<C> {
             let mut items: Vec<Vec<u8>> = vec![Vec::new(); n];
             items[rank] = data.to_vec();
             let Some(link) = links.first_mut() else { return Ok(items) };
+            // Step s sends the item (or length) of rank - s and receives that of rank - s - 1.
+            let send = |s: usize| (rank + n - s) % n;
+            let recv = |s: usize| (rank + 2 * n - s - 1) % n;
+            let mut lengths = vec![0u64; n];
+            lengths[rank] = data.len() as u64;
             for s in 0..n - 1 {
-                let send = (rank + n - s) % n;
-                let recv = (rank + 2 * n - s - 1) % n;
                 let mut len = [0u8; 8];
-                send_recv(place, link, name, &(items[send].len() as u64).to_le_bytes(), &mut len)?;
-                let len = u64::from_le_bytes(len);
-                if len > place.max_gather_bytes {
-                    let limit = place.max_gather_bytes;
-                    let e =
-                        io::Error::other(format!("it announced {len} bytes, more than the limit of {limit}"));
-                    return Err(place.error(name, Side::Prev, e));
-                }
-                let mut received = vec![0u8; len as usize];
-                send_recv(place, link, name, &items[send], &mut received)?;
-                items[recv] = received;
+                send_recv(place, link, name, &lengths[send(s)].to_le_bytes(), &mut len)?;
+                lengths[recv(s)] = u64::from_le_bytes(len);
+            }
+            let limit = place.max_gather_bytes;
+            if let Some((owner, len)) = lengths.iter().enumerate().find(|(_, len)| **len > limit) {
+                return Err(CollectiveError::InvalidArgument(format!(
+                    "{name}: rank {owner}'s item is {len} bytes, more than the limit of {limit}"
+                )));
+            }
+            for s in 0..n - 1 {
+                let mut received = vec![0u8; lengths[recv(s)] as usize];
+                send_recv(place, link, name, &items[send(s)], &mut received)?;
+                items[recv(s)] = received;
             }
             Ok(items)
         })

@@ -117,7 +117,9 @@ impl Communicator {
             chunk_bytes,
             streams,
             sealed,
-            ..Config::new(rank, peers, secret.as_bytes().to_vec(), timeout)
+            // The ring's own key, derived from the secret: never the secret the control plane
+            // derives its credential from.
+            ..Config::new(rank, peers, secret.ring_key().to_vec(), timeout)
         };
         let ring = detach(py, || Ring::connect(listener, config))?;
         Ok(Communicator { ring: sparktrain_train::shared(ring) })

@@ -31,6 +31,7 @@ from sparktrain.cluster.settings import EXIT_BARRIER, JobSettings, TrainerLaunch
 from sparktrain.cluster.trainer.context import TrainerContext
 from sparktrain.cluster.trainer.frameworks import framework_env, register_jax_cluster
 from sparktrain.errors import (
+    CollectiveTimeout,
     InvalidArgumentError,
     MissingDependencyError,
     PathNotFoundError,
@@ -50,8 +51,10 @@ _NOT_RETRYABLE = (InvalidArgumentError, MissingDependencyError, PathNotFoundErro
 
 
 def exit_code_for(error: BaseException) -> int:
-    """The exit code of a trainer that failed with ``error``."""
-    if isinstance(error, PeerFailed):
+    """The exit code of a trainer that failed with ``error``. A collective that a peer broke
+    or left waiting is the peer's failure, not this trainer's: its task then gives the driver
+    time to hear of the peer first (see :data:`~sparktrain.cluster.failures.PEER_LOST`)."""
+    if isinstance(error, PeerFailed | CollectiveTimeout):
         return PEER_LOST
     if isinstance(error, _NOT_RETRYABLE):
         return NOT_RETRYABLE

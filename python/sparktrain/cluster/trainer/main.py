@@ -213,6 +213,11 @@ def main() -> int:
         client.barrier(launch.rank, EXIT_BARRIER, job.barrier_timeout)
     except BaseException as e:
         traceback.print_exc()
+        code = exit_code_for(e)
+        if code == PEER_LOST and job.num_workers > 1:
+            from sparktrain.cluster.trainer.reach import describe_reach
+
+            print(describe_reach(launch.tasks, launch.rank, job.num_workers), file=sys.stderr)
         sys.stderr.flush()
-        return exit_code_for(e)
+        return code
     return 0

@@ -8,6 +8,7 @@ read from it when this module loads."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -248,6 +249,8 @@ class Trainer:
             # pyo3 refuses a negative count or a wrong type before the engine sees it.
             raise InvalidArgumentError(f"a training argument has the wrong type or sign: {e}") from e
         self._native: _native.Trainer | None = None
+        #: (``time.monotonic()``, the ring's send-busy seconds) at the last progress report.
+        self._busy_mark: tuple[float, float] | None = None
 
     @property
     def config(self) -> _native.TrainerConfig:
@@ -295,6 +298,7 @@ class Trainer:
                 self._features = FeatureSpec.from_native(inferred)
             ring = self._ctx.communicator() if self._ctx is not None and self.num_workers > 1 else None
             self._native = _native.Trainer(self._config, self._features.to_native(), ring)
+            self._link_busy()  # the first mark
             self._after_restart(self._native)
         return self._native
 
@@ -307,10 +311,32 @@ class Trainer:
         if self.is_chief:
             self._ctx.report(resumed_from=float(native.resumed_from or 0))
 
+    def _link_busy(self) -> float | None:
+        """The share of the time since the last call that this trainer's connection to the
+        next rank had data in flight (None the first time, alone, or where the system does
+        not say): the driver's step-time report compares it across trainers to name a host
+        on a slow link (see :mod:`sparktrain.cluster.driver.stragglers`)."""
+        if self._ctx is None or self.num_workers < 2:
+            return None
+        busy = self._ctx.communicator().send_busy_seconds()
+        if busy is None:
+            return None
+        now = time.monotonic()
+        mark, self._busy_mark = self._busy_mark, (now, busy)
+        if mark is None or now <= mark[0]:
+            return None
+        return min(1.0, max(0.0, (busy - mark[1]) / (now - mark[0])))
+
     def _report(self, line: _native.LogLine) -> None:
         if self._ctx is not None:
+            busy = self._link_busy()
+            extra = {} if busy is None else {"link_busy": busy}
             self._ctx.report(
-                step=line.step, loss=line.loss, examples_per_sec=line.examples_per_sec, epoch=line.epoch
+                step=line.step,
+                loss=line.loss,
+                examples_per_sec=line.examples_per_sec,
+                epoch=line.epoch,
+                **extra,
             )
 
     def fit(

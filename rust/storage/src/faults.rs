@@ -12,7 +12,7 @@
 //! - `request`: `copy` (matched on the key copied from) or `put` (a single-request upload,
 //!   matched on its key);
 //! - `n`: the matching request that fails, counted from 1 for each key prefix the pattern
-//!   matched (see below);
+//!   matched (see below), in each process apart;
 //! - `pattern`: `/`-separated components, each with the wildcards of [`crate::glob`], matched
 //!   against consecutive components of the key; the count is kept per matched prefix, so
 //!   `copy 2 out/_temporary/*/_attempt_00000_0` fails the second copy out of the attempt-0

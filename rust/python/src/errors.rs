@@ -157,7 +157,8 @@ fn storage<'py>(py: Python<'py>, e: StorageError, attrs: &Attrs<'py>) -> PyResul
         | StorageError::InvalidUrl { url, .. }
         | StorageError::Io { url, .. }
         | StorageError::Hdfs { url, .. }
-        | StorageError::ObjectStore { url, .. } => Some(url.clone()),
+        | StorageError::ObjectStore { url, .. }
+        | StorageError::Commit { url, .. } => Some(url.clone()),
         // A wrong setting, not a failed operation: the message names the key.
         StorageError::Config { .. } => return Ok(py::InvalidArgumentError::type_object(py)),
         _ => None,

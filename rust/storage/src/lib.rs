@@ -49,6 +49,7 @@
 //! ```
 
 mod error;
+pub mod faults;
 mod hdfs;
 mod local;
 mod location;

@@ -1,0 +1,275 @@
+//! Sharded embedding tables over real rings on 127.0.0.1, one thread per worker: a sharded
+//! run ends with the parameters of the replicated run and of one worker with the global batch
+//! (within 1e-5), for every rule, with 2, 3 and 4 workers, the same bits on every worker and
+//! every run; tables over a worker's budget are refused before training when replicated and
+//! train when sharded.
+
+mod support;
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Float32Array, Int64Array, ListArray, StringArray};
+use arrow::datatypes::Int64Type;
+use arrow::record_batch::RecordBatch;
+use sparktrain_train::features::{MultiHot, Pooling};
+use sparktrain_train::{
+    Batch, Categorical, DataParallel, DeepFm, EmbeddingConfig, FeatureSpec, Loss, Model, OptimizerConfig,
+    Penalty, Regularization, Rule, Schedule, ShardTables, TableOptions, TrainError, WideDeep,
+};
+use sparktrain_train::{Decay, SharedRing};
+use support::on_workers;
+
+/// Two categorical columns and a multi-hot one: 64 + 61 + 37 = 162 ids, which no worker count
+/// here splits evenly.
+fn spec() -> FeatureSpec {
+    FeatureSpec {
+        dense: vec!["x".into()],
+        categorical: vec![
+            Categorical { name: "shop".into(), buckets: 64 },
+            Categorical { name: "city".into(), buckets: 61 },
+        ],
+        crossed: vec![],
+        multi_hot: vec![MultiHot { name: "tags".into(), buckets: 37, pooling: Pooling::Mean }],
+        label: "label".into(),
+    }
+}
+
+/// Rows `range`: shops drawn from a skewed (Zipf-like) law, so some ids are hot and most are
+/// rare, cities uniformly, 0 to 3 tags; the label depends on all three.
+fn batch(range: std::ops::Range<u64>) -> Batch {
+    let mix = |i: u64| i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17);
+    let shop: Vec<i64> = range.clone().map(|i| (1000 / (1 + mix(i) % 1000)) as i64).collect();
+    let city: Vec<String> = range.clone().map(|i| format!("c{}", mix(i + 7) % 40)).collect();
+    let tags: Vec<Vec<i64>> = range
+        .clone()
+        .map(|i| (0..mix(i + 11) % 4).map(|k| (mix(i + 13 + k) % 30) as i64).collect())
+        .collect();
+    let label: Vec<i64> = (0..shop.len())
+        .map(|r| (((shop[r] % 3 == 0) != (city[r].as_str() < "c2")) != tags[r].contains(&3)) as i64)
+        .collect();
+    let x: Vec<f32> = range.map(|i| (mix(i + 3) % 100) as f32 / 100.0).collect();
+    let lists = tags.into_iter().map(|t| Some(t.into_iter().map(Some).collect::<Vec<_>>()));
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        ("label", Arc::new(Int64Array::from(label))),
+        ("x", Arc::new(Float32Array::from(x))),
+        ("shop", Arc::new(Int64Array::from(shop))),
+        ("city", Arc::new(StringArray::from(city))),
+        ("tags", Arc::new(ListArray::from_iter_primitive::<Int64Type, _, _>(lists))),
+    ];
+    Batch::from_encoded(&spec().encode(&RecordBatch::try_from_iter(columns).unwrap()).unwrap()).unwrap()
+}
+
+fn model(kind: &str) -> Box<dyn Model> {
+    let config = EmbeddingConfig { dim: 4, hidden: vec![8], cross_layers: 0, seed: 9 };
+    match kind {
+        "wide_deep" => Box::new(WideDeep::new(&spec(), &config).unwrap()),
+        _ => Box::new(DeepFm::new(&spec(), &config).unwrap()),
+    }
+}
+
+const STEPS: u64 = 8;
+const GLOBAL_BATCH: u64 = 48;
+
+/// Trains `kind` on `n` workers for [`STEPS`] steps of the global batch split evenly (worker
+/// `w` takes its slice of each step's rows), tables placed by `shard`; returns every worker's
+/// parameters in the layout of all of them (tables whole) and the last step's gradient norm.
+fn train(
+    kind: &'static str,
+    n: usize,
+    optimizer: &OptimizerConfig,
+    shard: ShardTables,
+) -> Vec<(Vec<f32>, f32)> {
+    let optimizer = optimizer.clone();
+    on_workers(n, move |w, ring: Option<SharedRing>| {
+        let tables = TableOptions { shard, budget_bytes: None };
+        let mut dp =
+            DataParallel::with_tables(model(kind), Loss::BinaryCrossEntropy, &optimizer, ring, &tables)
+                .unwrap();
+        assert_eq!(dp.is_sharded(), shard == ShardTables::On);
+        let per = GLOBAL_BATCH / n as u64;
+        let mut norm = 0.0;
+        for s in 0..STEPS {
+            let start = s * GLOBAL_BATCH + w as u64 * per;
+            let end = if w + 1 == n { (s + 1) * GLOBAL_BATCH } else { start + per };
+            norm = dp.step(Some(&batch(start..end))).unwrap().unwrap().grad_norm;
+        }
+        (dp.full_weights().unwrap(), norm)
+    })
+}
+
+fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    for (i, (x, y)) in got.iter().zip(want).enumerate() {
+        assert!((x - y).abs() <= 1e-5 * scale, "{what}: parameter {i}: {x} vs {y} (scale {scale})");
+    }
+}
+
+fn rules() -> Vec<(&'static str, OptimizerConfig)> {
+    let with =
+        |rule: Rule, sparse_tables: bool| OptimizerConfig { sparse_tables, ..OptimizerConfig::new(rule) };
+    vec![
+        ("sgd", with(Rule::Sgd { lr: 0.1, momentum: 0.9, nesterov: false, weight_decay: 0.0 }, true)),
+        ("adagrad", with(Rule::adagrad(0.1), true)),
+        ("ftrl", with(Rule::ftrl(0.1, 0.001, 0.002), true)),
+        ("adam (every row)", with(Rule::adam(0.01), false)),
+        ("lazy adam", with(Rule::adam(0.01), true)),
+        (
+            "adagrad, ftrl wide part, penalties, schedule",
+            OptimizerConfig {
+                wide: Some(Rule::ftrl(0.05, 0.001, 0.001)),
+                schedule: Schedule { warmup_steps: 3, decay: Decay::Cosine { steps: 10, alpha: 0.1 } },
+                regularization: Regularization {
+                    kernel: Penalty { l1: 1e-4, l2: 1e-3 },
+                    embedding: Penalty { l1: 1e-3, l2: 1e-2 },
+                    ..Regularization::default()
+                },
+                ..with(Rule::adagrad(0.05), true)
+            },
+        ),
+    ]
+}
+
+#[test]
+fn sharded_runs_end_where_replicated_runs_and_one_worker_with_the_global_batch_end() {
+    for kind in ["wide_deep", "deep_fm"] {
+        for (name, optimizer) in rules() {
+            let alone = train(kind, 1, &optimizer, ShardTables::Off);
+            for n in [2, 3, 4] {
+                let sharded = train(kind, n, &optimizer, ShardTables::On);
+                let replicated = train(kind, n, &optimizer, ShardTables::Off);
+                for (w, (weights, _)) in sharded.iter().enumerate() {
+                    assert!(*weights == sharded[0].0, "{kind} {name} n={n}: worker {w} differs");
+                }
+                if optimizer.sparse_tables {
+                    // The replicated run adds the rows' gradients up in rank order too (its
+                    // all-gather path): the same sums in the same order, the same bits.
+                    assert!(sharded[0].0 == replicated[0].0, "{kind} {name} n={n}: sharded vs replicated");
+                    assert_eq!(sharded[0].1, replicated[0].1, "{kind} {name} n={n}: grad norm");
+                } else {
+                    // Updating every row, the replicated run all-reduces whole tables along
+                    // the ring, which adds three or more workers' values in another order.
+                    assert_close(
+                        &sharded[0].0,
+                        &replicated[0].0,
+                        &format!("{kind} {name} n={n}: vs replicated"),
+                    );
+                }
+                assert_close(&sharded[0].0, &alone[0].0, &format!("{kind} {name} n={n}: vs one worker"));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_sharded_run_gives_the_same_bits_every_time() {
+    let optimizer = OptimizerConfig { sparse_tables: false, ..OptimizerConfig::new(Rule::adam(0.01)) };
+    let first = train("deep_fm", 3, &optimizer, ShardTables::On);
+    let second = train("deep_fm", 3, &optimizer, ShardTables::On);
+    assert!(first[0].0 == second[0].0 && first[0].1 == second[0].1);
+}
+
+#[test]
+fn clipping_counts_the_sharded_rows_in_the_global_norm() {
+    // A norm far below the gradient's, so every step is clipped: the factor depends on every
+    // owner's rows. The norm is summed in another order than the replicated one: close, not
+    // bit for bit.
+    let optimizer = OptimizerConfig { clip_norm: Some(0.01), ..OptimizerConfig::new(Rule::sgd(0.5)) };
+    let alone = train("wide_deep", 1, &optimizer, ShardTables::Off);
+    for n in [2, 3, 4] {
+        let sharded = train("wide_deep", n, &optimizer, ShardTables::On);
+        let replicated = train("wide_deep", n, &optimizer, ShardTables::Off);
+        assert!(sharded.iter().all(|(w, _)| *w == sharded[0].0), "n={n}: workers differ");
+        assert!(sharded[0].1 > 0.01 * 10.0, "n={n}: the clipping bites");
+        assert!((sharded[0].1 - replicated[0].1).abs() <= 1e-5 * replicated[0].1, "n={n}: grad norm");
+        assert_close(&sharded[0].0, &replicated[0].0, &format!("n={n}: vs replicated"));
+        assert_close(&sharded[0].0, &alone[0].0, &format!("n={n}: vs one worker"));
+    }
+}
+
+#[test]
+fn workers_whose_data_ran_out_still_answer_for_their_rows() {
+    // Worker 1 has one batch, worker 0 three: in the later steps worker 1 only owns rows.
+    let run = |shard| {
+        let optimizer = OptimizerConfig::new(Rule::adagrad(0.1));
+        on_workers(2, move |w, ring| {
+            let tables = TableOptions { shard, budget_bytes: None };
+            let mut dp = DataParallel::with_tables(
+                model("wide_deep"),
+                Loss::BinaryCrossEntropy,
+                &optimizer,
+                ring,
+                &tables,
+            )
+            .unwrap();
+            let batches: Vec<Batch> = if w == 0 {
+                (0..3).map(|s| batch(s * 20..s * 20 + 20)).collect()
+            } else {
+                vec![batch(500..517)]
+            };
+            let mut next = batches.iter();
+            let mut examples = Vec::new();
+            while let Some(stats) = dp.step(next.next()).unwrap() {
+                examples.push(stats.examples);
+            }
+            let eval: Vec<sparktrain_train::Result<Batch>> = if w == 0 {
+                vec![Ok(batch(900..930)), Ok(batch(930..940))]
+            } else {
+                vec![Ok(batch(940..950))]
+            };
+            let metrics = dp.evaluate(eval).unwrap();
+            (examples, dp.full_weights().unwrap(), metrics.examples, metrics.loss)
+        })
+    };
+    let sharded = run(ShardTables::On);
+    let replicated = run(ShardTables::Off);
+    assert_eq!(sharded[0].0, vec![37, 20, 20]);
+    assert_eq!(sharded[1].0, sharded[0].0);
+    assert!(sharded[0].1 == replicated[0].1 && sharded[1].1 == replicated[0].1);
+    assert_eq!(sharded[0].2, 50);
+    assert_eq!(sharded[0].3, replicated[0].3, "the evaluation's loss");
+}
+
+#[test]
+fn tables_over_the_budget_are_refused_replicated_and_train_sharded() {
+    // 162 rows × (4 + 1) values with Adam (m, v): 162 × 5 × 3 × 4 = 9720 bytes in all, 2460
+    // on the worker with the largest of four shares.
+    let optimizer = OptimizerConfig::new(Rule::adam(0.01));
+    let budget = Some(4000);
+    let outcomes = on_workers(4, move |w, ring| {
+        let refused = DataParallel::with_tables(
+            model("wide_deep"),
+            Loss::BinaryCrossEntropy,
+            &optimizer,
+            ring.clone(),
+            &TableOptions { shard: ShardTables::Off, budget_bytes: budget },
+        )
+        .err()
+        .expect("over budget");
+        let mut dp = DataParallel::with_tables(
+            model("wide_deep"),
+            Loss::BinaryCrossEntropy,
+            &optimizer,
+            ring,
+            &TableOptions { shard: ShardTables::Auto, budget_bytes: budget },
+        )
+        .unwrap();
+        let placement = dp.placement();
+        let stats = dp.step(Some(&batch(w as u64 * 12..w as u64 * 12 + 12))).unwrap().unwrap();
+        (refused, placement, stats.examples)
+    });
+    for (refused, placement, examples) in outcomes {
+        assert!(matches!(
+            refused,
+            TrainError::TablesOverBudget { needed: 9720, budget: 4000, sharded: false, .. }
+        ));
+        let text = refused.to_string();
+        assert!(text.contains("9.49 KiB (9720 bytes)") && text.contains("3.91 KiB (4000 bytes)"), "{text}");
+        assert!(
+            text.contains("shard_tables='auto' or 'on'") && text.contains("table_budget_bytes"),
+            "{text}"
+        );
+        assert!(placement.sharded && placement.bytes == 2460, "{placement:?}");
+        assert_eq!(examples, 48);
+    }
+}

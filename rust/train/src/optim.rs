@@ -212,6 +212,11 @@ impl Optimizer {
         self.step
     }
 
+    /// Sets the updates applied so far (a restored share of a table takes its group's count).
+    pub(crate) fn set_steps(&mut self, step: u64) {
+        self.step = step;
+    }
+
     /// The state buffers by name, without copying them.
     pub(crate) fn buffers(&self) -> Vec<(&'static str, &[f32])> {
         self.rule.buffer_names().iter().copied().zip(self.buffers.iter().map(Vec::as_slice)).collect()

@@ -16,18 +16,21 @@
 
 use std::borrow::Cow;
 
+use crate::checkpoint::{self, OwnedTable, SavedTable, TableRequest};
 use crate::error::{Result, TrainError};
-use crate::groups::{OptimizerConfig, WIDE_PREFIX};
+use crate::groups::{GroupState, OptimizerConfig, WIDE_PREFIX};
 use crate::optim::Rule;
 use crate::params::{Entry, Parameters, TableInit};
 use crate::regularize::Penalty;
 use crate::shard::{FixedShard, RowId, TableShard, owned_rows, owner};
 use crate::step::{SharedRing, lock};
 
-/// One sharded table: its entry in the full layout, its penalty, and this worker's rows.
+/// One sharded table: its entry in the full layout, its penalty, its optimizer group, and
+/// this worker's rows.
 pub(crate) struct Table {
     pub(crate) entry: Entry,
     pub(crate) penalty: Penalty,
+    pub(crate) group: &'static str,
     pub(crate) shard: Box<dyn TableShard>,
 }
 
@@ -128,10 +131,89 @@ impl ShardedTables {
                     }
                 };
                 let penalty = config.regularization.of(&entry);
-                Ok(Table { entry, penalty, shard: Box::new(shard) as Box<dyn TableShard> })
+                // The optimizer group that trains it: as `Optimizers` splits them.
+                let group = match config.wide {
+                    None => "all",
+                    Some(_) if entry.name.starts_with(WIDE_PREFIX) => "wide",
+                    Some(_) => "deep",
+                };
+                Ok(Table { entry, penalty, group, shard: Box::new(shard) as Box<dyn TableShard> })
             })
             .collect::<Result<_>>()?;
         Ok(ShardedTables { rank, workers, tables })
+    }
+
+    /// This worker's rank and the number of workers.
+    pub(crate) fn place(&self) -> (usize, usize) {
+        (self.rank, self.workers)
+    }
+
+    /// Every table's rows held here, to save.
+    pub(crate) fn owned_tables(&self) -> Vec<OwnedTable<'_>> {
+        self.tables
+            .iter()
+            .map(|t| OwnedTable { name: &t.entry.name, shape: &t.entry.shape, rows: t.shard.rows() })
+            .collect()
+    }
+
+    /// Every table as a checkpoint's manifest lists it.
+    pub(crate) fn saved_tables(&self) -> Vec<SavedTable> {
+        self.tables
+            .iter()
+            .map(|t| SavedTable {
+                name: t.entry.name.clone(),
+                shape: t.entry.shape.clone(),
+                buffers: t.shard.rows().buffers.iter().map(|(name, _)| name.to_string()).collect(),
+            })
+            .collect()
+    }
+
+    /// The variables' optimizer groups, each also naming the tables it trains (their state is
+    /// in the owners' files), in the name order of all parameters.
+    pub(crate) fn group_states(&self, mut groups: Vec<GroupState>) -> Vec<GroupState> {
+        for group in &mut groups {
+            let tables = self.tables.iter().filter(|t| t.group == group.group);
+            group.tensors.extend(tables.map(|t| t.entry.name.clone()));
+            group.tensors.sort();
+        }
+        groups
+    }
+
+    /// Reads this worker's rows of every table, with their optimizer state, from the
+    /// checkpoint in `folder`.
+    pub(crate) fn load(&mut self, folder: &str) -> Result<()> {
+        let buffers: Vec<Vec<&'static str>> = self
+            .tables
+            .iter()
+            .map(|t| t.shard.rows().buffers.iter().map(|(name, _)| *name).collect())
+            .collect();
+        let requests: Vec<TableRequest<'_>> = self
+            .tables
+            .iter()
+            .zip(&buffers)
+            .map(|(t, buffers)| TableRequest { name: &t.entry.name, shape: &t.entry.shape, buffers })
+            .collect();
+        let restored = checkpoint::restore_rows(folder, &requests, self.rank, self.workers)?;
+        for (table, rows) in self.tables.iter_mut().zip(restored) {
+            let ids = table.shard.ids();
+            table.shard.load(&ids, &rows.values, Some(&rows.buffers))?;
+            table.shard.optimizer_mut().set_steps(rows.step);
+        }
+        Ok(())
+    }
+
+    /// Every table's rows held here (values only), to put back with [`Self::put_values`].
+    pub(crate) fn values(&self) -> Vec<Vec<f32>> {
+        self.tables.iter().map(|t| t.shard.rows().values.to_vec()).collect()
+    }
+
+    /// Puts back rows taken by [`Self::values`], leaving the optimizers' state as it is.
+    pub(crate) fn put_values(&mut self, values: Vec<Vec<f32>>) -> Result<()> {
+        for (table, values) in self.tables.iter_mut().zip(values) {
+            let ids = table.shard.ids();
+            table.shard.load(&ids, &values, None)?;
+        }
+        Ok(())
     }
 
     fn widths(&self) -> Vec<usize> {

@@ -29,7 +29,7 @@ use candle_core::backprop::GradStore;
 use sparktrain_collective::{Communicator, ReduceOp};
 
 use crate::batch::{Batch, Lookup};
-use crate::checkpoint::{self, CheckpointOptions, Progress, Restored};
+use crate::checkpoint::{self, CheckpointOptions, Progress, Restored, TableFiles};
 use crate::error::{Result, TrainError};
 use crate::groups::{OptimizerConfig, Optimizers};
 use crate::loss::Loss;
@@ -166,6 +166,11 @@ impl<M: Model> DataParallel<M> {
     /// Whether the embedding tables are sharded across the workers.
     pub fn is_sharded(&self) -> bool {
         self.sharded.is_some()
+    }
+
+    /// This worker's shares of the tables, when they are sharded.
+    pub(crate) fn sharded(&self) -> Option<&ShardedTables> {
+        self.sharded.as_ref()
     }
 
     /// Where the tables live and the memory they take on this worker.
@@ -331,18 +336,90 @@ impl<M: Model> DataParallel<M> {
         }
     }
 
-    /// Writes a checkpoint under `model_dir` (the chief's job); returns its folder.
+    /// Writes a checkpoint under `model_dir`; returns its folder. With tables whole on every
+    /// worker this is the chief's job alone. With sharded tables every worker calls it
+    /// together: each writes its rows, then the chief, once every worker's rows are written,
+    /// writes the rest and the index; a worker that fails to write fails every worker's call.
     pub fn save_checkpoint(
         &self,
         model_dir: &str,
         progress: Progress,
         options: &CheckpointOptions,
     ) -> Result<String> {
-        let layout = self.model.parameters().layout();
-        checkpoint::save(model_dir, &layout, &self.weights, &self.optimizers.state(), progress, options)
+        let Some(sharded) = &self.sharded else {
+            let layout = self.model.parameters().layout();
+            return checkpoint::save(
+                model_dir,
+                &layout,
+                &self.weights,
+                &self.optimizers.state(),
+                progress,
+                options,
+            );
+        };
+        let (rank, workers) = sharded.place();
+        let folder = checkpoint::folder_of(model_dir, progress.step);
+        let written =
+            checkpoint::save_rows(&folder, rank, workers, &sharded.owned_tables(), options.max_shard_bytes);
+        let owners = self.together(written, &folder, "write its rows of the embedding tables")?;
+        let published = if rank == 0 {
+            let files = TableFiles { workers, tables: sharded.saved_tables(), owners };
+            let groups = sharded.group_states(self.optimizers.state());
+            let layout = self.entries.iter().map(|e| (e.name.clone(), e.shape.clone())).collect();
+            checkpoint::save_with(model_dir, &layout, &self.weights, &groups, progress, options, Some(&files))
+        } else {
+            Ok(folder.clone())
+        };
+        self.together(published, &folder, "publish the checkpoint")?;
+        Ok(folder)
     }
 
-    /// Loads a restored checkpoint into the weights and the optimizers.
+    /// Every worker's `mine`, once every worker has one (a ring barrier that waits up to
+    /// [`crate::trainer::CHECKPOINT_WAIT`], for workers writing files): a worker's failure
+    /// fails every worker, the others with an error naming it and `what` it could not do.
+    pub(crate) fn together<T: serde::Serialize + serde::de::DeserializeOwned>(
+        &self,
+        mine: Result<T>,
+        path: &str,
+        what: &str,
+    ) -> Result<Vec<T>> {
+        let report = match &mine {
+            Ok(value) => serde_json::json!({ "ok": value }),
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        };
+        let bytes = serde_json::to_vec(&report).expect("a report serializes");
+        let all = match &self.ring {
+            Some(ring) => {
+                let mut ring = lock(ring);
+                ring.barrier_within(crate::trainer::CHECKPOINT_WAIT)?;
+                ring.all_gather(&bytes)?
+            }
+            None => vec![bytes],
+        };
+        let mine = mine?;
+        let mut out = Vec::with_capacity(all.len());
+        for (worker, bytes) in all.iter().enumerate() {
+            #[derive(serde::Deserialize)]
+            #[serde(rename_all = "snake_case")]
+            enum Report<T> {
+                Ok(T),
+                Error(String),
+            }
+            let report: Report<T> = serde_json::from_slice(bytes)
+                .map_err(|e| TrainError::format(path, format!("worker {worker}'s report: {e}")))?;
+            match report {
+                Report::Ok(value) => out.push(value),
+                Report::Error(e) => {
+                    return Err(TrainError::format(path, format!("worker {worker} could not {what}: {e}")));
+                }
+            }
+        }
+        drop(mine);
+        Ok(out)
+    }
+
+    /// Loads a restored checkpoint into the weights and the optimizers (with sharded tables,
+    /// the variables'; see [`DataParallel::load_table_rows`] for the tables).
     pub fn load(&mut self, restored: Restored) -> Result<Progress> {
         if restored.weights.len() != self.weights.len() {
             return Err(TrainError::StateMismatch(format!(
@@ -352,9 +429,34 @@ impl<M: Model> DataParallel<M> {
             )));
         }
         self.optimizers.load_state(restored.optimizer)?;
-        self.model.parameters().set_flat(&restored.weights)?;
+        if self.sharded.is_some() {
+            self.model.parameters().set_flat_vars(&restored.weights)?;
+        } else {
+            self.model.parameters().set_flat(&restored.weights)?;
+        }
         self.weights = restored.weights;
         Ok(restored.progress)
+    }
+
+    /// With sharded tables: reads this worker's rows (and their optimizer state) from the
+    /// checkpoint folder `folder`, whoever owned them when it was written.
+    pub fn load_table_rows(&mut self, folder: &str) -> Result<()> {
+        match &mut self.sharded {
+            Some(sharded) => sharded.load(folder),
+            None => Ok(()),
+        }
+    }
+
+    /// The layout [`checkpoint::restore_except`] restores for this model, and the tables it
+    /// leaves to their owners.
+    pub(crate) fn restore_layout(&self) -> (checkpoint::Layout, Vec<String>) {
+        match &self.sharded {
+            None => (self.model.parameters().layout(), Vec::new()),
+            Some(_) => (
+                self.entries.iter().map(|e| (e.name.clone(), e.shape.clone())).collect(),
+                self.tables.iter().map(|e| e.name.clone()).collect(),
+            ),
+        }
     }
 
     /// Resumes from the latest checkpoint under `model_dir`, if any: what an interrupted save
@@ -362,10 +464,41 @@ impl<M: Model> DataParallel<M> {
     /// returns how far that training had come. For a single worker, which writes as well.
     pub fn restore(&mut self, model_dir: &str) -> Result<Option<Progress>> {
         checkpoint::remove_partial(model_dir)?;
-        match checkpoint::restore(model_dir, &self.model.parameters().layout())? {
-            Some(restored) => self.load(restored).map(Some),
+        let (layout, sharded) = self.restore_layout();
+        match checkpoint::restore_except(model_dir, &layout, &sharded)? {
+            Some(restored) => {
+                let folder = restored.folder.clone();
+                let progress = self.load(restored)?;
+                self.load_table_rows(&folder)?;
+                Ok(Some(progress))
+            }
             None => Ok(None),
         }
+    }
+
+    /// The weights that [`DataParallel::put_snapshot`] puts back: the variables' and this
+    /// worker's rows of sharded tables.
+    pub fn snapshot(&self) -> (Vec<f32>, Vec<Vec<f32>>) {
+        (self.weights.clone(), self.sharded.as_ref().map(ShardedTables::values).unwrap_or_default())
+    }
+
+    /// Puts back weights taken by [`DataParallel::snapshot`]; the optimizers' state stays.
+    pub fn put_snapshot(&mut self, snapshot: (Vec<f32>, Vec<Vec<f32>>)) -> Result<()> {
+        let (weights, tables) = snapshot;
+        if let Some(sharded) = &mut self.sharded {
+            sharded.put_values(tables)?;
+            if weights.len() != self.weights.len() {
+                return Err(TrainError::StateMismatch(format!(
+                    "{} weights given for {} variables",
+                    weights.len(),
+                    self.weights.len()
+                )));
+            }
+            self.model.parameters().set_flat_vars(&weights)?;
+            self.weights = weights;
+            return Ok(());
+        }
+        self.set_weights(weights)
     }
 
     /// One synchronous step with this worker's `batch` (None once its data has run out).

@@ -13,8 +13,9 @@ use arrow::datatypes::Int64Type;
 use arrow::record_batch::RecordBatch;
 use sparktrain_train::features::{MultiHot, Pooling};
 use sparktrain_train::{
-    Batch, Categorical, DataParallel, DeepFm, EmbeddingConfig, FeatureSpec, Loss, Model, OptimizerConfig,
-    Penalty, Regularization, Rule, Schedule, ShardTables, TableOptions, TrainError, WideDeep,
+    Batch, Categorical, CheckpointOptions, DataParallel, DeepFm, EmbeddingConfig, FeatureSpec, Loss, Model,
+    OptimizerConfig, Penalty, Progress, Regularization, Rule, Schedule, ShardTables, TableOptions,
+    TrainError, WideDeep,
 };
 use sparktrain_train::{Decay, SharedRing};
 use support::on_workers;
@@ -272,4 +273,126 @@ fn tables_over_the_budget_are_refused_replicated_and_train_sharded() {
         assert!(placement.sharded && placement.bytes == 2460, "{placement:?}");
         assert_eq!(examples, 48);
     }
+}
+
+/// Trains `kind` for steps `from..to` of the global batch on `n` workers, tables placed by
+/// `shard`, after restoring the checkpoint in `restore_from` if given; saves a checkpoint of
+/// step `to` into `save_to` if given (files of at most 200 bytes: several per owner). Returns
+/// every worker's parameters in the layout of all of them.
+#[allow(clippy::too_many_arguments)]
+fn train_between(
+    kind: &'static str,
+    n: usize,
+    optimizer: &OptimizerConfig,
+    shard: ShardTables,
+    steps: std::ops::Range<u64>,
+    restore_from: Option<String>,
+    save_to: Option<String>,
+) -> Vec<Vec<f32>> {
+    let optimizer = optimizer.clone();
+    on_workers(n, move |w, ring| {
+        let tables = TableOptions { shard, budget_bytes: None };
+        let mut dp =
+            DataParallel::with_tables(model(kind), Loss::BinaryCrossEntropy, &optimizer, ring, &tables)
+                .unwrap();
+        if let Some(dir) = &restore_from {
+            let progress = dp.restore(dir).unwrap().expect("a checkpoint");
+            assert_eq!(progress.step, steps.start);
+            assert_eq!(dp.optimizers().steps(), steps.start);
+        }
+        let per = GLOBAL_BATCH / n as u64;
+        for s in steps.clone() {
+            let start = s * GLOBAL_BATCH + w as u64 * per;
+            let end = if w + 1 == n { (s + 1) * GLOBAL_BATCH } else { start + per };
+            dp.step(Some(&batch(start..end))).unwrap().unwrap();
+        }
+        if let Some(dir) = &save_to
+            && (dp.is_sharded() || w == 0)
+        {
+            let progress = Progress { step: steps.end, workers: n as u64, ..Progress::default() };
+            let options = CheckpointOptions { max_shard_bytes: 200, keep: 2 };
+            dp.save_checkpoint(dir, progress, &options).unwrap();
+        }
+        dp.full_weights().unwrap()
+    })
+}
+
+#[test]
+fn a_checkpoint_of_four_owners_restores_onto_three_rehashed() {
+    for (name, optimizer) in rules() {
+        let alone = train_between("deep_fm", 1, &optimizer, ShardTables::Off, 0..STEPS, None, None);
+        let mut ends = Vec::new();
+        for (before, after) in [(ShardTables::On, ShardTables::On), (ShardTables::Off, ShardTables::Off)] {
+            let dir = tempfile::tempdir().unwrap();
+            let model_dir = dir.path().join("model").to_string_lossy().into_owned();
+            let half = STEPS / 2;
+            let saved = Some(model_dir.clone());
+            train_between("deep_fm", 4, &optimizer, before, 0..half, None, saved.clone());
+            let resumed = train_between("deep_fm", 3, &optimizer, after, half..STEPS, saved, None);
+            assert!(resumed.iter().all(|w| *w == resumed[0]), "{name}: workers differ");
+            assert_close(&resumed[0], &alone[0], &format!("{name} {before:?} → {after:?}: vs one worker"));
+            ends.push(resumed.into_iter().next().unwrap());
+        }
+        if optimizer.sparse_tables {
+            assert!(ends[0] == ends[1], "{name}: the sharded and replicated runs across a restore differ");
+        } else {
+            assert_close(&ends[0], &ends[1], &format!("{name}: sharded vs replicated across a restore"));
+        }
+    }
+}
+
+#[test]
+fn sharded_and_replicated_checkpoints_restore_into_each_other() {
+    let optimizer = OptimizerConfig::new(Rule::adam(0.01));
+    let straight = train_between("wide_deep", 2, &optimizer, ShardTables::On, 0..STEPS, None, None);
+    for (before, after) in [(ShardTables::On, ShardTables::Off), (ShardTables::Off, ShardTables::On)] {
+        let dir = tempfile::tempdir().unwrap();
+        let model_dir = dir.path().join("model").to_string_lossy().into_owned();
+        let saved = Some(model_dir.clone());
+        train_between("wide_deep", 2, &optimizer, before, 0..3, None, saved.clone());
+        let resumed = train_between("wide_deep", 2, &optimizer, after, 3..STEPS, saved, None);
+        // Two workers add gradients the same way whatever the placement: the same bits.
+        assert!(resumed[0] == straight[0], "{before:?} → {after:?}");
+    }
+}
+
+#[test]
+fn the_same_number_of_owners_reads_only_its_own_files() {
+    let optimizer = OptimizerConfig::new(Rule::adagrad(0.1));
+    let dir = tempfile::tempdir().unwrap();
+    let model_dir = dir.path().join("model").to_string_lossy().into_owned();
+    let saved = Some(model_dir.clone());
+    let before = train_between("wide_deep", 3, &optimizer, ShardTables::On, 0..2, None, saved.clone());
+    let folder = format!("{model_dir}/ckpt-0000000002");
+    let mut files: Vec<String> =
+        sparktrain_storage::list(&folder).unwrap().into_iter().map(|f| f.name().to_string()).collect();
+    files.sort();
+    // Every owner wrote its own files, several each at 200 bytes; the chief the rest.
+    for r in 0..3 {
+        assert!(
+            files.iter().filter(|f| f.starts_with(&format!("tables-{r:05}-of-00003-"))).count() > 1,
+            "{files:?}"
+        );
+    }
+    assert!(files.contains(&"manifest.json".to_string()), "{files:?}");
+    // Owner 1's files gone: owners 0 and 2 still restore; owner 1 fails, and with it all.
+    for f in files.iter().filter(|f| f.starts_with("tables-00001-")) {
+        std::fs::rename(format!("{folder}/{f}"), format!("{folder}/moved-{f}")).unwrap();
+    }
+    let optimizer_for = optimizer.clone();
+    let outcomes = on_workers(3, move |_, ring| {
+        let tables = TableOptions { shard: ShardTables::On, budget_bytes: None };
+        let mut dp = DataParallel::with_tables(
+            model("wide_deep"),
+            Loss::BinaryCrossEntropy,
+            &optimizer_for,
+            ring,
+            &tables,
+        )
+        .unwrap();
+        dp.restore(&model_dir).map(|_| ()).map_err(|e| e.to_string())
+    });
+    assert!(outcomes[0].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
+    assert!(outcomes[1].as_ref().unwrap_err().contains("tables-00001-of-00003-00000"), "{outcomes:?}");
+    drop(before);
 }

@@ -39,7 +39,7 @@ use crate::optim::Segment;
 use crate::params::Entry;
 use crate::regularize::Regularization;
 use crate::schedule::Schedule;
-use crate::shard::{Placement, TableOptions};
+use crate::shard::{Placement, TableOptions, default_table_budget};
 use crate::sharded::{Fetched, OwnedGrads, ShardedTables, rule_of};
 
 /// A worker's end of the ring, shared with other users of it (the Python API's collectives).
@@ -121,6 +121,14 @@ impl<M: Model> DataParallel<M> {
         optimizer.validate()?;
         let table_entries = model.parameters().table_entries();
         let workers = ring.as_ref().map_or(1, |r| lock(r).size());
+        // Every worker must place the tables alike, and machines differ: the tightest
+        // worker's budget holds for all.
+        let mut budget =
+            [tables.budget_bytes.unwrap_or_else(default_table_budget).min(i64::MAX as u64) as i64];
+        if let Some(ring) = &ring {
+            lock(ring).all_reduce(&mut budget, ReduceOp::Min)?;
+        }
+        let tables = TableOptions { budget_bytes: Some(budget[0] as u64), ..*tables };
         let placement =
             tables.plan(&table_entries, |e| rule_of(optimizer, e), !optimizer.sparse_tables, workers)?;
         let (mut weights, entries) = if placement.sharded {

@@ -396,3 +396,26 @@ fn the_same_number_of_owners_reads_only_its_own_files() {
     assert!(outcomes[1].as_ref().unwrap_err().contains("tables-00001-of-00003-00000"), "{outcomes:?}");
     drop(before);
 }
+
+#[test]
+fn workers_with_different_budgets_place_the_tables_alike() {
+    // Only worker 1's budget is too small for the whole tables (9720 bytes): both shard.
+    let outcomes = on_workers(2, |w, ring| {
+        let budget = Some(if w == 1 { 6000 } else { 1 << 30 });
+        let optimizer = OptimizerConfig::new(Rule::adam(0.01));
+        let tables = TableOptions { shard: ShardTables::Auto, budget_bytes: budget };
+        let mut dp = DataParallel::with_tables(
+            model("wide_deep"),
+            Loss::BinaryCrossEntropy,
+            &optimizer,
+            ring,
+            &tables,
+        )
+        .unwrap();
+        dp.step(Some(&batch(w as u64 * 10..w as u64 * 10 + 10))).unwrap().unwrap();
+        dp.placement()
+    });
+    for placement in outcomes {
+        assert!(placement.sharded && placement.budget == 6000, "{placement:?}");
+    }
+}

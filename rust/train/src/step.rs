@@ -14,7 +14,7 @@
 //!   form of momentum and Adam); with `sparse_tables` off, every row is, as a dense model
 //!   would.
 //! - With sharded tables ([`crate::shard`]), each worker holds its share of every table and
-//!   exchanges ids, rows and gradients with their owners (all-to-all, [`crate::sharded`]);
+//!   exchanges ids, rows and gradients with their owners (all-to-all, `sharded.rs`);
 //!   owners sum and apply the tables' updates, the variables go as above. The tables' part of
 //!   the gradient's norm is one more scalar all-reduce.
 //! - A worker with no batch left contributes zeros and a count of zero; the step returns None

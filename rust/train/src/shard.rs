@@ -422,4 +422,34 @@ mod tests {
         assert!(err.contains("23.44 KiB (24000 bytes)") && err.contains("4 trainers"), "{err}");
         assert!(default_table_budget() > 0);
     }
+
+    #[test]
+    fn the_default_budget_is_at_most_half_of_an_address_space_limit() {
+        use std::os::unix::process::CommandExt;
+        const LIMIT: u64 = 3 << 30;
+        let name = "shard::tests::the_default_budget_is_at_most_half_of_an_address_space_limit";
+        if std::env::var_os("SPARKTRAIN_BUDGET_UNDER_LIMIT").is_some() {
+            assert_eq!(address_space_limit(), Some(LIMIT));
+            let budget = default_table_budget();
+            assert!(budget > 0 && budget <= LIMIT / 2, "{budget}");
+            return;
+        }
+        // This test, again, in a process of its own whose address space is limited.
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+        child.args(["--exact", name, "--test-threads=1"]).env("SPARKTRAIN_BUDGET_UNDER_LIMIT", "1");
+        // SAFETY: between fork and exec the closure only calls setrlimit, which is
+        // async-signal-safe and changes nothing but the child's limit.
+        unsafe {
+            child.pre_exec(|| {
+                let limit = libc::rlimit { rlim_cur: LIMIT as libc::rlim_t, rlim_max: LIMIT as libc::rlim_t };
+                if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let output = child.output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success() && stdout.contains("1 passed"), "{stdout}");
+    }
 }

@@ -31,6 +31,10 @@ pub fn owner(id: RowId, workers: usize) -> usize {
 }
 
 /// The rows of one embedding table that this trainer owns, with their optimizer state.
+///
+/// Lookups take `&self` because evaluation and scoring read rows too: a table that grows with
+/// the ids it meets answers an id it does not hold with the row it would start from, and
+/// admits ids (or evicts others) when their gradients arrive in [`TableShard::apply`].
 pub trait TableShard: Send {
     /// Values per row.
     fn width(&self) -> usize;

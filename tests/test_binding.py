@@ -32,6 +32,9 @@ def test_the_python_signature_shows_the_engines_defaults():
         assert signature.parameters[name].default == getattr(engine, name), name
     for name in ("log_every", "threads", "device", "sparse_tables", "model", "optimizer"):
         assert signature.parameters[name].default == getattr(engine, name), name
+    for name in ("shard_tables", "table_budget_bytes"):
+        assert signature.parameters[name].default == getattr(engine, name), name
+    assert (engine.shard_tables, engine.table_budget_bytes) == ("auto", None)
     assert signature.parameters["buckets"].default == _native.DEFAULT_BUCKETS
     assert inspect.signature(st.train).parameters["batch_size"].default == DEFAULTS.batch_size
 
@@ -66,6 +69,8 @@ def test_the_configuration_holds_what_was_given_and_defaults_the_rest(tmp_path):
         ({"classes": 0}, "classes=0"),
         ({"buckets": 0}, "buckets=0"),
         ({"lr": 0.1}, "unknown training arguments \\['lr'\\]"),
+        ({"shard_tables": "maybe"}, "shard_tables='maybe'"),
+        ({"table_budget_bytes": 0}, "table_budget_bytes=0"),
         ({"batch_size": -1}, "batch_size=-1: must be >= 0"),
         ({"seed": 1.5}, r"seed=1\.5: must be an integer"),
         ({"classes": "2"}, "classes='2': must be an integer"),
@@ -132,6 +137,25 @@ def test_fit_returns_typed_figures_and_progress_lines(tmp_path):
     assert result.history[-1]["step"] == 8
     assert result.metrics is not None
     assert result.metrics.examples == 400
+
+
+def test_tables_over_the_budget_are_refused_naming_size_budget_and_setting(tmp_path):
+    st.tfrecord.write_batches(str(tmp_path / "train.tfrecord"), rows(100))
+    assert Trainer(shard_tables=True).config.shard_tables == "on"
+    assert Trainer(shard_tables="OFF", table_budget_bytes=5).config.table_budget_bytes == 5
+    # 16 buckets: tables of 16 rows of 1 + 8 values, with Adam's two moments: 1728 bytes.
+    small = {"model": "wide_deep", "buckets": 16, "batch_size": 50, "shuffle_buffer": 0}
+    trainer = Trainer(**small, shard_tables="off", table_budget_bytes=1000)
+    with pytest.raises(errors.InvalidArgumentError, match="shard_tables='auto' or 'on'") as refused:
+        trainer.fit(str(tmp_path / "train.tfrecord"), epochs=1)
+    assert (refused.value.needed, refused.value.budget) == (1728, 1000)  # type: ignore[attr-defined]
+    assert refused.value.parameter == "table_budget_bytes"  # type: ignore[attr-defined]
+    assert "1.69 KiB (1728 bytes)" in str(refused.value)
+    # Sharded over one trainer (its share is every row), within a budget that holds them.
+    result = Trainer(**small, shard_tables="on", table_budget_bytes=2000).fit(
+        str(tmp_path / "train.tfrecord"), epochs=1
+    )
+    assert result.steps == 2
 
 
 def test_listings_and_skipped_regions_are_typed(tmp_path):

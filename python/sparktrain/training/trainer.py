@@ -141,6 +141,16 @@ class Trainer:
     from the latest checkpoint there. ``tensorboard_dir`` receives event files; progress lines
     come every ``log_every`` steps and go to the driver through ``ctx.report``.
 
+    Embedding tables too large for one trainer are sharded: each trainer holds the rows (and
+    their optimizer state) of a fixed share of the ids, and a step sends ids, rows and
+    gradients to and from their owners. ``shard_tables`` is ``"auto"`` (shard when the tables
+    with their optimizer state exceed ``table_budget_bytes`` on one trainer), ``"on"`` /
+    ``True`` or ``"off"`` / ``False``; ``table_budget_bytes`` defaults to half the memory a
+    trainer may use. Tables over the budget where they would live are refused before training
+    (:class:`~sparktrain.errors.InvalidArgumentError` naming the size, the budget and the
+    setting). With sharded tables every trainer takes part in ``save_checkpoint`` and
+    ``export``, and writes its own rows.
+
     ``device="cuda"`` (or ``"cuda:<n>"``) computes on a GPU the trainer sees (Spark's GPU
     resources set ``CUDA_VISIBLE_DEVICES``); it needs a build with the ``cuda`` feature.
     ``threads`` splits large optimizer updates across threads.
@@ -180,6 +190,8 @@ class Trainer:
         clip_norm: float | None = None,
         regularization: Mapping[str, Any] | None = None,
         cross_layers: int | None = None,
+        shard_tables: bool | str = DEFAULTS.shard_tables,
+        table_budget_bytes: int | None = DEFAULTS.table_budget_bytes,
         **hyperparameters: float,
     ) -> None:
         unknown = set(hyperparameters) - set(_native.HYPERPARAMETERS)
@@ -204,6 +216,7 @@ class Trainer:
         _checks.optional_integer("checkpoint_every", checkpoint_every, minimum=1)
         _checks.optional_integer("dim", dim, minimum=1)
         _checks.optional_integer("cross_layers", cross_layers, minimum=1)
+        _checks.optional_integer("table_budget_bytes", table_budget_bytes, minimum=1)
         if clip_norm is not None:
             _checks.positive_number("clip_norm", clip_norm)
         shape: object = hidden  # typed as a sequence, but users pass anything
@@ -243,6 +256,8 @@ class Trainer:
                 clip_norm=None if clip_norm is None else float(clip_norm),
                 regularization=_json("regularization", regularization),
                 cross_layers=cross_layers,
+                shard_tables=shard_tables,
+                table_budget_bytes=table_budget_bytes,
             )
         except (OverflowError, TypeError) as e:
             # pyo3 refuses a negative count or a wrong type before the engine sees it.
@@ -365,7 +380,9 @@ class Trainer:
 
     def export(self, export_dir: str) -> str:
         """The chief writes the model into ``export_dir`` (``model.json`` and
-        ``model.safetensors``), which :func:`sparktrain.predict` loads; returns the folder."""
+        ``model.safetensors``), which :func:`sparktrain.predict` loads; returns the folder.
+        Sharded tables stay sharded (``tables.json`` lists each trainer's files), and every
+        trainer must call it."""
         if self._native is None:
             raise InvalidArgumentError("export() needs a trained model: call fit() first")
         path = self._ctx.absolute_path(export_dir) if self._ctx is not None else export_dir
@@ -373,13 +390,15 @@ class Trainer:
         return path
 
     def save_checkpoint(self) -> str | None:
-        """The chief writes a checkpoint now; its folder (None on other trainers)."""
+        """The chief writes a checkpoint now; its folder (None on other trainers). With
+        sharded tables every trainer must call it: each writes its rows and gets the folder."""
         if self._native is None:
             raise InvalidArgumentError("save_checkpoint() needs a model: call fit() first")
         return self._native.save_checkpoint()
 
     def weights(self) -> Any:
-        """The weights, flat in parameter-name order, as a NumPy float32 array."""
+        """The weights, flat in parameter-name order, as a NumPy float32 array (without the
+        embedding tables when they are sharded)."""
         if self._native is None:
             raise InvalidArgumentError("weights() needs a model: call fit() first")
         return self._native.weights().to_numpy(zero_copy_only=False)

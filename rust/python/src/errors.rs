@@ -246,6 +246,15 @@ fn train<'py>(py: Python<'py>, e: TrainError, attrs: &Attrs<'py>) -> PyResult<Bo
             Ok(py::CheckpointError::type_object(py))
         }
         TrainError::Tensor(_) => Ok(py::TrainingError::type_object(py)),
+        // A setting to change, which no restart cures.
+        TrainError::TablesOverBudget { needed, budget, workers, sharded } => {
+            attrs.set_item("parameter", "table_budget_bytes")?;
+            attrs.set_item("needed", needed)?;
+            attrs.set_item("budget", budget)?;
+            attrs.set_item("workers", workers)?;
+            attrs.set_item("sharded", sharded)?;
+            Ok(py::InvalidArgumentError::type_object(py))
+        }
     }
 }
 

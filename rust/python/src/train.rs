@@ -19,7 +19,7 @@ use sparktrain_train::named::{HYPERPARAMETERS, LEARNING_RATES, LOSSES, MODELS};
 use sparktrain_train::{
     Categorical, Crossed, EarlyStopping, EvalLine as RustEvalLine, Exported, FitOptions, Hooks,
     Input as RustInput, LogLine as RustLogLine, Loss, ModelKind, OptimizerConfig, Regularization, Rule,
-    Schedule, TrainError, Trainer as RustTrainer, WorkQueue,
+    Schedule, ShardTables, TrainError, Trainer as RustTrainer, WorkQueue,
 };
 
 use crate::cluster::ControlClient;
@@ -223,6 +223,23 @@ pub struct TrainerConfig {
 /// `(name, learning rate, settings)` of an update rule as Python gives it.
 type RuleArgs = (String, Option<f64>, BTreeMap<String, f64>);
 
+/// `shard_tables` as Python gives it: True or False, or `"auto"`, `"on"` or `"off"`.
+#[derive(FromPyObject)]
+enum ShardArg {
+    Flag(bool),
+    Name(String),
+}
+
+impl ShardArg {
+    fn parse(self) -> Result<ShardTables> {
+        match self {
+            ShardArg::Flag(true) => Ok(ShardTables::On),
+            ShardArg::Flag(false) => Ok(ShardTables::Off),
+            ShardArg::Name(name) => Ok(name.parse()?),
+        }
+    }
+}
+
 /// A setting given as JSON by the Python layer (a dict there), read into the engine's own
 /// type, which holds its defaults and refuses unknown keys; `parameter` names it in errors.
 fn from_json<T: serde::de::DeserializeOwned>(parameter: &str, json: &str) -> Result<T> {
@@ -239,6 +256,7 @@ impl TrainerConfig {
         prefetch=None, seed=None, model_dir=None, checkpoint_every=None, keep_checkpoints=None,
         max_shard_bytes=None, tensorboard_dir=None, log_every=None, device=None, loss=None,
         class_weight=None, lr_schedule=None, clip_norm=None, regularization=None, cross_layers=None,
+        shard_tables=None, table_budget_bytes=None,
     ))]
     fn new(
         model: &str,
@@ -266,6 +284,8 @@ impl TrainerConfig {
         clip_norm: Option<f32>,
         regularization: Option<&str>,
         cross_layers: Option<usize>,
+        shard_tables: Option<ShardArg>,
+        table_budget_bytes: Option<u64>,
     ) -> Result<Self> {
         let rule = |(name, lr, settings): &RuleArgs| Rule::named(name, *lr, settings);
         let mut optimizers = OptimizerConfig::new(rule(&optimizer)?);
@@ -303,6 +323,10 @@ impl TrainerConfig {
         config.model_dir = model_dir;
         config.checkpoint_every = checkpoint_every;
         config.tensorboard_dir = tensorboard_dir;
+        if let Some(shard) = shard_tables {
+            config.shard_tables = shard.parse()?;
+        }
+        config.table_budget_bytes = table_budget_bytes;
         config.validate()?;
         Ok(TrainerConfig { inner: config, classes, optimizer: optimizer.0 })
     }
@@ -431,6 +455,20 @@ impl TrainerConfig {
     #[getter]
     fn device(&self) -> String {
         self.inner.device.clone()
+    }
+
+    /// Whether embedding tables are sharded across the trainers: `auto` (when they do not fit
+    /// `table_budget_bytes`), `on` or `off`.
+    #[getter]
+    fn shard_tables(&self) -> &'static str {
+        self.inner.shard_tables.name()
+    }
+
+    /// The most bytes one trainer's embedding tables (with their optimizer state) may take;
+    /// None: half the memory the trainer may use.
+    #[getter]
+    fn table_budget_bytes(&self) -> Option<u64> {
+        self.inner.table_budget_bytes
     }
 }
 
@@ -741,11 +779,13 @@ impl Trainer {
     }
 
     /// The chief writes the exported model into `dir`; returns whether this worker wrote it.
+    /// With sharded tables every trainer calls it and writes its rows.
     fn export(&self, py: Python<'_>, dir: String) -> Result<bool> {
         Ok(detach(py, || lock(&self.inner).export(&dir))?)
     }
 
-    /// The chief writes a checkpoint; its folder, or None on other workers.
+    /// The chief writes a checkpoint; its folder, or None on other workers. With sharded
+    /// tables every trainer calls it, writes its rows and gets the folder.
     fn save_checkpoint(&self, py: Python<'_>) -> Result<Option<String>> {
         Ok(detach(py, || lock(&self.inner).save_checkpoint())?)
     }
@@ -761,7 +801,8 @@ impl Trainer {
         Ok(detach(py, || lock(&self.inner).close())?)
     }
 
-    /// The weights, flat in parameter-name order, as a `pyarrow.Float32Array`.
+    /// The weights, flat in parameter-name order, as a `pyarrow.Float32Array` (the variables
+    /// alone when the tables are sharded).
     fn weights<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyAny>> {
         let values = Float32Array::from(lock(&self.inner).weights().to_vec());
         Ok(values.to_data().to_pyarrow(py)?)
@@ -784,6 +825,12 @@ impl Trainer {
     #[getter]
     fn features(&self) -> FeatureSpec {
         FeatureSpec { inner: lock(&self.inner).features().clone() }
+    }
+
+    /// Whether the embedding tables are sharded across the trainers.
+    #[getter]
+    fn sharded_tables(&self) -> bool {
+        lock(&self.inner).is_sharded()
     }
 }
 

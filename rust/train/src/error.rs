@@ -50,6 +50,41 @@ pub enum TrainError {
     /// A collective with the other workers failed (it names the peer).
     #[error(transparent)]
     Collective(#[from] CollectiveError),
+    /// The embedding tables, with their optimizer state, do not fit a trainer's table memory
+    /// budget where they would live: whole on every trainer, or as each trainer's share.
+    #[error("{}", over_budget(*needed, *budget, *workers, *sharded))]
+    TablesOverBudget {
+        /// The bytes one trainer's tables would take.
+        needed: u64,
+        /// The budget per trainer (`table_budget_bytes`).
+        budget: u64,
+        /// The trainers.
+        workers: usize,
+        /// Whether `needed` is a sharded trainer's share rather than the whole tables.
+        sharded: bool,
+    },
+}
+
+fn over_budget(needed: u64, budget: u64, workers: usize, sharded: bool) -> String {
+    let (needed, budget) = (crate::shard::human(needed), crate::shard::human(budget));
+    if sharded {
+        format!(
+            "each trainer's share of the embedding tables, sharded across {workers} trainers, needs \
+             {needed} with its optimizer state, over the table memory budget of {budget} per trainer \
+             (table_budget_bytes): train on more trainers or raise table_budget_bytes"
+        )
+    } else {
+        let advice = if workers > 1 {
+            format!("shard them across the {workers} trainers with shard_tables='auto' or 'on'")
+        } else {
+            "train on several trainers with shard_tables='auto' or 'on'".to_string()
+        };
+        format!(
+            "the embedding tables need {needed} with their optimizer state on every trainer, over the \
+             table memory budget of {budget} per trainer (table_budget_bytes) with shard_tables='off': \
+             {advice}, or raise table_budget_bytes"
+        )
+    }
 }
 
 impl TrainError {

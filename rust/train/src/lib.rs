@@ -19,7 +19,10 @@
 //! - [`schedule`]: learning-rate warm-up and decay, a factor on every rule's step size;
 //! - [`regularize`]: L1/L2 penalties on kernels, biases and embedding tables;
 //! - [`tensorboard`]: scalar event files TensorBoard reads, rolled on HDFS;
-//! - [`step`]: [`DataParallel`], the all-reduced step every worker takes together;
+//! - [`shard`]: row-wise sharded embedding tables: the owner of a row, the owner's side
+//!   ([`TableShard`]) and when tables are sharded ([`TableOptions`]);
+//! - [`step`]: [`DataParallel`], the all-reduced step every worker takes together (and, with
+//!   sharded tables, the all-to-all exchange of ids, rows and gradients with their owners);
 //! - [`trainer`]: [`Trainer`], the training loop with the chief's checkpoints, event files,
 //!   evaluation and export.
 
@@ -43,6 +46,8 @@ pub mod regularize;
 mod rng;
 mod rows;
 pub mod schedule;
+pub mod shard;
+mod sharded;
 pub mod step;
 pub mod tensorboard;
 pub mod trainer;
@@ -59,9 +64,10 @@ pub use loss::Loss;
 pub use metrics::{Evaluation, Metrics};
 pub use model::{LogisticRegression, Mlp, Model};
 pub use optim::{Optimizer, OptimizerState, Rule, Segment};
-pub use params::{Entry, Parameters};
+pub use params::{Entry, Parameters, TableInit};
 pub use regularize::{Penalty, Regularization};
 pub use schedule::{Decay, Schedule};
+pub use shard::{FixedShard, Placement, RowId, ShardTables, TableOptions, TableShard};
 pub use step::{DataParallel, SharedRing, StepStats, shared};
 pub use tensorboard::EventWriter;
 pub use trainer::{

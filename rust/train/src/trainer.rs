@@ -31,6 +31,7 @@ use crate::loss::Loss;
 use crate::metrics::Metrics;
 use crate::model::Model;
 use crate::optim::OptimizerState;
+use crate::shard::{ShardTables, TableOptions};
 use crate::step::{DataParallel, SharedRing, lock};
 use crate::tensorboard::EventWriter;
 
@@ -93,6 +94,14 @@ pub struct TrainerConfig {
     /// feature; `n` counts the GPUs the process sees, as `CUDA_VISIBLE_DEVICES` sets them).
     #[serde(default = "defaults::device")]
     pub device: String,
+    /// Whether the embedding tables are sharded across the trainers (`auto`: when they do not
+    /// fit `table_budget_bytes`).
+    #[serde(default)]
+    pub shard_tables: ShardTables,
+    /// The most bytes one trainer's embedding tables, with their optimizer state, may take;
+    /// None: half the memory the trainer may use ([`crate::shard::default_table_budget`]).
+    #[serde(default)]
+    pub table_budget_bytes: Option<u64>,
 }
 
 mod defaults {
@@ -147,6 +156,7 @@ impl TrainerConfig {
             ("max_shard_bytes", self.max_shard_bytes),
             ("threads", self.optimizer.threads as u64),
             ("checkpoint_every", self.checkpoint_every.unwrap_or(1)),
+            ("table_budget_bytes", self.table_budget_bytes.unwrap_or(1)),
         ];
         if let Some((name, value)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(TrainError::InvalidArgument(format!("{name}={value} must be at least 1")));
@@ -386,8 +396,9 @@ pub struct Trainer {
     resumed_from: Option<u64>,
     events: Option<EventWriter>,
     last_checkpoint: Option<(u64, String)>,
-    /// The best evaluation's weights, when early stopping restores them.
-    best_weights: Option<Vec<f32>>,
+    /// The best evaluation's weights (the variables' and this worker's rows of sharded
+    /// tables), when early stopping restores them from memory.
+    best_weights: Option<(Vec<f32>, Vec<Vec<f32>>)>,
 }
 
 impl Trainer {
@@ -400,7 +411,8 @@ impl Trainer {
         let workers = ring.as_ref().map_or(1, |r| lock(r).size()) as u64;
         let device = device(&config.device)?;
         let model = config.model.build_on(&device, &features, config.seed)?;
-        let mut dp = DataParallel::new(model, config.loss, &config.optimizer, ring)?;
+        let tables = TableOptions { shard: config.shard_tables, budget_bytes: config.table_budget_bytes };
+        let mut dp = DataParallel::with_tables(model, config.loss, &config.optimizer, ring, &tables)?;
         dp.set_class_weights(config.class_weights.clone())?;
         let mut trainer = Trainer {
             config,
@@ -454,9 +466,20 @@ impl Trainer {
         self.resumed_from
     }
 
-    /// The weights, flat in parameter-name order.
+    /// The weights, flat in parameter-name order (the variables alone when the tables are
+    /// sharded).
     pub fn weights(&self) -> &[f32] {
         self.dp.weights()
+    }
+
+    /// Whether the embedding tables are sharded across the trainers.
+    pub fn is_sharded(&self) -> bool {
+        self.dp.is_sharded()
+    }
+
+    /// The engine's data-parallel step, with the model and its weights.
+    pub fn data_parallel(&self) -> &DataParallel<Box<dyn Model>> {
+        &self.dp
     }
 
     /// Trains on `input` (this worker's share) together with every other worker: call on all
@@ -656,16 +679,22 @@ impl Trainer {
         }
         self.progress.best = Some(Best { step: line.step, value });
         self.progress.evals_since_best = 0;
-        if es.restore_best {
-            self.best_weights = Some(self.dp.weights().to_vec());
+        // Sharded tables are restored from the best checkpoint rather than kept twice in
+        // memory, when there is one.
+        if es.restore_best && !(self.dp.is_sharded() && self.best_dir().is_some()) {
+            self.best_weights = Some(self.dp.snapshot());
         }
         if let Some(dir) = self.best_dir() {
-            if self.rank == 0 {
-                let options = CheckpointOptions { max_shard_bytes: self.config.max_shard_bytes, keep: 1 };
+            let options = CheckpointOptions { max_shard_bytes: self.config.max_shard_bytes, keep: 1 };
+            if self.dp.is_sharded() {
                 self.dp.save_checkpoint(&dir, self.progress, &options)?;
-            }
-            if let Some(ring) = self.dp.ring() {
-                lock(ring).barrier_within(CHECKPOINT_WAIT)?;
+            } else {
+                if self.rank == 0 {
+                    self.dp.save_checkpoint(&dir, self.progress, &options)?;
+                }
+                if let Some(ring) = self.dp.ring() {
+                    lock(ring).barrier_within(CHECKPOINT_WAIT)?;
+                }
             }
         }
         Ok(false)
@@ -684,7 +713,7 @@ impl Trainer {
             return Ok(());
         }
         if let Some(weights) = self.best_weights.take() {
-            return self.dp.set_weights(weights);
+            return self.dp.put_snapshot(weights);
         }
         let Some(dir) = self.best_dir() else { return Ok(()) };
         let progress = self.progress;
@@ -719,6 +748,7 @@ impl Trainer {
     fn checkpoint_together(&mut self) -> Result<Option<String>> {
         let folder = self.save_checkpoint()?;
         if self.config.model_dir.is_some()
+            && !self.dp.is_sharded()
             && let Some(ring) = self.dp.ring()
         {
             lock(ring).barrier_within(CHECKPOINT_WAIT)?;
@@ -727,9 +757,14 @@ impl Trainer {
     }
 
     /// The chief writes a checkpoint of the current state to `model_dir` (once per step);
-    /// returns its folder, or None on other workers or without `model_dir`.
+    /// returns its folder, or None on other workers or without `model_dir`. With sharded
+    /// tables every worker calls it together and writes its own rows (each gets the folder).
     pub fn save_checkpoint(&mut self) -> Result<Option<String>> {
-        let (0, Some(dir)) = (self.rank, self.config.model_dir.clone()) else { return Ok(None) };
+        let Some(dir) = self.config.model_dir.clone() else { return Ok(None) };
+        let sharded = self.dp.is_sharded();
+        if self.rank != 0 && !sharded {
+            return Ok(None);
+        }
         if let Some((step, folder)) = &self.last_checkpoint
             && *step == self.progress.step
         {
@@ -738,7 +773,13 @@ impl Trainer {
         if self.last_checkpoint.is_none() {
             // This chief's first save: clear what a chief killed midway left, now that no
             // other writer can be under way (a trainer that only reads removes nothing).
-            checkpoint::remove_partial(&dir)?;
+            let cleared = if self.rank == 0 { checkpoint::remove_partial(&dir).map(drop) } else { Ok(()) };
+            if sharded {
+                // No owner writes its rows before the chief has cleared.
+                self.dp.together(cleared, &dir, "clear what an interrupted save left")?;
+            } else {
+                cleared?;
+            }
         }
         let options = CheckpointOptions {
             max_shard_bytes: self.config.max_shard_bytes,
@@ -750,7 +791,20 @@ impl Trainer {
     }
 
     /// The chief writes the exported model into `dir`; returns whether this worker wrote it.
+    /// With sharded tables every worker calls it together and writes its rows of the tables
+    /// ([`export::export_sharded`]).
     pub fn export(&self, dir: &str) -> Result<bool> {
+        if self.dp.is_sharded() {
+            export::export_sharded(
+                dir,
+                &self.config.model,
+                &self.features,
+                self.config.loss,
+                &self.dp,
+                self.config.max_shard_bytes,
+            )?;
+            return Ok(self.rank == 0);
+        }
         if self.rank != 0 {
             return Ok(false);
         }
@@ -784,19 +838,30 @@ impl Trainer {
         }
     }
 
-    /// Loads the latest checkpoint: the chief reads it and every other worker receives it.
+    /// Loads the latest checkpoint: the chief reads it and every other worker receives it;
+    /// with sharded tables, every worker then reads its own rows.
     fn restore(&mut self, model_dir: &str) -> Result<Option<Progress>> {
-        let layout = self.dp.model().parameters().layout();
+        let Some(restored) = self.read_checkpoint(model_dir)? else { return Ok(None) };
+        let folder = restored.folder.clone();
+        let progress = self.dp.load(restored)?;
+        if self.dp.is_sharded() {
+            let loaded = self.dp.load_table_rows(&folder);
+            self.dp.together(loaded, &folder, "read its rows of the embedding tables")?;
+        }
+        Ok(Some(progress))
+    }
+
+    /// The latest checkpoint's weights, optimizer state and progress (sharded tables left to
+    /// their owners): the chief reads it and every other worker receives it.
+    fn read_checkpoint(&mut self, model_dir: &str) -> Result<Option<Restored>> {
+        let (layout, sharded) = self.dp.restore_layout();
         let Some(ring) = self.dp.ring().cloned() else {
-            return match checkpoint::restore(model_dir, &layout)? {
-                Some(restored) => self.dp.load(restored).map(Some),
-                None => Ok(None),
-            };
+            return checkpoint::restore_except(model_dir, &layout, &sharded);
         };
         let mut ring = lock(&ring);
         // [status][length] then the payload: 0 none, 1 a checkpoint, 2 the chief failed.
         let (mut head, payload, failure) = if self.rank == 0 {
-            match checkpoint::restore(model_dir, &layout) {
+            match checkpoint::restore_except(model_dir, &layout, &sharded) {
                 Ok(Some(r)) => {
                     let bytes = encode_restored(&r)?;
                     (head(1, bytes.len()), bytes, None)
@@ -821,8 +886,7 @@ impl Trainer {
         }
         ring.broadcast(&mut payload, 0)?;
         drop(ring);
-        let restored = decode_restored(&payload)?;
-        self.dp.load(restored).map(Some)
+        decode_restored(&payload).map(Some)
     }
 }
 
@@ -866,6 +930,7 @@ struct RestoredHead {
     progress: Progress,
     weights: usize,
     groups: Vec<GroupHead>,
+    folder: String,
 }
 
 /// An optimizer group's name, parameters, step and buffers (name, length).
@@ -880,6 +945,7 @@ struct GroupHead {
 fn encode_restored(r: &Restored) -> Result<Vec<u8>> {
     let head = RestoredHead {
         progress: r.progress,
+        folder: r.folder.clone(),
         weights: r.weights.len(),
         groups: r
             .optimizer
@@ -925,7 +991,7 @@ fn decode_restored(bytes: &[u8]) -> Result<Restored> {
             state: OptimizerState { step: g.step, buffers },
         });
     }
-    Ok(Restored { progress: head.progress, weights, optimizer })
+    Ok(Restored { progress: head.progress, weights, optimizer, folder: head.folder })
 }
 
 /// Sums since the last progress line.

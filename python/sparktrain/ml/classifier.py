@@ -78,6 +78,8 @@ class Classifier(
         numWorkers: int | None = None,
         seed: int | None = None,
         modelDir: str | None = None,
+        shardTables: str | None = None,
+        tableBudgetBytes: int | None = None,
         trainOptions: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
@@ -107,6 +109,8 @@ class Classifier(
         numWorkers: int | None = None,
         seed: int | None = None,
         modelDir: str | None = None,
+        shardTables: str | None = None,
+        tableBudgetBytes: int | None = None,
         trainOptions: dict[str, Any] | None = None,
     ) -> Classifier:
         """Sets the params given (None leaves one as it is); returns this estimator."""

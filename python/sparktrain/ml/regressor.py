@@ -64,6 +64,8 @@ class Regressor(Estimator["RegressorModel"], Fitting, RegressorParams, MLWritabl
         numWorkers: int | None = None,
         seed: int | None = None,
         modelDir: str | None = None,
+        shardTables: str | None = None,
+        tableBudgetBytes: int | None = None,
         trainOptions: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
@@ -89,6 +91,8 @@ class Regressor(Estimator["RegressorModel"], Fitting, RegressorParams, MLWritabl
         numWorkers: int | None = None,
         seed: int | None = None,
         modelDir: str | None = None,
+        shardTables: str | None = None,
+        tableBudgetBytes: int | None = None,
         trainOptions: dict[str, Any] | None = None,
     ) -> Regressor:
         """Sets the params given (None leaves one as it is); returns this estimator."""

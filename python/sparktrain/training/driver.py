@@ -4,15 +4,22 @@ the driver."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sparktrain import _native, _spark
 from sparktrain._deps import require_spark
 from sparktrain.cluster.driver.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF, Restart
 from sparktrain.errors import InvalidArgumentError
 from sparktrain.training.results import FeatureSpec, FitResult, Metrics
 from sparktrain.training.trainer import DEFAULTS, EvalCallback, Trainer, check_fit_arguments, train_main
+
+_log = logging.getLogger(__name__)
+#: The Spark conf that bounds each Python worker's memory (and so, inherited, its trainer's
+#: address space): the trainers' table budget is half of it, as the engine takes by default.
+PYSPARK_MEMORY_CONF = "spark.executor.pyspark.memory"
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,8 @@ def train(
     config = Trainer(None, **trainer_args).config
     check_fit_arguments(epochs, steps, eval_every, sharding, early_stopping, eval_data, config)
     require_spark("sparktrain.train", arrow_udfs=fed)
+    if features is not None:
+        check_tables(spark, config, FeatureSpec.of(features), num_workers)
     args = {
         "trainer": trainer_args,
         "data": None if fed else data,
@@ -137,3 +146,33 @@ def train(
     return TrainResult(
         fit=fit, metrics=fit.metrics, export_dir=outcome["export_dir"], restarts=tuple(cluster.restarts)
     )
+
+
+def check_tables(spark: Any, config: _native.TrainerConfig, features: FeatureSpec, workers: int) -> None:
+    """Says how large the model's embedding tables are and where they will live, before any
+    Spark job: sharded across the ``workers`` trainers or whole on each. When the trainers'
+    budget is known (``table_budget_bytes``, or half of ``spark.executor.pyspark.memory``,
+    which bounds each trainer), tables that would not fit where they live are refused here,
+    naming the sizes and the settings, rather than in every trainer once the job runs."""
+    pyspark_memory = _spark.conf_bytes(_spark.context(spark, "spark"), PYSPARK_MEMORY_CONF)
+    budget = None if pyspark_memory is None else pyspark_memory // 2
+    whole, share, sharded = _native.table_plan(config, features.to_native(), workers, budget)
+    if whole == 0:
+        return
+    where = {
+        True: f"sharded across the {workers} trainers ({_gib(share)} on the largest)",
+        False: "whole on every trainer",
+        None: f"as each trainer's memory decides (shard_tables={config.shard_tables})",
+    }[sharded]
+    _log.info(
+        "embedding tables with their optimizer state: %s whole, %s per trainer when sharded over "
+        "%d; they will live %s",
+        _gib(whole),
+        _gib(share),
+        workers,
+        where,
+    )
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.2f} GiB"

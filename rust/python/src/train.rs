@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
-use arrow::array::{Array, BooleanArray, Float32Array, Int64Array, RecordBatch};
+use arrow::array::{Array, ArrayData, BooleanArray, Float32Array, Int64Array, RecordBatch, UInt32Array};
 use arrow::datatypes::Schema;
 use arrow::pyarrow::{FromPyArrow, ToPyArrow};
 use pyo3::prelude::*;
@@ -834,7 +834,8 @@ impl Trainer {
     }
 }
 
-/// An exported model, loaded to score Arrow batches.
+/// An exported model, loaded to score Arrow batches: whole, or without its embedding tables,
+/// to score with rows looked up elsewhere (`predict_with_rows`).
 #[pyclass(module = "sparktrain._native", frozen)]
 struct ExportedModel {
     inner: Exported,
@@ -842,11 +843,14 @@ struct ExportedModel {
 
 #[pymethods]
 impl ExportedModel {
-    /// Loads the export folder `dir` (any storage URL).
+    /// Loads the export folder `dir` (any storage URL); with `tables=False` its embedding
+    /// tables are left where they are (their files are not read).
     #[new]
-    fn new(py: Python<'_>, dir: String) -> Result<Self> {
+    #[pyo3(signature = (dir, tables = true))]
+    fn new(py: Python<'_>, dir: String, tables: bool) -> Result<Self> {
         tune_allocator();
-        let inner = detach(py, || Exported::load(&dir))?;
+        let inner =
+            detach(py, || if tables { Exported::load(&dir) } else { Exported::load_without_tables(&dir) })?;
         Ok(ExportedModel { inner })
     }
 
@@ -855,6 +859,48 @@ impl ExportedModel {
     fn predict<'py>(&self, py: Python<'py>, batch: &Bound<'py, PyAny>) -> Result<Bound<'py, PyAny>> {
         let batch = RecordBatch::from_pyarrow_bound(batch)?;
         let scores = detach(py, || self.inner.predict(&batch))?;
+        Ok(Float32Array::from(scores).to_data().to_pyarrow(py)?)
+    }
+
+    /// The distinct embedding ids the rows of `batch` use, ascending, as a
+    /// `pyarrow.UInt32Array`: the rows `predict_with_rows` needs.
+    fn ids<'py>(&self, py: Python<'py>, batch: &Bound<'py, PyAny>) -> Result<Bound<'py, PyAny>> {
+        let batch = RecordBatch::from_pyarrow_bound(batch)?;
+        let ids = detach(py, || self.inner.ids(&batch))?;
+        Ok(UInt32Array::from(ids).to_data().to_pyarrow(py)?)
+    }
+
+    /// Scores `batch` as `predict` does, given the tables' rows: `ids` (a `pyarrow.UInt32Array`,
+    /// distinct and ascending, holding at least the batch's `ids`) and, for every table by
+    /// name, a `pyarrow.Float32Array` of its rows of those ids, row after row.
+    fn predict_with_rows<'py>(
+        &self,
+        py: Python<'py>,
+        batch: &Bound<'py, PyAny>,
+        ids: &Bound<'py, PyAny>,
+        rows: BTreeMap<String, Bound<'py, PyAny>>,
+    ) -> Result<Bound<'py, PyAny>> {
+        let batch = RecordBatch::from_pyarrow_bound(batch)?;
+        let ids = arrow::array::make_array(ArrayData::from_pyarrow_bound(ids)?);
+        let ids = ids.as_any().downcast_ref::<UInt32Array>().ok_or_else(|| {
+            Error::invalid(format!("ids must be a pyarrow.UInt32Array, not {}", ids.data_type()))
+        })?;
+        let mut tables = Vec::with_capacity(rows.len());
+        for (name, values) in &rows {
+            let values = arrow::array::make_array(ArrayData::from_pyarrow_bound(values)?);
+            let values = values.as_any().downcast_ref::<Float32Array>().cloned().ok_or_else(|| {
+                Error::invalid(format!(
+                    "rows['{name}'] must be a pyarrow.Float32Array, not {}",
+                    values.data_type()
+                ))
+            })?;
+            tables.push((name.as_str(), values));
+        }
+        let ids: Vec<u32> = ids.values().to_vec();
+        let scores = detach(py, || {
+            let given: Vec<(&str, &[f32])> = tables.iter().map(|(n, v)| (*n, v.values().as_ref())).collect();
+            self.inner.predict_with_rows(&batch, &ids, &given)
+        })?;
         Ok(Float32Array::from(scores).to_data().to_pyarrow(py)?)
     }
 
@@ -869,6 +915,24 @@ impl ExportedModel {
     fn loss(&self) -> &'static str {
         self.inner.loss().name()
     }
+
+    /// The embedding tables: `(name, rows, width)` each, held or not.
+    #[getter]
+    fn tables(&self) -> Vec<(String, usize, usize)> {
+        self.inner.tables().iter().map(|e| (e.name.clone(), e.shape[0], e.row_width())).collect()
+    }
+
+    /// The bytes of the embedding tables, whole.
+    #[getter]
+    fn table_bytes(&self) -> u64 {
+        self.inner.table_bytes()
+    }
+
+    /// Whether the export keeps its tables sharded across its owners' files.
+    #[getter]
+    fn sharded_tables(&self) -> bool {
+        self.inner.sharded()
+    }
 }
 
 /// Checks early stopping's settings (JSON of the engine's `EarlyStopping`) against the
@@ -877,6 +941,22 @@ impl ExportedModel {
 fn check_early_stopping(json: &str, config: &TrainerConfig) -> Result<()> {
     from_json::<EarlyStopping>("early_stopping", json)?.validate(config.inner.loss)?;
     Ok(())
+}
+
+/// How large the embedding tables of `config`'s model over `features` are, and where they
+/// would live among `workers` trainers each allowed `budget_bytes` (the configuration's own
+/// budget first; None: not known): `(whole_bytes, shard_bytes, sharded)`, `sharded` None when
+/// no budget is known. Raises the error training would raise for tables over the budget.
+#[pyfunction]
+#[pyo3(signature = (config, features, workers, budget_bytes = None))]
+fn table_plan(
+    config: &TrainerConfig,
+    features: &FeatureSpec,
+    workers: usize,
+    budget_bytes: Option<u64>,
+) -> Result<(u64, u64, Option<bool>)> {
+    let plan = sparktrain_train::table_plan(&config.inner, &features.inner, workers, budget_bytes)?;
+    Ok((plan.whole_bytes, plan.shard_bytes, plan.placement.map(|p| p.sharded)))
 }
 
 /// Writes the ONNX model of the export folder `export_dir` to the file `out` (both any
@@ -901,6 +981,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Input>()?;
     m.add_class::<Trainer>()?;
     m.add_class::<ExportedModel>()?;
+    m.add_function(wrap_pyfunction!(table_plan, m)?)?;
     m.add_class::<LogLine>()?;
     m.add_class::<Metrics>()?;
     m.add_class::<EvalLine>()?;

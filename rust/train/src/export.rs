@@ -32,6 +32,7 @@ use crate::features::FeatureSpec;
 use crate::loss::Loss;
 use crate::model::{LogisticRegression, Mlp, Model};
 use crate::params::Entry;
+use crate::rows::gather_rows;
 use crate::shard::{RowId, RowsView, owner};
 use crate::step::DataParallel;
 
@@ -187,12 +188,19 @@ pub fn export(
     Ok(())
 }
 
-/// A model loaded from an export folder, ready to score Arrow batches.
+/// A model loaded from an export folder, ready to score Arrow batches: whole, or without its
+/// embedding tables ([`Exported::load_without_tables`]), when the tables are too large for one
+/// process and a batch's rows are looked up where they are ([`Exported::predict_with_rows`]).
 pub struct Exported {
     model: Box<dyn Model>,
     kind: ModelKind,
+    /// The parameters held in `weights` (the variables alone when the tables were left out).
     entries: Vec<Entry>,
     weights: Vec<f32>,
+    /// Every table of the model (name, shape), held or not.
+    tables: Vec<Entry>,
+    with_tables: bool,
+    sharded: bool,
     features: FeatureSpec,
     loss: Loss,
 }
@@ -200,6 +208,16 @@ pub struct Exported {
 impl Exported {
     /// Loads the export folder `dir`.
     pub fn load(dir: &str) -> Result<Self> {
+        Self::load_with(dir, true)
+    }
+
+    /// Loads the export folder `dir` without its embedding tables: the variables alone, for
+    /// [`Exported::predict_with_rows`]. A sharded export's table files are not read.
+    pub fn load_without_tables(dir: &str) -> Result<Self> {
+        Self::load_with(dir, false)
+    }
+
+    fn load_with(dir: &str, with_tables: bool) -> Result<Self> {
         let url = |file: &str| sparktrain_storage::join_url(dir, file);
         let config: Config = serde_json::from_slice(&sparktrain_storage::read(&url(CONFIG))?)
             .map_err(|e| TrainError::format(url(CONFIG), e))?;
@@ -211,13 +229,15 @@ impl Exported {
         };
         let mut model = config.model.build(&config.features, 0)?;
         model.parameters_mut().release_tables();
-        let entries = model.parameters().entries();
+        let tables = model.parameters().table_entries();
+        let entries =
+            if with_tables { model.parameters().entries() } else { model.parameters().var_entries() };
         let bytes = sparktrain_storage::read(&url(WEIGHTS))?;
         let file = SafeTensors::deserialize(&bytes).map_err(|e| TrainError::format(url(WEIGHTS), e))?;
         let saved: HashMap<String, TensorView<'_>> = file.tensors().into_iter().collect();
         // Sharded tables, put together whole.
         let mut whole: HashMap<String, Vec<f32>> = match &config.tables {
-            Some(_) => {
+            Some(_) if with_tables => {
                 let tables = ExportedTables::open(dir)?;
                 let requests: Vec<TableRequest<'_>> = entries
                     .iter()
@@ -227,7 +247,7 @@ impl Exported {
                 let rows = tables.whole(&requests)?;
                 requests.iter().map(|r| r.name.to_string()).zip(rows.into_iter().map(|r| r.values)).collect()
             }
-            None => HashMap::new(),
+            _ => HashMap::new(),
         };
         let mut flat = Vec::with_capacity(entries.iter().map(Entry::len).sum());
         for Entry { name, shape, .. } in &entries {
@@ -247,8 +267,22 @@ impl Exported {
             }
             flat.extend(view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
         }
-        model.parameters().set_flat(&flat)?;
-        Ok(Exported { model, kind: config.model, entries, weights: flat, features: config.features, loss })
+        if with_tables {
+            model.parameters().set_flat(&flat)?;
+        } else {
+            model.parameters().set_flat_vars(&flat)?;
+        }
+        Ok(Exported {
+            model,
+            kind: config.model,
+            entries,
+            weights: flat,
+            tables,
+            with_tables,
+            sharded: config.tables.is_some(),
+            features: config.features,
+            loss,
+        })
     }
 
     /// Which model, with its shape.
@@ -256,7 +290,8 @@ impl Exported {
         &self.kind
     }
 
-    /// The shape and values of the parameter called `name` (a variable or a whole table).
+    /// The shape and values of the parameter called `name` (a variable, or a whole table when
+    /// the tables were loaded).
     pub fn parameter(&self, name: &str) -> Option<(&[usize], &[f32])> {
         let entry = self.entries.iter().find(|e| e.name == name)?;
         Some((entry.shape.as_slice(), &self.weights[entry.offset..entry.offset + entry.len()]))
@@ -272,13 +307,96 @@ impl Exported {
         &self.features
     }
 
+    /// The embedding tables (name and `[rows, width]`), held or not.
+    pub fn tables(&self) -> &[Entry] {
+        &self.tables
+    }
+
+    /// The bytes of the variables (every parameter but the tables).
+    pub fn variable_bytes(&self) -> u64 {
+        self.entries.iter().filter(|e| !e.table).map(|e| e.len() as u64 * 4).sum()
+    }
+
+    /// The bytes of the embedding tables, whole.
+    pub fn table_bytes(&self) -> u64 {
+        self.tables.iter().map(|e| e.len() as u64 * 4).sum()
+    }
+
+    /// Whether the export keeps its tables sharded (in its owners' files, `tables.json`).
+    pub fn sharded(&self) -> bool {
+        self.sharded
+    }
+
     /// Scores `batch`: one probability per row for a binary model, one per class per row
     /// (row after row) for a softmax model. The label column may be absent.
     pub fn predict(&self, batch: &RecordBatch) -> Result<Vec<f32>> {
+        if !self.with_tables && !self.tables.is_empty() {
+            return Err(TrainError::InvalidArgument(
+                "this model was loaded without its embedding tables: score with predict_with_rows".into(),
+            ));
+        }
         let encoded = self.features.encode_inputs(batch)?;
         let batch = Batch::from_encoded(&encoded)?;
         let lookup = Lookup::gather(&batch, &self.entries, &self.weights)?;
-        let logits = self.model.forward(&batch, lookup.as_ref())?;
+        self.scores(&batch, lookup.as_ref())
+    }
+
+    /// The distinct embedding ids `batch`'s rows use (single and multi-hot), ascending: the
+    /// rows [`Exported::predict_with_rows`] needs. Empty for a model without tables.
+    pub fn ids(&self, batch: &RecordBatch) -> Result<Vec<RowId>> {
+        if self.tables.is_empty() {
+            return Ok(Vec::new());
+        }
+        let encoded = self.features.encode_inputs(batch)?;
+        Ok(Lookup::distinct_ids(&Batch::from_encoded(&encoded)?).unwrap_or_default())
+    }
+
+    /// Scores `batch` as [`Exported::predict`] does, with the tables' rows given rather than
+    /// held: `ids` ascending and distinct (any superset of what [`Exported::ids`] gives), and
+    /// for every table its rows of those ids, row after row.
+    pub fn predict_with_rows(
+        &self,
+        batch: &RecordBatch,
+        ids: &[RowId],
+        rows: &[(&str, &[f32])],
+    ) -> Result<Vec<f32>> {
+        let encoded = self.features.encode_inputs(batch)?;
+        let batch = Batch::from_encoded(&encoded)?;
+        let Some(unique) = Lookup::distinct_ids(&batch) else { return self.scores(&batch, None) };
+        if ids.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(TrainError::InvalidArgument("the ids given must be distinct and ascending".into()));
+        }
+        let positions: Vec<usize> = unique
+            .iter()
+            .map(|id| {
+                ids.binary_search(id).map_err(|_| {
+                    TrainError::InvalidArgument(format!("no row is given for id {id} of the batch"))
+                })
+            })
+            .collect::<Result<_>>()?;
+        let mut tables = Vec::with_capacity(self.tables.len());
+        for entry in &self.tables {
+            let width = entry.row_width();
+            let (_, values) = rows.iter().find(|(name, _)| *name == entry.name).ok_or_else(|| {
+                TrainError::InvalidArgument(format!("no rows are given for table '{}'", entry.name))
+            })?;
+            if values.len() != ids.len() * width {
+                return Err(TrainError::InvalidArgument(format!(
+                    "{} values given for table '{}', which needs {width} for each of {} ids",
+                    values.len(),
+                    entry.name,
+                    ids.len()
+                )));
+            }
+            let starts: Vec<usize> = positions.iter().map(|p| p * width).collect();
+            tables.push((entry.name.clone(), width, gather_rows(values, &starts, width)));
+        }
+        let lookup = Lookup::with_rows(&batch, unique, tables)?;
+        self.scores(&batch, Some(&lookup))
+    }
+
+    fn scores(&self, batch: &Batch, lookup: Option<&Lookup>) -> Result<Vec<f32>> {
+        let logits = self.model.forward(batch, lookup)?;
         let scores = match self.loss {
             Loss::BinaryCrossEntropy => (logits.neg()?.exp()? + 1.0)?.recip()?.flatten_all()?,
             Loss::SoftmaxCrossEntropy => softmax(&logits)?.flatten_all()?,

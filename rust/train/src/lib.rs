@@ -71,5 +71,6 @@ pub use shard::{FixedShard, Placement, RowId, ShardTables, TableOptions, TableSh
 pub use step::{DataParallel, SharedRing, StepStats, shared};
 pub use tensorboard::EventWriter;
 pub use trainer::{
-    EarlyStopping, EvalLine, FitOptions, FitSummary, Hooks, LogLine, Monitor, Trainer, TrainerConfig,
+    EarlyStopping, EvalLine, FitOptions, FitSummary, Hooks, LogLine, Monitor, TablePlan, Trainer,
+    TrainerConfig, table_plan,
 };

@@ -401,6 +401,53 @@ pub struct Trainer {
     best_weights: Option<(Vec<f32>, Vec<Vec<f32>>)>,
 }
 
+/// How large a model's embedding tables are, and where they would live among some number of
+/// trainers: what [`Trainer::new`] decides, worked out without allocating a table, so that
+/// the driver can report it, or refuse a job that would fail, before any trainer starts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TablePlan {
+    /// The bytes of the tables with their optimizer state, whole on one trainer.
+    pub whole_bytes: u64,
+    /// The bytes of the largest trainer's share when the tables are sharded.
+    pub shard_bytes: u64,
+    /// Where they would live under the budget given: None when no budget is known.
+    pub placement: Option<crate::shard::Placement>,
+}
+
+/// The [`TablePlan`] of `config`'s model over `features` among `workers` trainers, each
+/// allowed `config.table_budget_bytes`, else `budget` (what the driver knows of the trainers'
+/// memory), else nothing known. Raises the error [`Trainer::new`] would for tables that do not
+/// fit where they would live.
+pub fn table_plan(
+    config: &TrainerConfig,
+    features: &FeatureSpec,
+    workers: usize,
+    budget: Option<u64>,
+) -> Result<TablePlan> {
+    config.validate()?;
+    features.validate()?;
+    let model = config.model.build(features, config.seed)?;
+    let tables = model.parameters().table_entries();
+    let rule = |e: &crate::params::Entry| crate::sharded::rule_of(&config.optimizer, e);
+    let dense = !config.optimizer.sparse_tables;
+    let unbounded = |shard| TableOptions { shard, budget_bytes: Some(u64::MAX) };
+    let whole_bytes = unbounded(ShardTables::Off).plan(&tables, rule, dense, workers.max(1))?.bytes;
+    let shard_bytes = unbounded(ShardTables::On).plan(&tables, rule, dense, workers.max(1))?.bytes;
+    let placement = config
+        .table_budget_bytes
+        .or(budget)
+        .map(|budget| {
+            TableOptions { shard: config.shard_tables, budget_bytes: Some(budget) }.plan(
+                &tables,
+                rule,
+                dense,
+                workers.max(1),
+            )
+        })
+        .transpose()?;
+    Ok(TablePlan { whole_bytes, shard_bytes, placement })
+}
+
 impl Trainer {
     /// Builds the model for `features`, joins the ring (None: training alone), and resumes
     /// from the latest checkpoint in `model_dir` if there is one.

@@ -60,6 +60,7 @@ __all__ = [
     "infer_example_schema",
     "infer_features",
     "onnx_signature",
+    "table_plan",
 ]
 
 __version__: str

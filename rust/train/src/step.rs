@@ -406,7 +406,9 @@ impl<M: Model> DataParallel<M> {
 
     /// Every worker's `mine`, once every worker has one (a ring barrier that waits up to
     /// [`crate::trainer::CHECKPOINT_WAIT`], for workers writing files): a worker's failure
-    /// fails every worker, the others with an error naming it and `what` it could not do.
+    /// fails every worker, the others with an error naming it and `what` it could not do, or,
+    /// when a newer writer superseded it, with that same [`TrainError::Superseded`] (so that
+    /// no trainer of a lost generation fails as if a restart could help).
     pub(crate) fn together<T: serde::Serialize + serde::de::DeserializeOwned>(
         &self,
         mine: Result<T>,
@@ -415,6 +417,16 @@ impl<M: Model> DataParallel<M> {
     ) -> Result<Vec<T>> {
         let report = match &mine {
             Ok(value) => serde_json::json!({ "ok": value }),
+            Err(TrainError::Superseded { model_dir, generation, by_job, by_generation }) => {
+                serde_json::json!({
+                    "superseded": {
+                        "model_dir": model_dir,
+                        "generation": generation,
+                        "by_job": by_job,
+                        "by_generation": by_generation,
+                    }
+                })
+            }
             Err(e) => serde_json::json!({ "error": e.to_string() }),
         };
         let bytes = serde_json::to_vec(&report).expect("a report serializes");
@@ -434,6 +446,7 @@ impl<M: Model> DataParallel<M> {
             enum Report<T> {
                 Ok(T),
                 Error(String),
+                Superseded { model_dir: String, generation: u64, by_job: Option<String>, by_generation: u64 },
             }
             let report: Report<T> = serde_json::from_slice(bytes)
                 .map_err(|e| TrainError::format(path, format!("worker {worker}'s report: {e}")))?;
@@ -441,6 +454,9 @@ impl<M: Model> DataParallel<M> {
                 Report::Ok(value) => out.push(value),
                 Report::Error(e) => {
                     return Err(TrainError::format(path, format!("worker {worker} could not {what}: {e}")));
+                }
+                Report::Superseded { model_dir, generation, by_job, by_generation } => {
+                    return Err(TrainError::Superseded { model_dir, generation, by_job, by_generation });
                 }
             }
         }

@@ -241,6 +241,41 @@ def test_a_damaged_checkpoint_index_is_a_checkpoint_error_naming_the_file(tmp_pa
     assert damaged.value.path.endswith("model/checkpoint.json")
 
 
+def test_an_old_generation_saving_after_a_newer_one_is_generation_superseded(tmp_path):
+    import pickle
+
+    from sparktrain.cluster.failures import NOT_RETRYABLE
+    from sparktrain.cluster.trainer import exit_code_for
+
+    data = str(tmp_path / "train.tfrecord")
+    st.tfrecord.write_batches(data, rows())
+    model_dir = str(tmp_path / "model")
+    config = _native.TrainerConfig(model="logistic_regression", model_dir=model_dir, batch_size=50)
+
+    def generation(g: int) -> tuple[_native.Trainer, _native.Input]:
+        input = _native.Input.files(data, 1, 0, config)
+        features = _native.infer_features(input.schema, "label")
+        return _native.Trainer(config, features, job="job-1", generation=g), input
+
+    old, old_input = generation(0)
+    old.fit(old_input, epochs=1)
+    new, new_input = generation(1)
+    assert new.resumed_from == 4
+    assert new.fit(new_input, epochs=2).checkpoint.endswith("/ckpt-0000000008-g1")
+
+    # The old generation's chief, cut off from the driver but not from storage, goes on.
+    with pytest.raises(errors.GenerationSuperseded) as lost:
+        old.fit(old_input, epochs=3)
+    error = lost.value
+    assert (error.path, error.generation, error.by_job, error.by_generation) == (model_dir, 0, None, 1)
+    assert "generation 0 of this job may no longer write checkpoints" in str(error)
+    assert isinstance(error, errors.CheckpointError)
+    again = pickle.loads(pickle.dumps(error))
+    assert (type(again), again.generation, again.by_generation) == (errors.GenerationSuperseded, 0, 1)
+    assert exit_code_for(error) == NOT_RETRYABLE
+    assert new.fit(new_input, epochs=3).checkpoint.endswith("/ckpt-0000000012-g1")
+
+
 def test_a_missing_export_is_path_not_found(tmp_path):
     with pytest.raises(errors.PathNotFoundError) as missing:
         _native.ExportedModel(str(tmp_path / "export"))

@@ -571,7 +571,13 @@ class Progress:
 @final
 class Trainer:
     def __new__(
-        cls, config: TrainerConfig, features: FeatureSpec, communicator: Communicator | None = None
+        cls,
+        config: TrainerConfig,
+        features: FeatureSpec,
+        communicator: Communicator | None = None,
+        *,
+        job: str = "",
+        generation: int = 0,
     ) -> Trainer: ...
     def fit(
         self,

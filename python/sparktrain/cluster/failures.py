@@ -24,7 +24,8 @@ FAILED: Final = 1
 #: connection: most likely that peer failed first, and its failure is the one to report.
 PEER_LOST: Final = 3
 #: The trainer's exit code when it raised one of sparktrain's errors that no restart can fix
-#: (bad arguments, corrupt or unreadable input, a missing dependency).
+#: (bad arguments, corrupt or unreadable input, a missing dependency, a generation whose
+#: model_dir a newer one writes).
 NOT_RETRYABLE: Final = 4
 #: The trainer's exit code when the task supervising it disappeared.
 ORPHANED: Final = 70

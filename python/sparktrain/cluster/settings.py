@@ -85,6 +85,9 @@ class JobSettings:
     collective_sealed: bool = True
     #: The job's generation: 0, then one more after each restart.
     generation: int = 0
+    #: A random id of the job, the same in every generation: checkpoints tell this job's
+    #: generations from an earlier job's in the same ``model_dir`` by it.
+    job_id: str = ""
     #: Seconds ``ctx.barrier()`` and the exit barrier wait for the others by default.
     barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT
     #: The session's object-store keys (:mod:`sparktrain.storage_options`), for the trainers'

@@ -309,7 +309,12 @@ class Trainer:
                 inferred = _native.infer_features(input.schema, self._label, self._buckets)
                 self._features = FeatureSpec.from_native(inferred)
             ring = self._ctx.communicator() if self._ctx is not None and self.num_workers > 1 else None
-            self._native = _native.Trainer(self._config, self._features.to_native(), ring)
+            # The job and its generation fence the checkpoints: once a restart's trainers write
+            # model_dir, an older generation's chief cut off from the driver can no longer.
+            job, generation = (self._ctx.job_id, self._ctx.generation) if self._ctx is not None else ("", 0)
+            self._native = _native.Trainer(
+                self._config, self._features.to_native(), ring, job=job, generation=generation
+            )
             self._after_restart(self._native)
         return self._native
 

@@ -43,6 +43,7 @@ mod py {
     import_exception!(sparktrain.errors, TrainingError);
     import_exception!(sparktrain.errors, InputError);
     import_exception!(sparktrain.errors, CheckpointError);
+    import_exception!(sparktrain.errors, GenerationSuperseded);
 }
 
 /// An error of any core crate, or of the binding itself.
@@ -244,6 +245,13 @@ fn train<'py>(py: Python<'py>, e: TrainError, attrs: &Attrs<'py>) -> PyResult<Bo
         TrainError::StateMismatch(_) => {
             attrs.set_item("path", None::<String>)?;
             Ok(py::CheckpointError::type_object(py))
+        }
+        TrainError::Superseded { model_dir, generation, by_job, by_generation } => {
+            attrs.set_item("path", model_dir)?;
+            attrs.set_item("generation", generation)?;
+            attrs.set_item("by_job", by_job)?;
+            attrs.set_item("by_generation", by_generation)?;
+            Ok(py::GenerationSuperseded::type_object(py))
         }
         TrainError::Tensor(_) => Ok(py::TrainingError::type_object(py)),
         // A setting to change, which no restart cures.

@@ -17,7 +17,7 @@ use sparktrain_train::features::DEFAULT_BUCKETS;
 use sparktrain_train::features::{MultiHot, Pooling};
 use sparktrain_train::named::{HYPERPARAMETERS, LEARNING_RATES, LOSSES, MODELS};
 use sparktrain_train::{
-    Categorical, Crossed, EarlyStopping, EvalLine as RustEvalLine, Exported, FitOptions, Hooks,
+    Categorical, Crossed, EarlyStopping, EvalLine as RustEvalLine, Exported, Fence, FitOptions, Hooks,
     Input as RustInput, LogLine as RustLogLine, Loss, ModelKind, OptimizerConfig, Regularization, Rule,
     Schedule, ShardTables, TrainError, Trainer as RustTrainer, WorkQueue,
 };
@@ -687,19 +687,24 @@ struct Trainer {
 impl Trainer {
     /// A trainer for `config` and `features`, joined to the other workers through
     /// `communicator` (None: alone). Resumes from the latest checkpoint in the
-    /// configuration's `model_dir`.
+    /// configuration's `model_dir`. `job` and `generation` name the job (the same id in every
+    /// generation) and its generation, which fence its checkpoints: once a later generation
+    /// writes `model_dir`, this trainer's saves raise `GenerationSuperseded`.
     #[new]
-    #[pyo3(signature = (config, features, communicator=None))]
+    #[pyo3(signature = (config, features, communicator=None, *, job="", generation=0))]
     fn new(
         py: Python<'_>,
         config: &TrainerConfig,
         features: &FeatureSpec,
         communicator: Option<&Communicator>,
+        job: &str,
+        generation: u64,
     ) -> Result<Self> {
         tune_allocator();
         let (config, features) = (config.inner.clone(), features.inner.clone());
         let ring = communicator.map(Communicator::shared);
-        let trainer = detach(py, || RustTrainer::new(config, features, ring))?;
+        let fence = Fence { job: job.to_string(), generation };
+        let trainer = detach(py, || RustTrainer::with_fence(config, features, ring, fence))?;
         Ok(Trainer { inner: Mutex::new(trainer) })
     }
 

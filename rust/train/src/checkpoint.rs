@@ -1,32 +1,56 @@
 //! The chief's checkpoints: weights, optimizer state and input position, on any storage URL.
 //!
 //! Layout under `model_dir`:
-//! - `ckpt-<step>/shard-<i>-of-<n>.safetensors`: every weight and optimizer buffer as flat
-//!   float32 pieces, at most `max_shard_bytes` per file (1 GiB by default), a large tensor cut
-//!   across files, so that models over 4 GB store fine on HDFS;
-//! - `ckpt-<step>/manifest.json`: shapes, where each piece lives, and the progress;
-//! - `checkpoint.json`: the latest checkpoint and those kept, written last.
+//! - `ckpt-<step>-g<generation>/shard-<i>-of-<n>.safetensors`: every weight and optimizer
+//!   buffer as flat float32 pieces, at most `max_shard_bytes` per file (1 GiB by default), a
+//!   large tensor cut across files, so that models over 4 GB store fine on HDFS;
+//! - `ckpt-<step>-g<generation>/manifest.json`: shapes, where each piece lives, and the progress;
+//! - `_index/<version>.json`: the index, one file per version: the latest checkpoint, those
+//!   kept, and who wrote it (a [`Fence`]: the job and its generation), written last;
+//! - `checkpoint.json`: a copy of the newest version, for people and tools.
 //!
-//! Every file appears atomically, and `checkpoint.json` only names a checkpoint once all of
-//! its files are in place, so a job killed mid-save resumes from the previous one. What such a
-//! save left behind (a checkpoint folder the index does not name, a hidden temporary file) is
-//! removed when training resumes.
+//! Earlier versions wrote `ckpt-<step>` folders and `checkpoint.json` alone: they are read,
+//! kept and pruned the same way.
+//!
+//! Every file appears atomically, and the index only names a checkpoint once all of its files
+//! are in place, so a job killed mid-save resumes from the previous one. What such a save left
+//! behind (a checkpoint folder the index does not name, a hidden temporary file or staging
+//! folder) is removed by the next writer before its first save ([`claim`]).
+//!
+//! Writers are fenced by generation, since a chief cut off from the driver but not from
+//! storage may go on saving after the driver started the next generation:
+//! - a checkpoint's folder carries its writer's generation, and a folder that exists is never
+//!   written into: it is written under a hidden temporary name and renamed into place without
+//!   replacing (on object stores, which cannot rename, each file is created only if absent);
+//! - the index never moves back to an older generation: version `n + 1` is created only if
+//!   absent, after the writer checked version `n`, so each version was checked against the one
+//!   before it, and a writer refuses ([`TrainError::Superseded`]) to publish over an index of a
+//!   later generation of its own job or of a job that took the folder over from its own;
+//! - a writer claims `model_dir` before its first save ([`claim`]): from then on, older
+//!   generations are refused, and what they leave is removed as partial.
+//!
+//! Generations count restarts within one job, so a job takes over an index that another job
+//! wrote (an earlier run in the same `model_dir`), and records that job as superseded. How far
+//! this holds depends on the store: see `docs/architecture.md`.
 //!
 //! Sharded embedding tables ([`crate::shard`]) are saved by their owners, in parallel, with no
-//! gathering on the chief: owner `r` of `n` writes `ckpt-<step>/tables-<r>-of-<n>-<part>`
-//! files holding its rows (local row `k` is id `r + k·n`) as `<table>` and
-//! `optimizer/<buffer>/<table>` tensors of `[rows, width]`, cut between rows at
+//! gathering on the chief: owner `r` of `n` writes `tables-<r>-of-<n>-<part>` files in the
+//! checkpoint's staging folder ([`stage`]) holding its rows (local row `k` is id `r + k·n`) as
+//! `<table>` and `optimizer/<buffer>/<table>` tensors of `[rows, width]`, cut between rows at
 //! `max_shard_bytes`. The manifest's `tables` section ([`TableFiles`]) lists every owner's
-//! files; its optimizer groups still name the tables they train. The chief writes the manifest
-//! and the index only once every owner has written its files. A restore with the same number
-//! of trainers reads each owner's own files; with another, each trainer reads the rows it now
-//! owns from every old owner's files ([`restore_rows`]). A replicated run restores a sharded
-//! checkpoint (the tables are put together whole) and a sharded run a replicated one.
+//! files; its optimizer groups still name the tables they train. The chief writes the manifest,
+//! publishes the folder and the index only once every owner has written its files. A restore
+//! with the same number of trainers reads each owner's own files; with another, each trainer
+//! reads the rows it now owns from every old owner's files ([`restore_rows`]). A replicated run
+//! restores a sharded checkpoint (the tables are put together whole) and a sharded run a
+//! replicated one.
 
 use std::collections::HashMap;
 
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
+
+use sparktrain_storage::StorageError;
 
 use crate::error::{Result, TrainError};
 use crate::groups::GroupState;
@@ -36,8 +60,21 @@ use crate::shard::RowsView;
 /// The default largest shard file.
 pub const MAX_SHARD_BYTES: u64 = 1 << 30;
 
+/// The copy of the index's newest version.
 const INDEX: &str = "checkpoint.json";
+/// The folder of the index's versions.
+const VERSIONS: &str = "_index";
 const MANIFEST: &str = "manifest.json";
+/// Versions of the index kept besides the newest (a reader that listed the versions just
+/// before a writer pruned one lists them again).
+const VERSIONS_KEPT: u64 = 16;
+/// Jobs an index remembers as taken over, newest first.
+const SUPERSEDED_KEPT: usize = 16;
+/// Versions a writer tries to publish before giving up: each failed try means another writer
+/// published that version meanwhile.
+const PUBLISH_TRIES: usize = 64;
+/// Reads of the newest version retried when it was pruned between the listing and the read.
+const READ_TRIES: usize = 4;
 
 /// How far training had come.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -76,11 +113,76 @@ pub struct CheckpointOptions {
     pub max_shard_bytes: u64,
     /// Checkpoints kept; older ones are deleted.
     pub keep: usize,
+    /// Who writes them.
+    pub fence: Fence,
 }
 
 impl Default for CheckpointOptions {
     fn default() -> Self {
-        CheckpointOptions { max_shard_bytes: MAX_SHARD_BYTES, keep: 3 }
+        CheckpointOptions { max_shard_bytes: MAX_SHARD_BYTES, keep: 3, fence: Fence::default() }
+    }
+}
+
+/// Who writes a `model_dir`'s checkpoints: a job, by an id that is the same in every
+/// generation, and the job's generation. A writer is refused once a later generation of its
+/// job, or a job that took the folder over from its own, has published the index.
+///
+/// The default, an empty job at generation 0, is a writer outside any job (a trainer on its
+/// own): it takes over any index and is refused only by the same empty job at a later
+/// generation.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fence {
+    /// The job's id; empty outside a job.
+    pub job: String,
+    /// The job's generation: 0, then one more after each restart.
+    pub generation: u64,
+}
+
+impl Fence {
+    /// Refuses `index` when a later generation of this job, or a job that took the folder over
+    /// from this one, wrote it.
+    fn admits(&self, model_dir: &str, index: &Index) -> Result<()> {
+        let refused = |by_job: Option<String>| TrainError::Superseded {
+            model_dir: model_dir.to_string(),
+            generation: self.generation,
+            by_job,
+            by_generation: index.generation,
+        };
+        if index.job == self.job {
+            if index.generation > self.generation {
+                return Err(refused(None));
+            }
+        } else if !self.job.is_empty() && index.superseded.contains(&self.job) {
+            return Err(refused(Some(index.job.clone())));
+        }
+        Ok(())
+    }
+
+    /// The next version of `previous` (None: there is none), as this writer publishes it: the
+    /// same checkpoints, this writer's job and generation, and the jobs it took over from.
+    fn next(&self, previous: Option<&Index>) -> Index {
+        let superseded = match previous {
+            Some(p) if p.job != self.job => {
+                let mut jobs: Vec<String> = Vec::new();
+                for job in std::iter::once(&p.job).chain(&p.superseded) {
+                    if !job.is_empty() && job != &self.job && !jobs.contains(job) {
+                        jobs.push(job.clone());
+                    }
+                }
+                jobs.truncate(SUPERSEDED_KEPT);
+                jobs
+            }
+            Some(p) => p.superseded.clone(),
+            None => Vec::new(),
+        };
+        Index {
+            latest: previous.and_then(|p| p.latest.clone()),
+            kept: previous.map(|p| p.kept.clone()).unwrap_or_default(),
+            version: previous.map_or(0, |p| p.version) + 1,
+            job: self.job.clone(),
+            generation: self.generation,
+            superseded,
+        }
     }
 }
 
@@ -154,10 +256,27 @@ pub struct OwnedRows {
     pub step: u64,
 }
 
-#[derive(Serialize, Deserialize)]
+/// A version of the index. Earlier versions wrote only `latest` and `kept`: their writer is
+/// read as the empty job at generation 0.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Index {
-    latest: String,
+    /// The checkpoint to resume from; None once a writer claimed the folder before its first
+    /// save.
+    latest: Option<String>,
+    /// The checkpoints kept, oldest first.
     kept: Vec<String>,
+    /// The version (0: the `checkpoint.json` of an earlier version, with no `_index`).
+    #[serde(default)]
+    version: u64,
+    /// The job that wrote it.
+    #[serde(default)]
+    job: String,
+    /// That job's generation.
+    #[serde(default)]
+    generation: u64,
+    /// Jobs that this index's job, or one before it, took the folder over from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    superseded: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -199,20 +318,56 @@ pub fn save(
     progress: Progress,
     options: &CheckpointOptions,
 ) -> Result<String> {
-    save_with(model_dir, layout, weights, optimizer, progress, options, None)
+    let staged = stage(model_dir, progress.step, &options.fence)?;
+    save_with(model_dir, &staged, layout, weights, optimizer, progress, options, None)
 }
 
-/// The folder of the checkpoint of step `step` under `model_dir`.
-pub fn folder_of(model_dir: &str, step: u64) -> String {
-    sparktrain_storage::join_url(model_dir, &format!("ckpt-{step:010}"))
+/// The folder of the checkpoint of step `step` by generation `generation` under `model_dir`.
+pub fn folder_of(model_dir: &str, step: u64, generation: u64) -> String {
+    sparktrain_storage::join_url(model_dir, &format!("ckpt-{step:010}-g{generation}"))
 }
 
-/// [`save`], for a run whose sharded tables their owners saved as `tables` says (with
-/// [`save_rows`]): `layout` and `weights` leave them out, and the optimizer groups name them
-/// among the tensors they train but hold state for the rest alone. The chief calls it once
-/// every owner's files are written.
+/// A checkpoint being written: its files go into `staging`, which becomes `folder` when it is
+/// published (the same folder on object stores, which cannot rename).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Staged {
+    /// The checkpoint's folder.
+    pub folder: String,
+    /// Where its files are written.
+    pub staging: String,
+}
+
+/// Starts the checkpoint of step `step` by `fence` under `model_dir`: refuses a superseded
+/// writer before anything is written, and a folder that exists (a committed checkpoint is
+/// never written into), then makes the staging folder. [`save_with`] publishes it.
+pub fn stage(model_dir: &str, step: u64, fence: &Fence) -> Result<Staged> {
+    if let Some(index) = read_index(model_dir)? {
+        fence.admits(model_dir, &index)?;
+    }
+    let folder = folder_of(model_dir, step, fence.generation);
+    if sparktrain_storage::exists(&folder)? {
+        return Err(StorageError::AlreadyExists { url: folder }.into());
+    }
+    let staging = if sparktrain_storage::renames_atomically(&folder)? {
+        let staging = sparktrain_storage::sibling_temp(&folder)?;
+        sparktrain_storage::mkdirs(&staging)?;
+        staging
+    } else {
+        folder.clone()
+    };
+    Ok(Staged { folder, staging })
+}
+
+/// [`save`] into a checkpoint [`stage`] started, for a run whose sharded tables their owners
+/// saved there as `tables` says (with [`save_rows`]): `layout` and `weights` leave them out,
+/// and the optimizer groups name them among the tensors they train but hold state for the
+/// rest alone. The chief calls it once every owner's files are written; it writes the rest,
+/// publishes the folder, then the index (pruning what is no longer kept), and returns the
+/// folder.
+#[allow(clippy::too_many_arguments)]
 pub fn save_with(
     model_dir: &str,
+    staged: &Staged,
     layout: &Layout,
     weights: &[f32],
     optimizer: &[GroupState],
@@ -220,6 +375,26 @@ pub fn save_with(
     options: &CheckpointOptions,
     tables: Option<&TableFiles>,
 ) -> Result<String> {
+    match write_files(staged, layout, weights, optimizer, progress, options, tables) {
+        Ok(()) => commit(model_dir, staged, options),
+        Err(e) => {
+            // Nothing names the staged folder yet: remove it now rather than at the next claim.
+            let _ = sparktrain_storage::delete(&staged.staging, true);
+            Err(e)
+        }
+    }
+}
+
+/// Writes the shards and the manifest of [`save_with`] into the staging folder.
+fn write_files(
+    staged: &Staged,
+    layout: &Layout,
+    weights: &[f32],
+    optimizer: &[GroupState],
+    progress: Progress,
+    options: &CheckpointOptions,
+    tables: Option<&TableFiles>,
+) -> Result<()> {
     let elsewhere: Vec<&str> =
         tables.map(|t| t.tables.iter().map(|t| t.name.as_str()).collect()).unwrap_or_default();
     let total: usize = layout.iter().map(|(_, s)| s.iter().product::<usize>()).sum();
@@ -282,8 +457,7 @@ pub fn save_with(
         entries.push(Entry { name, shape, pieces });
     }
 
-    let folder_name = format!("ckpt-{:010}", progress.step);
-    let folder = folder_of(model_dir, progress.step);
+    let folder = &staged.staging;
     let n = shards.len();
     let shard_names: Vec<String> = (0..n).map(|i| format!("shard-{i:05}-of-{n:05}.safetensors")).collect();
     for (pieces, file) in shards.iter().zip(&shard_names) {
@@ -291,13 +465,13 @@ pub fn save_with(
             .iter()
             .map(|(key, values)| {
                 let view = TensorView::new(Dtype::F32, vec![values.len()], bytemuck::cast_slice(values))
-                    .map_err(|e| TrainError::format(sparktrain_storage::join_url(&folder, file), e))?;
+                    .map_err(|e| TrainError::format(sparktrain_storage::join_url(folder, file), e))?;
                 Ok((key.clone(), view))
             })
             .collect::<Result<Vec<_>>>()?;
         let bytes = safetensors::serialize(views, None)
-            .map_err(|e| TrainError::format(sparktrain_storage::join_url(&folder, file), e))?;
-        sparktrain_storage::write(&sparktrain_storage::join_url(&folder, file), &bytes, true)?;
+            .map_err(|e| TrainError::format(sparktrain_storage::join_url(folder, file), e))?;
+        sparktrain_storage::write(&sparktrain_storage::join_url(folder, file), &bytes, false)?;
     }
     let groups = optimizer
         .iter()
@@ -311,20 +485,100 @@ pub fn save_with(
     let manifest =
         Manifest { progress, groups, shards: shard_names, tensors: entries, tables: tables.cloned() };
     let json = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
-    sparktrain_storage::write(&sparktrain_storage::join_url(&folder, MANIFEST), &json, true)?;
+    sparktrain_storage::write(&sparktrain_storage::join_url(folder, MANIFEST), &json, false)?;
+    Ok(())
+}
 
-    // Publish, then prune what is no longer kept.
-    let mut kept = read_index(model_dir)?.map(|i| i.kept).unwrap_or_default();
-    kept.retain(|k| k != &folder_name);
-    kept.push(folder_name.clone());
-    let dropped: Vec<String> = kept.drain(..kept.len().saturating_sub(options.keep.max(1))).collect();
-    let index = Index { latest: folder_name, kept };
-    let json = serde_json::to_vec_pretty(&index).expect("an index serializes");
-    sparktrain_storage::write(&sparktrain_storage::join_url(model_dir, INDEX), &json, true)?;
+/// Publishes a staged checkpoint: its folder (renamed into place without replacing), then
+/// the index; prunes what is no longer kept. A superseded writer's folder is removed again.
+fn commit(model_dir: &str, staged: &Staged, options: &CheckpointOptions) -> Result<String> {
+    let folder = &staged.folder;
+    if staged.staging != *folder
+        && let Err(e) = sparktrain_storage::rename(&staged.staging, folder, false)
+    {
+        let _ = sparktrain_storage::delete(&staged.staging, true);
+        return Err(e.into());
+    }
+    let name = folder.rsplit('/').next().unwrap_or(folder).to_string();
+    let mut dropped = Vec::new();
+    let published = publish(model_dir, &options.fence, |index| {
+        index.kept.retain(|k| k != &name);
+        index.kept.push(name.clone());
+        dropped = index.kept.drain(..index.kept.len().saturating_sub(options.keep.max(1))).collect();
+        index.latest = Some(name.clone());
+    });
+    if let Err(e) = published {
+        if matches!(e, TrainError::Superseded { .. }) {
+            // Nothing can name the folder any more: remove it now rather than at the next
+            // claim. After other failures a version may name it (a lost answer, or the copy
+            // failing after the version was created), so it stays.
+            let _ = sparktrain_storage::delete(folder, true);
+        }
+        return Err(e);
+    }
     for old in dropped {
         sparktrain_storage::delete(&sparktrain_storage::join_url(model_dir, &old), true)?;
     }
-    Ok(folder)
+    Ok(folder.clone())
+}
+
+/// Publishes the next version of the index under `model_dir`, as `fence` and then `update`
+/// make it from the newest one; returns it. A version that another writer created meanwhile is
+/// read and checked in turn, so every version was checked against the one before it.
+fn publish(model_dir: &str, fence: &Fence, mut update: impl FnMut(&mut Index)) -> Result<Index> {
+    for _ in 0..PUBLISH_TRIES {
+        let previous = read_index(model_dir)?;
+        if let Some(next) = publish_over(model_dir, previous.as_ref(), fence, &mut update)? {
+            return Ok(next);
+        }
+    }
+    Err(TrainError::format(
+        sparktrain_storage::join_url(model_dir, VERSIONS),
+        format!("other writers published every one of {PUBLISH_TRIES} versions this writer tried"),
+    ))
+}
+
+/// Publishes the version after `previous`, as read by this writer: None when another writer
+/// created that version first (it must be read and checked in turn).
+fn publish_over(
+    model_dir: &str,
+    previous: Option<&Index>,
+    fence: &Fence,
+    update: &mut impl FnMut(&mut Index),
+) -> Result<Option<Index>> {
+    if let Some(index) = previous {
+        fence.admits(model_dir, index)?;
+    }
+    let mut next = fence.next(previous);
+    update(&mut next);
+    let json = serde_json::to_vec_pretty(&next).expect("an index serializes");
+    match sparktrain_storage::write(&version_url(model_dir, next.version), &json, false) {
+        Ok(_) => {}
+        Err(StorageError::AlreadyExists { .. }) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    // The copy may lag behind, even go back, when writers race: only the versions decide.
+    sparktrain_storage::write(&sparktrain_storage::join_url(model_dir, INDEX), &json, true)?;
+    if let Some(old) = next.version.checked_sub(VERSIONS_KEPT).filter(|v| *v > 0) {
+        // Best effort: an old version left behind is only a small file.
+        let _ = sparktrain_storage::delete(&version_url(model_dir, old), false);
+    }
+    Ok(Some(next))
+}
+
+/// Makes `fence` the writer of `model_dir` before its first save there: refuses it
+/// ([`TrainError::Superseded`]) when a later generation of its job, or a job that took the
+/// folder over from its own, writes there; otherwise records it in a new version of the index
+/// (unless the newest one is its own already), so that from now on older generations are
+/// refused, and then removes what an interrupted save left ([`remove_partial`]), which no
+/// refused writer can publish any more. Returns what it removed.
+pub fn claim(model_dir: &str, fence: &Fence) -> Result<Vec<String>> {
+    let newest = read_index(model_dir)?;
+    let own = newest.as_ref().is_some_and(|i| i.job == fence.job && i.generation == fence.generation);
+    if !own {
+        publish(model_dir, fence, |_| {})?;
+    }
+    remove_partial(model_dir)
 }
 
 /// Writes owner `rank`'s (of `workers`) rows of every sharded table into the checkpoint folder
@@ -368,7 +622,7 @@ pub fn save_rows(
             })
             .collect::<Result<Vec<_>>>()?;
         let bytes = safetensors::serialize(tensors, None).map_err(|e| TrainError::format(url.clone(), e))?;
-        sparktrain_storage::write(&url, &bytes, true)?;
+        sparktrain_storage::write(&url, &bytes, false)?;
         files.push(RowFile { file, first, rows });
     }
     Ok(files)
@@ -382,11 +636,25 @@ pub(crate) fn is_row_file_name(name: &str) -> bool {
     })
 }
 
-/// Whether `name` is a checkpoint folder's name as [`save`] makes them (`ckpt-<step>`): the
-/// index names folders that are pruned recursively, so nothing else may pass (`..`, a path).
+/// Whether `name` is a checkpoint folder's name as [`save`] makes them (`ckpt-<step>-g<generation>`,
+/// or `ckpt-<step>` from earlier versions): the index names folders that are pruned
+/// recursively, so nothing else may pass (`..`, a path).
 fn is_checkpoint_name(name: &str) -> bool {
-    name.strip_prefix("ckpt-")
-        .is_some_and(|step| !step.is_empty() && step.bytes().all(|b| b.is_ascii_digit()))
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    name.strip_prefix("ckpt-").is_some_and(|rest| match rest.split_once("-g") {
+        Some((step, generation)) => digits(step) && digits(generation),
+        None => digits(rest),
+    })
+}
+
+/// Whether `name` is the hidden staging folder of a checkpoint ([`stage`]): other hidden
+/// folders in `model_dir` (an export that `replace_dir` moved away and a crash left there) are
+/// not a save's leftovers.
+fn is_checkpoint_staging(name: &str) -> bool {
+    name.strip_prefix('.')
+        .and_then(|n| n.strip_suffix(".tmp"))
+        .and_then(|n| n.rsplit_once('.'))
+        .is_some_and(|(of, _)| is_checkpoint_name(of))
 }
 
 /// Whether `name` is a shard file's name as [`save`] makes them.
@@ -398,22 +666,69 @@ fn is_shard_name(name: &str) -> bool {
     })
 }
 
+/// The URL of the index's version `version`.
+fn version_url(model_dir: &str, version: u64) -> String {
+    let versions = sparktrain_storage::join_url(model_dir, VERSIONS);
+    sparktrain_storage::join_url(&versions, &format!("{version:020}.json"))
+}
+
+/// The newest version of the index under `model_dir`, or None when there is none: from
+/// `_index`, or from `checkpoint.json` alone where no writer of this version wrote yet.
 fn read_index(model_dir: &str) -> Result<Option<Index>> {
-    let url = sparktrain_storage::join_url(model_dir, INDEX);
-    if !sparktrain_storage::exists(&url)? {
-        return Ok(None);
+    for _ in 0..READ_TRIES {
+        let Some(version) = newest_version(model_dir)? else {
+            let url = sparktrain_storage::join_url(model_dir, INDEX);
+            if !sparktrain_storage::exists(&url)? {
+                return Ok(None);
+            }
+            let bytes = sparktrain_storage::read(&url)?;
+            return parse_index(&url, &bytes).map(|index| Some(Index { version: 0, ..index }));
+        };
+        let url = version_url(model_dir, version);
+        match sparktrain_storage::read(&url) {
+            // The file's name says its version, whatever it holds.
+            Ok(bytes) => return parse_index(&url, &bytes).map(|index| Some(Index { version, ..index })),
+            // Pruned since it was listed: a newer one exists.
+            Err(StorageError::NotFound { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
     }
-    let bytes = sparktrain_storage::read(&url)?;
-    let index: Index = serde_json::from_slice(&bytes).map_err(|e| TrainError::format(url.clone(), e))?;
-    if let Some(bad) = std::iter::once(&index.latest).chain(&index.kept).find(|n| !is_checkpoint_name(n)) {
-        return Err(TrainError::format(url, format!("'{bad}' is not a checkpoint folder (ckpt-<step>)")));
+    Err(TrainError::format(
+        sparktrain_storage::join_url(model_dir, VERSIONS),
+        "the newest version kept disappearing while it was read",
+    ))
+}
+
+/// The highest version in `_index`, if any.
+fn newest_version(model_dir: &str) -> Result<Option<u64>> {
+    let versions = sparktrain_storage::join_url(model_dir, VERSIONS);
+    let listed = match sparktrain_storage::list(&versions) {
+        Ok(listed) => listed,
+        Err(StorageError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(listed
+        .iter()
+        .filter(|f| !f.is_dir)
+        .filter_map(|f| f.name().strip_suffix(".json")?.parse::<u64>().ok())
+        .max())
+}
+
+fn parse_index(url: &str, bytes: &[u8]) -> Result<Index> {
+    let index: Index = serde_json::from_slice(bytes).map_err(|e| TrainError::format(url, e))?;
+    if let Some(bad) = index.latest.iter().chain(&index.kept).find(|n| !is_checkpoint_name(n)) {
+        return Err(TrainError::format(
+            url,
+            format!("'{bad}' is not a checkpoint folder (ckpt-<step>-g<generation>)"),
+        ));
     }
-    Ok(Some(index))
+    Ok(index)
 }
 
 /// Removes what a save killed midway left under `model_dir`: checkpoint folders that the index
-/// does not name (all of them when there is no index) and hidden temporary files. Returns
-/// what it removed.
+/// does not name (all of them when there is no index), checkpoints' staging folders and hidden
+/// temporary files. Returns what it removed. Only a writer that claimed the folder calls it
+/// ([`claim`]): a save under way elsewhere would lose its files.
 pub fn remove_partial(model_dir: &str) -> Result<Vec<String>> {
     if !sparktrain_storage::exists(model_dir)? {
         return Ok(Vec::new());
@@ -423,7 +738,7 @@ pub fn remove_partial(model_dir: &str) -> Result<Vec<String>> {
     for entry in sparktrain_storage::list(model_dir)? {
         let name = entry.name().to_string();
         let partial = if entry.is_dir {
-            is_checkpoint_name(&name) && !kept.contains(&name)
+            (is_checkpoint_name(&name) && !kept.contains(&name)) || is_checkpoint_staging(&name)
         } else {
             sparktrain_storage::is_temp_name(&name)
         };
@@ -432,12 +747,22 @@ pub fn remove_partial(model_dir: &str) -> Result<Vec<String>> {
             removed.push(entry.url);
         }
     }
+    // A version of the index whose writer died before renaming it into place.
+    let versions = sparktrain_storage::join_url(model_dir, VERSIONS);
+    if sparktrain_storage::exists(&versions)? {
+        for entry in sparktrain_storage::list(&versions)? {
+            if !entry.is_dir && sparktrain_storage::is_temp_name(entry.name()) {
+                sparktrain_storage::delete(&entry.url, false)?;
+                removed.push(entry.url);
+            }
+        }
+    }
     Ok(removed)
 }
 
 /// The latest checkpoint under `model_dir`, or None when there is none; its tensors must
 /// match `layout`. Reading changes nothing: what an interrupted save left behind is for the
-/// next writer to remove ([`remove_partial`]), since a save may be under way right now.
+/// next writer to remove ([`claim`]), since a save may be under way right now.
 /// Tables that a sharded run saved by owner are put together whole.
 pub fn restore(model_dir: &str, layout: &Layout) -> Result<Option<Restored>> {
     restore_except(model_dir, layout, &[])
@@ -447,8 +772,8 @@ pub fn restore(model_dir: &str, layout: &Layout) -> Result<Option<Restored>> {
 /// out, and so do the weights and optimizer groups given back; each owner then reads its rows
 /// from the folder given back with [`restore_rows`].
 pub fn restore_except(model_dir: &str, layout: &Layout, sharded: &[String]) -> Result<Option<Restored>> {
-    let Some(index) = read_index(model_dir)? else { return Ok(None) };
-    let folder = sparktrain_storage::join_url(model_dir, &index.latest);
+    let Some(latest) = read_index(model_dir)?.and_then(|i| i.latest) else { return Ok(None) };
+    let folder = sparktrain_storage::join_url(model_dir, &latest);
     let manifest = read_manifest(&folder)?;
     let saved: HashMap<&str, &Entry> = manifest.tensors.iter().map(|e| (e.name.as_str(), e)).collect();
     // The layout's tables that their owners saved: put together whole, as one owner's rows.
@@ -781,4 +1106,50 @@ fn restore_rows_from(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The interleaving no timing makes reliable: an old generation checks version 1, the next
+    /// generation publishes version 2, then the old one publishes what it checked. Its version
+    /// 2 is refused by the store (created only if absent), and against the version that is
+    /// there its writer is superseded.
+    #[test]
+    fn a_writer_that_checked_a_stale_version_cannot_publish_over_a_newer_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let model_dir = dir.path().to_string_lossy().into_owned();
+        let old = Fence { job: "job".into(), generation: 0 };
+        let new = Fence { job: "job".into(), generation: 1 };
+        publish(&model_dir, &old, |_| {}).unwrap();
+        let checked = read_index(&model_dir).unwrap();
+        assert_eq!(checked.as_ref().map(|i| (i.version, i.generation)), Some((1, 0)));
+
+        publish(&model_dir, &new, |i| i.latest = Some("ckpt-0000000002-g1".into())).unwrap();
+        let mut stale = |i: &mut Index| i.latest = Some("ckpt-0000000003-g0".into());
+        assert_eq!(publish_over(&model_dir, checked.as_ref(), &old, &mut stale).unwrap(), None);
+        match publish(&model_dir, &old, stale) {
+            Err(TrainError::Superseded { generation: 0, by_job: None, by_generation: 1, .. }) => {}
+            other => panic!("expected the old generation to be superseded, got {other:?}"),
+        }
+        let newest = read_index(&model_dir).unwrap().unwrap();
+        assert_eq!((newest.version, newest.generation), (2, 1));
+        assert_eq!(newest.latest.as_deref(), Some("ckpt-0000000002-g1"));
+    }
+
+    #[test]
+    fn checkpoint_names_of_both_versions_pass_and_nothing_else() {
+        for good in ["ckpt-0000000012", "ckpt-0000000012-g0", "ckpt-1-g31"] {
+            assert!(is_checkpoint_name(good), "{good}");
+        }
+        for bad in ["ckpt-", "ckpt-12-g", "ckpt-12-g1/..", "ckpt-12/../x", "ckpt--g1", "ckpt-1-g2-g3", "best"]
+        {
+            assert!(!is_checkpoint_name(bad), "{bad}");
+        }
+        assert!(is_checkpoint_staging(".ckpt-0000000012-g3.0f3a9c.tmp"));
+        assert!(!is_checkpoint_staging(".export.0f3a9c.tmp"));
+        assert!(!is_checkpoint_staging(".ckpt-0000000012-g3"));
+        assert!(!is_checkpoint_staging(".tmp"));
+    }
 }

@@ -44,6 +44,20 @@ pub enum TrainError {
         #[source]
         source: BoxError,
     },
+    /// A newer writer owns `model_dir`: a later generation of this job, or another job that
+    /// took the folder over. This trainer's generation is lost and may no longer write there;
+    /// no restart of it can.
+    #[error("{model_dir}: {}", superseded(*generation, by_job.as_deref(), *by_generation))]
+    Superseded {
+        /// The checkpoint folder.
+        model_dir: String,
+        /// The generation of the trainer that was refused.
+        generation: u64,
+        /// The job that now writes there, when it is another job (None: this job).
+        by_job: Option<String>,
+        /// The generation that now writes there.
+        by_generation: u64,
+    },
     /// The tensor engine failed.
     #[error("tensor engine: {0}")]
     Tensor(#[from] candle_core::Error),
@@ -63,6 +77,23 @@ pub enum TrainError {
         /// Whether `needed` is a sharded trainer's share rather than the whole tables.
         sharded: bool,
     },
+}
+
+fn superseded(generation: u64, by_job: Option<&str>, by_generation: u64) -> String {
+    match by_job {
+        None => format!(
+            "generation {generation} of this job may no longer write checkpoints here: generation \
+             {by_generation} does (the job was restarted without this trainer)"
+        ),
+        Some("") => format!(
+            "this job (generation {generation}) may no longer write checkpoints here: a trainer \
+             outside any job has taken the folder over"
+        ),
+        Some(job) => format!(
+            "this job (generation {generation}) may no longer write checkpoints here: another job \
+             ('{job}', generation {by_generation}) has taken the folder over"
+        ),
+    }
 }
 
 fn over_budget(needed: u64, budget: u64, workers: usize, sharded: bool) -> String {

@@ -1,7 +1,8 @@
 //! Synchronous data-parallel training on candle, as pure Rust.
 //!
 //! - [`batch`]: a batch as tensors, and the embedding rows it touches;
-//! - [`checkpoint`]: the chief's sharded, atomic checkpoints on any storage URL;
+//! - [`checkpoint`]: the chief's sharded, atomic checkpoints on any storage URL, fenced by
+//!   generation;
 //! - [`export`]: the self-contained model folder, and scoring Arrow batches with it;
 //! - [`features`]: the feature spec and the encoding of Arrow batches for a model;
 //! - [`groups`]: which optimizer trains which parameters (FTRL for the wide part);
@@ -53,7 +54,7 @@ pub mod tensorboard;
 pub mod trainer;
 
 pub use batch::{Batch, Lookup};
-pub use checkpoint::{Best, CheckpointOptions, Progress, Restored};
+pub use checkpoint::{Best, CheckpointOptions, Fence, Progress, Restored};
 pub use embedding::{Dcn, DeepFm, EmbeddingConfig, WideDeep};
 pub use error::{Result, TrainError};
 pub use export::{Exported, ModelKind};

@@ -346,8 +346,10 @@ impl<M: Model> DataParallel<M> {
 
     /// Writes a checkpoint under `model_dir`; returns its folder. With tables whole on every
     /// worker this is the chief's job alone. With sharded tables every worker calls it
-    /// together: each writes its rows, then the chief, once every worker's rows are written,
-    /// writes the rest and the index; a worker that fails to write fails every worker's call.
+    /// together: the chief stages the checkpoint's folder, each worker writes its rows there,
+    /// then the chief, once every worker's rows are written, writes the rest and publishes the
+    /// folder and the index; a worker that fails to write fails every worker's call.
+    /// `options.fence` names the writer (see [`checkpoint::Fence`]).
     pub fn save_checkpoint(
         &self,
         model_dir: &str,
@@ -366,25 +368,47 @@ impl<M: Model> DataParallel<M> {
             );
         };
         let (rank, workers) = sharded.place();
-        let folder = checkpoint::folder_of(model_dir, progress.step);
-        let written =
-            checkpoint::save_rows(&folder, rank, workers, &sharded.owned_tables(), options.max_shard_bytes);
-        let owners = self.together(written, &folder, "write its rows of the embedding tables")?;
+        // The chief's staging folder, for everyone.
+        let staged = match rank {
+            0 => checkpoint::stage(model_dir, progress.step, &options.fence).map(Some),
+            _ => Ok(None),
+        };
+        let staged = self.together(staged, model_dir, "stage the checkpoint")?;
+        let staged = staged.into_iter().flatten().next().expect("the chief's staging folder");
+        let written = checkpoint::save_rows(
+            &staged.staging,
+            rank,
+            workers,
+            &sharded.owned_tables(),
+            options.max_shard_bytes,
+        );
+        let owners = self.together(written, &staged.folder, "write its rows of the embedding tables")?;
         let published = if rank == 0 {
             let files = TableFiles { workers, tables: sharded.saved_tables(), owners };
             let groups = sharded.group_states(self.optimizers.state());
             let layout = self.entries.iter().map(|e| (e.name.clone(), e.shape.clone())).collect();
-            checkpoint::save_with(model_dir, &layout, &self.weights, &groups, progress, options, Some(&files))
+            checkpoint::save_with(
+                model_dir,
+                &staged,
+                &layout,
+                &self.weights,
+                &groups,
+                progress,
+                options,
+                Some(&files),
+            )
         } else {
-            Ok(folder.clone())
+            Ok(staged.folder.clone())
         };
-        self.together(published, &folder, "publish the checkpoint")?;
-        Ok(folder)
+        self.together(published, &staged.folder, "publish the checkpoint")?;
+        Ok(staged.folder)
     }
 
     /// Every worker's `mine`, once every worker has one (a ring barrier that waits up to
     /// [`crate::trainer::CHECKPOINT_WAIT`], for workers writing files): a worker's failure
-    /// fails every worker, the others with an error naming it and `what` it could not do.
+    /// fails every worker, the others with an error naming it and `what` it could not do, or,
+    /// when a newer writer superseded it, with that same [`TrainError::Superseded`] (so that
+    /// no trainer of a lost generation fails as if a restart could help).
     pub(crate) fn together<T: serde::Serialize + serde::de::DeserializeOwned>(
         &self,
         mine: Result<T>,
@@ -393,6 +417,16 @@ impl<M: Model> DataParallel<M> {
     ) -> Result<Vec<T>> {
         let report = match &mine {
             Ok(value) => serde_json::json!({ "ok": value }),
+            Err(TrainError::Superseded { model_dir, generation, by_job, by_generation }) => {
+                serde_json::json!({
+                    "superseded": {
+                        "model_dir": model_dir,
+                        "generation": generation,
+                        "by_job": by_job,
+                        "by_generation": by_generation,
+                    }
+                })
+            }
             Err(e) => serde_json::json!({ "error": e.to_string() }),
         };
         let bytes = serde_json::to_vec(&report).expect("a report serializes");
@@ -412,6 +446,7 @@ impl<M: Model> DataParallel<M> {
             enum Report<T> {
                 Ok(T),
                 Error(String),
+                Superseded { model_dir: String, generation: u64, by_job: Option<String>, by_generation: u64 },
             }
             let report: Report<T> = serde_json::from_slice(bytes)
                 .map_err(|e| TrainError::format(path, format!("worker {worker}'s report: {e}")))?;
@@ -419,6 +454,9 @@ impl<M: Model> DataParallel<M> {
                 Report::Ok(value) => out.push(value),
                 Report::Error(e) => {
                     return Err(TrainError::format(path, format!("worker {worker} could not {what}: {e}")));
+                }
+                Report::Superseded { model_dir, generation, by_job, by_generation } => {
+                    return Err(TrainError::Superseded { model_dir, generation, by_job, by_generation });
                 }
             }
         }

@@ -21,7 +21,7 @@ use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
 use crate::batch::Batch;
-use crate::checkpoint::{self, Best, CheckpointOptions, MAX_SHARD_BYTES, Progress, Restored};
+use crate::checkpoint::{self, Best, CheckpointOptions, Fence, MAX_SHARD_BYTES, Progress, Restored};
 use crate::error::{Result, TrainError};
 use crate::export::{self, ModelKind};
 use crate::features::FeatureSpec;
@@ -396,6 +396,11 @@ pub struct Trainer {
     resumed_from: Option<u64>,
     events: Option<EventWriter>,
     last_checkpoint: Option<(u64, String)>,
+    /// Who writes checkpoints: this trainer's job and generation.
+    fence: Fence,
+    /// The checkpoint folders (`model_dir`, the best model's) this trainer claimed before its
+    /// first save there.
+    claimed: Vec<String>,
     /// The best evaluation's weights (the variables' and this worker's rows of sharded
     /// tables), when early stopping restores them from memory.
     best_weights: Option<(Vec<f32>, Vec<Vec<f32>>)>,
@@ -450,8 +455,21 @@ pub fn table_plan(
 
 impl Trainer {
     /// Builds the model for `features`, joins the ring (None: training alone), and resumes
-    /// from the latest checkpoint in `model_dir` if there is one.
+    /// from the latest checkpoint in `model_dir` if there is one. Its checkpoints are written
+    /// as a trainer outside any job ([`Fence::default`]).
     pub fn new(config: TrainerConfig, features: FeatureSpec, ring: Option<SharedRing>) -> Result<Self> {
+        Self::with_fence(config, features, ring, Fence::default())
+    }
+
+    /// [`Trainer::new`] for a trainer of a job's generation, as `fence` says: its checkpoints
+    /// carry the generation, and once a later generation (or another job) writes `model_dir`,
+    /// its saves fail with [`TrainError::Superseded`].
+    pub fn with_fence(
+        config: TrainerConfig,
+        features: FeatureSpec,
+        ring: Option<SharedRing>,
+        fence: Fence,
+    ) -> Result<Self> {
         config.validate()?;
         features.validate()?;
         let rank = ring.as_ref().map_or(0, |r| lock(r).rank());
@@ -472,13 +490,17 @@ impl Trainer {
             resumed_from: None,
             events: None,
             last_checkpoint: None,
+            fence,
+            claimed: Vec::new(),
             best_weights: None,
         };
         if let Some(dir) = trainer.config.model_dir.clone()
-            && let Some(progress) = trainer.restore(&dir)?
+            && let Some((progress, folder)) = trainer.restore(&dir)?
         {
             trainer.resumed_from = Some(progress.step);
             trainer.progress = progress;
+            // The state of this step is saved already: saving it again would only copy it.
+            trainer.last_checkpoint = Some((progress.step, folder));
         }
         if let (0, Some(dir)) = (rank, &trainer.config.tensorboard_dir) {
             let roll = Duration::try_from_secs_f64(trainer.config.tensorboard_roll_seconds.max(0.0))
@@ -732,7 +754,12 @@ impl Trainer {
             self.best_weights = Some(self.dp.snapshot());
         }
         if let Some(dir) = self.best_dir() {
-            let options = CheckpointOptions { max_shard_bytes: self.config.max_shard_bytes, keep: 1 };
+            self.claim(&dir)?;
+            let options = CheckpointOptions {
+                max_shard_bytes: self.config.max_shard_bytes,
+                keep: 1,
+                fence: self.fence.clone(),
+            };
             if self.dp.is_sharded() {
                 self.dp.save_checkpoint(&dir, self.progress, &options)?;
             } else {
@@ -767,7 +794,7 @@ impl Trainer {
         let restored = self.restore(&dir)?;
         // A chief killed after saving a better model than its last checkpoint knew of leaves
         // that model in the folder: its own record of the best is the one to keep.
-        let best = restored.and_then(|r| r.best).or(progress.best);
+        let best = restored.and_then(|(r, _)| r.best).or(progress.best);
         self.progress = Progress { best, ..progress };
         Ok(())
     }
@@ -817,24 +844,37 @@ impl Trainer {
         {
             return Ok(Some(folder.clone()));
         }
-        if self.last_checkpoint.is_none() {
-            // This chief's first save: clear what a chief killed midway left, now that no
-            // other writer can be under way (a trainer that only reads removes nothing).
-            let cleared = if self.rank == 0 { checkpoint::remove_partial(&dir).map(drop) } else { Ok(()) };
-            if sharded {
-                // No owner writes its rows before the chief has cleared.
-                self.dp.together(cleared, &dir, "clear what an interrupted save left")?;
-            } else {
-                cleared?;
-            }
-        }
+        self.claim(&dir)?;
         let options = CheckpointOptions {
             max_shard_bytes: self.config.max_shard_bytes,
             keep: self.config.keep_checkpoints,
+            fence: self.fence.clone(),
         };
         let folder = self.dp.save_checkpoint(&dir, self.progress, &options)?;
         self.last_checkpoint = Some((self.progress.step, folder.clone()));
         Ok(Some(folder))
+    }
+
+    /// Before this trainer's first save into `dir`: the chief claims it for this generation
+    /// ([`checkpoint::claim`]), which refuses a superseded generation and clears what a chief
+    /// killed midway left, now that no older generation can publish any more (a trainer that
+    /// only reads removes nothing). With sharded tables every worker calls it together, and no
+    /// owner writes its rows before the chief has claimed.
+    fn claim(&mut self, dir: &str) -> Result<()> {
+        if self.claimed.iter().any(|d| d == dir) {
+            return Ok(());
+        }
+        let sharded = self.dp.is_sharded();
+        if self.rank == 0 || sharded {
+            let claimed = if self.rank == 0 { checkpoint::claim(dir, &self.fence).map(drop) } else { Ok(()) };
+            if sharded {
+                self.dp.together(claimed, dir, "claim the checkpoint folder")?;
+            } else {
+                claimed?;
+            }
+        }
+        self.claimed.push(dir.to_string());
+        Ok(())
     }
 
     /// The chief writes the exported model into `dir`; returns whether this worker wrote it.
@@ -886,8 +926,9 @@ impl Trainer {
     }
 
     /// Loads the latest checkpoint: the chief reads it and every other worker receives it;
-    /// with sharded tables, every worker then reads its own rows.
-    fn restore(&mut self, model_dir: &str) -> Result<Option<Progress>> {
+    /// with sharded tables, every worker then reads its own rows. Returns its progress and
+    /// folder.
+    fn restore(&mut self, model_dir: &str) -> Result<Option<(Progress, String)>> {
         let Some(restored) = self.read_checkpoint(model_dir)? else { return Ok(None) };
         let folder = restored.folder.clone();
         let progress = self.dp.load(restored)?;
@@ -895,7 +936,7 @@ impl Trainer {
             let loaded = self.dp.load_table_rows(&folder);
             self.dp.together(loaded, &folder, "read its rows of the embedding tables")?;
         }
-        Ok(Some(progress))
+        Ok(Some((progress, folder)))
     }
 
     /// The latest checkpoint's weights, optimizer state and progress (sharded tables left to

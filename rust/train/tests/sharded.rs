@@ -310,7 +310,7 @@ fn train_between(
             && (dp.is_sharded() || w == 0)
         {
             let progress = Progress { step: steps.end, workers: n as u64, ..Progress::default() };
-            let options = CheckpointOptions { max_shard_bytes: 200, keep: 2 };
+            let options = CheckpointOptions { max_shard_bytes: 200, keep: 2, ..CheckpointOptions::default() };
             dp.save_checkpoint(dir, progress, &options).unwrap();
         }
         dp.full_weights().unwrap()
@@ -363,7 +363,7 @@ fn the_same_number_of_owners_reads_only_its_own_files() {
     let model_dir = dir.path().join("model").to_string_lossy().into_owned();
     let saved = Some(model_dir.clone());
     let before = train_between("wide_deep", 3, &optimizer, ShardTables::On, 0..2, None, saved.clone());
-    let folder = format!("{model_dir}/ckpt-0000000002");
+    let folder = sparktrain_train::checkpoint::folder_of(&model_dir, 2, 0);
     let mut files: Vec<String> =
         sparktrain_storage::list(&folder).unwrap().into_iter().map(|f| f.name().to_string()).collect();
     files.sort();

@@ -298,6 +298,7 @@ class Cluster:
             barrier_timeout=options.barrier_timeout,
             storage=storage,
             evaluator_roles=tuple(options.evaluator_roles or ()),
+            job_id=uuid.uuid4().hex,
         )
         self._deadline = time.monotonic() + options.reservation_timeout
         self._console = Console(self._roles, enabled=options.log)

@@ -69,6 +69,8 @@ class TrainerContext:
     _feed_open: bool = field(default=False, repr=False)
     #: The job's generation: 0, then one more after each restart.
     generation: int = 0
+    #: A random id of the job, the same in every generation.
+    job_id: str = ""
     _barrier_timeout: float = field(default=DEFAULT_BARRIER_TIMEOUT, repr=False)
 
     @property

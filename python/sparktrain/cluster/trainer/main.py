@@ -31,6 +31,7 @@ from sparktrain.cluster.settings import EXIT_BARRIER, JobSettings, TrainerLaunch
 from sparktrain.cluster.trainer.context import TrainerContext
 from sparktrain.cluster.trainer.frameworks import framework_env, register_jax_cluster
 from sparktrain.errors import (
+    GenerationSuperseded,
     InvalidArgumentError,
     MissingDependencyError,
     PathNotFoundError,
@@ -45,8 +46,16 @@ if TYPE_CHECKING:
 _PR_SET_PDEATHSIG = 1
 
 #: sparktrain's errors that mean the job itself is wrong (its arguments, its input, its
-#: environment): a restart would fail alike, so the trainer says so with its exit code.
-_NOT_RETRYABLE = (InvalidArgumentError, MissingDependencyError, PathNotFoundError, SchemaError, TFRecordError)
+#: environment), or that its generation is lost (a newer one writes its model_dir): a restart
+#: would fail alike, so the trainer says so with its exit code.
+_NOT_RETRYABLE = (
+    GenerationSuperseded,
+    InvalidArgumentError,
+    MissingDependencyError,
+    PathNotFoundError,
+    SchemaError,
+    TFRecordError,
+)
 
 
 def exit_code_for(error: BaseException) -> int:
@@ -159,6 +168,7 @@ def _context(job: JobSettings, launch: TrainerLaunch, client: ControlClient) -> 
         feed_path=launch.feed_path,
         _client=client,
         generation=job.generation,
+        job_id=job.job_id,
         _barrier_timeout=job.barrier_timeout,
         _secret=job.secret,
         _collective_timeout=job.collective_timeout,

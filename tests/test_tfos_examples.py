@@ -2,9 +2,10 @@
 shim: each ``main_fun`` is written the way TFoS's examples are (mnist keras in
 ``InputMode.TENSORFLOW``, mnist keras in ``InputMode.SPARK`` through the Spark ML pipeline,
 and parameter-server jobs in the place of the Estimator examples, which TensorFlow 2.16 and
-later no longer have: ParameterServerStrategy with an evaluator, and a TF1 ps/worker graph)
-and would run under TFoS with only its ``from tensorflowonspark import ...`` line changed.
-The data are small synthetic images.
+later no longer have: ParameterServerStrategy with an evaluator, and a TF1 ps/worker graph;
+the estimator mnist inference example's single-node TensorFlow in plain Spark tasks with
+``util.single_node_env()``) and would run under TFoS with only its
+``from tensorflowonspark import ...`` line changed. The data are small synthetic images.
 
 Functions that run on executors are defined inside the tests: executors cannot import this
 module.
@@ -482,3 +483,109 @@ def test_a_tf1_session_exports_a_saved_model_with_its_signatures(tf, tmp_path):
     out = predict(features=tf.constant([[1.0, 1.0], [0.0, 2.0]]))["prediction"].numpy()
     assert out.ravel().tolist() == [5.0, 6.0]
     assert y.name == "y:0"
+
+
+def test_estimator_mnist_inference_example_runs_single_node_tensorflow_in_spark_tasks(
+    spark, tf, tmp_path, tf_env
+):
+    # TFoS's examples/mnist/estimator/mnist_inference.py: no TFCluster, a plain Spark job whose
+    # tasks each call util.single_node_env() and score their shard of TFRecords with a
+    # SavedModel. Images are 8x8 here, and NumPy 2 has no np.int (int instead).
+    images, labels = _images(120, seed=5)
+    data = tmp_path / "images_labels"
+    data.mkdir()
+    for part in range(3):
+        with tf.io.TFRecordWriter(str(data / f"part-{part:05d}")) as writer:
+            for image, label in list(zip(images, labels, strict=True))[part::3]:
+                pixels = (np.clip(image, 0, 1) * 255).round().astype(int).tolist()
+                example = tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            "image": tf.train.Feature(int64_list=tf.train.Int64List(value=pixels)),
+                            "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+                        }
+                    )
+                )
+                writer.write(example.SerializeToString())
+
+    class Quadrants(tf.Module):
+        """Scores each quadrant by its mean brightness: the bright one is the label."""
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 8, 8, 1], tf.float32)])
+        def serve(self, conv2d_input):
+            means = [
+                tf.reduce_mean(conv2d_input[:, r : r + 4, c : c + 4, 0], axis=[1, 2])
+                for r in (0, 4)
+                for c in (0, 4)
+            ]
+            return {"logits": tf.stack(means, axis=1)}
+
+    module = Quadrants()
+    export_dir = str(tmp_path / "export")
+    tf.saved_model.save(module, export_dir, signatures={"serving_default": module.serve})
+
+    def inference(it, num_workers, args):
+        from sparktrain.tfos import util
+
+        # consume worker number from RDD partition iterator
+        for i in it:
+            worker_num = i
+        print(f"worker_num: {i}")
+
+        # setup env for single-node TF
+        util.single_node_env()
+
+        import numpy as np
+        import tensorflow as tf
+
+        # load saved_model
+        saved_model = tf.saved_model.load(args.export_dir, tags="serve")
+        predict = saved_model.signatures["serving_default"]
+
+        # parse function for TFRecords
+        def parse_tfr(example_proto):
+            feature_def = {
+                "label": tf.io.FixedLenFeature(1, tf.int64),
+                "image": tf.io.FixedLenFeature(64, tf.int64),
+            }
+            features = tf.io.parse_single_example(serialized=example_proto, features=feature_def)
+            image = tf.cast(features["image"], dtype=tf.float32) / 255.0
+            image = tf.reshape(image, [8, 8, 1])
+            label = tf.cast(features["label"], dtype=tf.float32)
+            return (image, label)
+
+        # define a new tf.data.Dataset (for inferencing)
+        ds = tf.data.Dataset.list_files(f"{args.images_labels}/part-*", shuffle=False)
+        ds = ds.shard(num_workers, worker_num)
+        ds = ds.interleave(tf.data.TFRecordDataset)
+        ds = ds.map(parse_tfr)
+        ds = ds.batch(10)
+
+        # create an output file per spark worker for the predictions
+        tf.io.gfile.makedirs(args.output)
+        output_file = tf.io.gfile.GFile(f"{args.output}/part-{worker_num:05d}", mode="w")
+
+        for batch in ds:
+            predictions = predict(conv2d_input=batch[0])
+            labels = np.reshape(batch[1], -1).astype(int)
+            preds = np.argmax(predictions["logits"], axis=1)
+            for x in zip(labels, preds, strict=True):
+                output_file.write(f"{x[0]} {x[1]}\n")
+
+        output_file.close()
+
+    args = argparse.Namespace(
+        images_labels=str(data), export_dir=export_dir, output=str(tmp_path / "predictions")
+    )
+    cluster_size = 2
+    node_rdd = spark.sparkContext.parallelize(list(range(cluster_size)), cluster_size)
+    node_rdd.foreachPartition(lambda worker_num: inference(worker_num, cluster_size, args))
+    lines = [
+        line.split()
+        for path in sorted((tmp_path / "predictions").glob("part-*"))
+        for line in path.read_text().splitlines()
+    ]
+    assert sorted(p.name for p in (tmp_path / "predictions").glob("part-*")) == ["part-00000", "part-00001"]
+    assert len(lines) == 120
+    assert all(label == pred for label, pred in lines)
+    assert sorted(int(label) for label, _ in lines) == sorted(labels.tolist())

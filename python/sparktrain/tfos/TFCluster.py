@@ -13,7 +13,11 @@ training) finds them; they run ``map_fun`` in the background and stop when train
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import os
 import pickle
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,8 +27,11 @@ from sparktrain._deps import require_spark
 from sparktrain.cluster.driver.launcher import Cluster
 from sparktrain.cluster.driver.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF
 from sparktrain.errors import InvalidArgumentError
+from sparktrain.tfos import reservation
 from sparktrain.tfos._feed import INDEX_COLUMN, ROW_COLUMN
 from sparktrain.tfos._node import DEFAULT_EPOCHS, OFFSET_BITS, NodePlan, run_map_fun
+
+_log = logging.getLogger("sparktrain.tfos")
 
 #: The largest pickled inference output one node keeps for the result RDD.
 INFERENCE_RESULT_BYTES = 512 << 20
@@ -47,6 +54,15 @@ def _check_feed(data: Any) -> None:
     from pyspark.sql import DataFrame
 
     _checks.instance("dataRDD", data, (RDD, DataFrame), "an RDD or a DataFrame")
+
+
+def _server_host(sc: Any) -> str:
+    """Where the reservation server listens: ``TFOS_SERVER_HOST``, else the driver's host as
+    Spark knows it, else this host's outward address."""
+    from sparktrain.tfos.util import get_ip_address
+
+    host = os.environ.get(reservation.TFOS_SERVER_HOST) or sc.getConf().get("spark.driver.host")
+    return str(host) if host else get_ip_address()
 
 
 def _num_partitions(data: Any) -> int:
@@ -164,7 +180,11 @@ def _lazy_rdd_class() -> type:
 
 
 class TFCluster:
-    """A TFoS job, started by :func:`run`."""
+    """A TFoS job, started by :func:`run`.
+
+    ``server`` is the job's :class:`~sparktrain.tfos.reservation.Server` and
+    ``cluster_meta["server_addr"]`` its address (the one TFoS's ``stop_streaming.py`` takes);
+    ``cluster_info`` lists the nodes' reservations."""
 
     def __init__(
         self,
@@ -181,14 +201,41 @@ class TFCluster:
         self.sc = sc
         self.input_mode = input_mode
         self.num_executors = num_executors
-        self._plan = plan
         self._num_ps, self._num_evaluators = num_ps, num_evaluators
         self._reservation_timeout = reservation_timeout
         self._max_restarts, self._restart_backoff = max_restarts, restart_backoff
         self._cluster: Cluster | None = None
         self._tensorboard: str | None = None
+        # Signs the nodes' reservations.
+        self._key = os.urandom(32)
+        self.server = reservation.Server(num_executors, host=_server_host(sc), key=self._key)
+        server_addr = self.server.start()
+        _log.info(
+            "TFoS reservation server at %s",
+            server_addr,
+        )
+        self._plan = dataclasses.replace(plan, server_addr=server_addr, stream_key=self._key)
+        self.cluster_meta: dict[str, Any] = {
+            "id": random.getrandbits(64),
+            "num_executors": num_executors,
+            "default_fs": sc._jsc.hadoopConfiguration().get("fs.defaultFS"),
+            "working_dir": os.getcwd(),
+            "server_addr": server_addr,
+            "release_port": plan.release_port,
+        }
         if input_mode == InputMode.TENSORFLOW:
-            self._cluster = self._start(self._plan, data=None)
+            try:
+                self._cluster = self._start(self._plan, data=None)
+            except BaseException:
+                self.server.stop()
+                raise
+
+    @property
+    def cluster_info(self) -> list[Any]:
+        """The nodes' reservations (TFoS's ``cluster_info``): one dict per node that started,
+        with its ``executor_id``, ``host``, ``job_name``, ``task_index``, TensorFlow ``port``,
+        ``tb_port``."""
+        return self.server.reservations.get()
 
     def _start(self, plan: NodePlan, data: Any, keep_results: bool = False) -> Cluster:
         extra = self._num_ps + self._num_evaluators
@@ -206,6 +253,7 @@ class TFCluster:
             max_restarts=self._max_restarts,
             restart_backoff=self._restart_backoff,
             keep_results=keep_results,
+            release_tf_port=plan.release_port,
         )
 
     def _check_spark_mode(self, what: str) -> None:
@@ -213,19 +261,8 @@ class TFCluster:
             raise InvalidArgumentError(f"TFCluster.{what} needs input_mode=InputMode.SPARK")
 
     def _fed_plan(self, frame_pickled: bool, epochs: int, inference: bool) -> NodePlan:
-        p = self._plan
-        return NodePlan(
-            map_fun=p.map_fun,
-            tf_args=p.tf_args,
-            master_node=p.master_node,
-            num_ps=p.num_ps,
-            epochs=epochs,
-            fed=True,
-            pickled_rows=frame_pickled,
-            inference=inference,
-            tensorboard=p.tensorboard,
-            log_dir=p.log_dir,
-            eval_grace_secs=p.eval_grace_secs,
+        return dataclasses.replace(
+            self._plan, epochs=epochs, fed=True, pickled_rows=frame_pickled, inference=inference
         )
 
     def train(
@@ -279,11 +316,13 @@ class TFCluster:
         del grace_secs
         if ssc is not None:
             raise InvalidArgumentError("ssc: Spark Streaming is not supported by sparktrain.tfos")
-        if self._cluster is not None:
-            try:
+        try:
+            if self._cluster is not None:
                 self._cluster.wait(timeout if timeout > 0 else None)
-            finally:
+        finally:
+            if self._cluster is not None:
                 self._cluster.shutdown()
+            self.server.stop()
 
     def tensorboard_url(self) -> str | None:
         """``http://host:port`` of the TensorBoard the chief started (``tensorboard=True``),
@@ -345,10 +384,17 @@ def run(
     from its own checkpoints (Keras: ``tf.keras.callbacks.BackupAndRestore``).
 
     Not supported, and refused: ``driver_ps_nodes=True``, and parameter servers or an
-    evaluator in ``InputMode.SPARK`` (the data would also go to them). ``queues`` and
-    ``release_port`` are accepted for compatibility (the port is always released before
-    ``map_fun`` starts). Every argument is checked at once, on the driver."""
-    del queues, release_port
+    evaluator in ``InputMode.SPARK`` (the data would also go to them). ``queues`` is
+    accepted for compatibility.
+
+    ``release_port=False`` keeps each node's TensorFlow port bound while ``map_fun`` runs, as
+    ``ctx.tmp_socket``, so that no other process takes it; ``map_fun`` calls
+    ``ctx.release_port()`` before its server binds the port. By default the port is released
+    just before ``map_fun`` starts.
+
+    Every argument is checked at once, on the driver; a reservation server
+    (:mod:`sparktrain.tfos.reservation`) starts for the job and its address is logged."""
+    del queues
     require_spark("sparktrain.tfos.TFCluster.run", arrow_udfs=input_mode == InputMode.SPARK)
     _checks.function("map_fun", map_fun)
     num_executors = _checks.integer("num_executors", num_executors, minimum=1)
@@ -391,6 +437,7 @@ def run(
         tensorboard=bool(tensorboard),
         log_dir=log_dir,
         eval_grace_secs=eval_grace_secs,
+        release_port=bool(release_port),
     )
     return TFCluster(
         sc,

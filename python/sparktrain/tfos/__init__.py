@@ -14,7 +14,8 @@ their imports from ``tensorflowonspark`` to ``sparktrain.tfos``.
 - :mod:`~sparktrain.tfos.TFParallel`: independent single-node runs on every executor;
 - :mod:`~sparktrain.tfos.util`, :mod:`~sparktrain.tfos.gpu_info`,
   :mod:`~sparktrain.tfos.TFManager`, :mod:`~sparktrain.tfos.reservation` and
-  :mod:`~sparktrain.tfos.marker`: TFoS's helper modules, for code that imports them.
+  :mod:`~sparktrain.tfos.marker`: TFoS's helper modules, for code that imports them
+  (:mod:`~sparktrain.tfos.TFSparkNode`, TFoS's node internals, only names ``ctx``'s type).
 
 What differs from TFoS: the nodes of a job are one barrier stage of sparktrain's launcher
 (registration with time-outs, failure detection, restarts), task 0 is the chief and the
@@ -34,6 +35,7 @@ __all__ = [
     "TFManager",
     "TFNode",
     "TFParallel",
+    "TFSparkNode",
     "compat",
     "dfutil",
     "gpu_info",

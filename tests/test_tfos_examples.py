@@ -4,8 +4,10 @@ shim: each ``main_fun`` is written the way TFoS's examples are (mnist keras in
 and parameter-server jobs in the place of the Estimator examples, which TensorFlow 2.16 and
 later no longer have: ParameterServerStrategy with an evaluator, and a TF1 ps/worker graph;
 the estimator mnist inference example's single-node TensorFlow in plain Spark tasks with
-``util.single_node_env()``) and would run under TFoS with only its
-``from tensorflowonspark import ...`` line changed. The data are small synthetic images.
+``util.single_node_env()``; the Spark Streaming example, with Keras, stopped by
+``examples/utils/stop_streaming.py``, which ``tfos_examples/`` holds as a user has it) and
+would run under TFoS with only its ``from tensorflowonspark import ...`` line changed.
+The data are small synthetic images.
 
 Functions that run on executors are defined inside the tests: executors cannot import this
 module.
@@ -20,6 +22,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -589,3 +592,138 @@ def test_estimator_mnist_inference_example_runs_single_node_tensorflow_in_spark_
     assert len(lines) == 120
     assert all(label == pred for label, pred in lines)
     assert sorted(int(label) for label, _ in lines) == sorted(labels.tolist())
+
+
+def test_spark_streaming_example_trains_keras_on_a_dstream_until_stop_streaming(spark, tmp_path, tf_env):
+    # TFoS's examples/mnist/estimator/mnist_spark_streaming.py with Keras in the place of the
+    # Estimator (gone from TensorFlow 2.16+) and one training node: the rows of a
+    # textFileStream reach tf.data through TFNode.DataFeed until the stream is stopped with
+    # examples/utils/stop_streaming.py. The generator also counts the rows it read, for the
+    # test to know when to stop.
+    streaming = pytest.importorskip("pyspark.streaming")
+
+    def main_fun(args, ctx):
+        import os
+
+        import numpy as np
+        import tensorflow as tf
+
+        from sparktrain.tfos import TFNode, compat
+
+        tf_feed = TFNode.DataFeed(ctx.mgr)
+        read = [0]
+
+        def rdd_generator():
+            while not tf_feed.should_stop():
+                batch = tf_feed.next_batch(1)
+                if len(batch) > 0:
+                    example = batch[0]
+                    image = np.array(example[0]).astype(np.float32) / 255.0
+                    image = np.reshape(image, (8, 8, 1))
+                    label = np.array(example[1]).astype(np.float32)
+                    label = np.reshape(label, (1,))
+                    read[0] += 1
+                    with open(args.progress + ".tmp", "w") as f:
+                        f.write(str(read[0]))
+                    os.replace(args.progress + ".tmp", args.progress)
+                    yield (image, label)
+                else:
+                    return
+
+        ds = tf.data.Dataset.from_generator(
+            rdd_generator,
+            output_signature=(tf.TensorSpec([8, 8, 1], tf.float32), tf.TensorSpec([1], tf.float32)),
+        )
+        model = tf.keras.Sequential(
+            [
+                tf.keras.Input(shape=(8, 8, 1), name="image"),
+                tf.keras.layers.Flatten(),
+                tf.keras.layers.Dense(4, activation="softmax", name="prediction"),
+            ]
+        )
+        model.compile(
+            optimizer=tf.keras.optimizers.Adam(learning_rate=0.05),
+            loss=tf.keras.losses.SparseCategoricalCrossentropy(),
+            metrics=["accuracy"],
+        )
+        model.fit(ds.batch(args.batch_size), epochs=1, verbose=0)
+        if ctx.job_name == "chief":
+            print(f"Exporting saved_model to {args.export_dir}")
+            compat.export_saved_model(model, args.export_dir, True)
+
+    sc = spark.sparkContext
+    folder = tmp_path / "stream"
+    folder.mkdir()
+    args = argparse.Namespace(
+        batch_size=16,
+        export_dir=str(tmp_path / "export"),
+        progress=str(tmp_path / "progress"),
+        model_dir=None,
+    )
+    ssc = streaming.StreamingContext(sc, 1)
+
+    def parse(ln):
+        vec = [int(x) for x in ln.split(",")]
+        return (vec[1:], vec[0])
+
+    stream = ssc.textFileStream(str(folder))
+    images_labels = stream.map(parse)
+    cluster = TFCluster.run(
+        sc,
+        main_fun,
+        args,
+        1,
+        num_ps=0,
+        input_mode=TFCluster.InputMode.SPARK,
+        log_dir=args.model_dir,
+        master_node="chief",
+    )
+    cluster.train(images_labels, feed_timeout=86400)
+    ssc.start()
+    try:
+        rows = 0
+        for k in range(3):
+            images, labels = _images(300, seed=10 + k)
+            lines = [
+                ",".join(
+                    str(v) for v in [int(label), *(np.clip(image, 0, 1) * 255).round().astype(int).tolist()]
+                )
+                for image, label in zip(images, labels, strict=True)
+            ]
+            (tmp_path / f".part-{k}").write_text("\n".join(lines) + "\n")
+            (tmp_path / f".part-{k}").rename(folder / f"part-{k}")
+            rows += len(lines)
+            time.sleep(1.5)
+        deadline = time.monotonic() + 300
+        progress = tmp_path / "progress"
+        while not (progress.exists() and int(progress.read_text() or 0) >= rows):
+            assert time.monotonic() < deadline, "the node did not read the stream's rows"
+            time.sleep(0.5)
+        host, port = cluster.cluster_meta["server_addr"]
+        stop = subprocess.run(
+            [
+                sys.executable,
+                str(Path(__file__).parent / "tfos_examples" / "stop_streaming.py"),
+                host,
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert stop.returncode == 0, stop.stderr
+        cluster.shutdown(ssc, timeout=300)
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=False)
+    assert int(progress.read_text()) == rows
+    check = (
+        "import sys, numpy as np, tensorflow as tf\n"
+        "m = tf.saved_model.load(sys.argv[1])\n"
+        "x = np.full((1, 8, 8, 1), 0.1, dtype='float32'); x[0, :4, 4:, 0] = 0.9\n"
+        "print(int(np.argmax(m.signatures['serving_default'](image=tf.constant(x))['prediction'])))\n"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", check, args.export_dir], capture_output=True, text=True, timeout=300
+    )
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    assert loaded.stdout.strip().splitlines()[-1] == "1"

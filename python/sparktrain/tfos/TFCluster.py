@@ -1,5 +1,6 @@
 """TFoS's ``TFCluster``: ``run`` a TensorFlow cluster on Spark executors, feed it RDDs in
-``InputMode.SPARK`` (``train``, and ``inference``, which returns a lazy RDD of results), and
+``InputMode.SPARK`` (``train``, and ``inference``, which returns a lazy RDD of results), or a
+stream (``train(dstream)``, and ``stream_feeder()`` for Structured Streaming), and
 ``shutdown``. Runs on the driver.
 
 The cluster is one barrier stage of sparktrain's launcher: ``num_executors`` tasks, the
@@ -26,10 +27,11 @@ from sparktrain import _checks, _spark
 from sparktrain._deps import require_spark
 from sparktrain.cluster.driver.launcher import Cluster
 from sparktrain.cluster.driver.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF
-from sparktrain.errors import InvalidArgumentError
+from sparktrain.errors import InvalidArgumentError, SlotsUnavailable
 from sparktrain.tfos import reservation
 from sparktrain.tfos._feed import INDEX_COLUMN, ROW_COLUMN
-from sparktrain.tfos._node import DEFAULT_EPOCHS, OFFSET_BITS, NodePlan, run_map_fun
+from sparktrain.tfos._node import DEFAULT_EPOCHS, DSTREAM, OFFSET_BITS, STRUCTURED, NodePlan, run_map_fun
+from sparktrain.tfos._streaming import StreamFeeder, StreamNodes, feed_rdd
 
 _log = logging.getLogger("sparktrain.tfos")
 
@@ -54,6 +56,28 @@ def _check_feed(data: Any) -> None:
     from pyspark.sql import DataFrame
 
     _checks.instance("dataRDD", data, (RDD, DataFrame), "an RDD or a DataFrame")
+    if isinstance(data, DataFrame) and data.isStreaming:
+        raise InvalidArgumentError(
+            "dataRDD: a streaming DataFrame is fed by its query: "
+            "df.writeStream.foreachBatch(cluster.stream_feeder())...start()"
+        )
+
+
+def _dstream_class() -> type | None:
+    """PySpark's ``DStream``, or None where ``pyspark.streaming`` is gone."""
+    try:
+        from pyspark.streaming import DStream
+    except ImportError:
+        return None
+    return DStream
+
+
+def _is_streaming_context(value: Any) -> bool:
+    try:
+        from pyspark.streaming import StreamingContext
+    except ImportError:
+        return False
+    return isinstance(value, StreamingContext)
 
 
 def _server_host(sc: Any) -> str:
@@ -206,12 +230,15 @@ class TFCluster:
         self._max_restarts, self._restart_backoff = max_restarts, restart_backoff
         self._cluster: Cluster | None = None
         self._tensorboard: str | None = None
-        # Signs the nodes' reservations.
+        self._stream: StreamNodes | None = None
+        self._stream_kind: str | None = None
+        self._stream_ended = False
+        # Signs the nodes' reservations and authenticates the stream's connections.
         self._key = os.urandom(32)
         self.server = reservation.Server(num_executors, host=_server_host(sc), key=self._key)
         server_addr = self.server.start()
         _log.info(
-            "TFoS reservation server at %s",
+            "TFoS reservation server at %s (reservation.Client(addr).request_stop() stops a stream)",
             server_addr,
         )
         self._plan = dataclasses.replace(plan, server_addr=server_addr, stream_key=self._key)
@@ -234,7 +261,7 @@ class TFCluster:
     def cluster_info(self) -> list[Any]:
         """The nodes' reservations (TFoS's ``cluster_info``): one dict per node that started,
         with its ``executor_id``, ``host``, ``job_name``, ``task_index``, TensorFlow ``port``,
-        ``tb_port``."""
+        ``tb_port``, and in a streaming job its stream endpoint as ``addr``."""
         return self.server.reservations.get()
 
     def _start(self, plan: NodePlan, data: Any, keep_results: bool = False) -> Cluster:
@@ -265,6 +292,33 @@ class TFCluster:
             self._plan, epochs=epochs, fed=True, pickled_rows=frame_pickled, inference=inference
         )
 
+    def _running(self) -> Cluster:
+        assert self._cluster is not None
+        return self._cluster
+
+    def _start_stream(self, kind: str) -> StreamNodes:
+        """Starts the nodes of a streaming job (once), after checking that the cluster has
+        task slots left for the Spark tasks that feed them."""
+        if self._stream is not None and self._stream_kind == kind == STRUCTURED and not self._stream_ended:
+            return self._stream
+        if self._cluster is not None:
+            raise InvalidArgumentError(
+                "this TFCluster has started its nodes already: start one TFCluster per train call or stream"
+            )
+        nodes = self.num_executors
+        slots = _spark.available_slots(self.sc)
+        if slots <= nodes:
+            raise SlotsUnavailable(
+                f"a stream is fed by Spark tasks that run beside its {nodes} nodes, and this cluster has "
+                f"{slots} task slots: give it at least {nodes + 1} (more executors or cores)",
+                needed=nodes + 1,
+                available=slots,
+            )
+        self._cluster = self._start(dataclasses.replace(self._plan, stream=kind), data=None)
+        self._stream = StreamNodes(self._running, self.server, self._key, nodes, self._reservation_timeout)
+        self._stream_kind = kind
+        return self._stream
+
     def train(
         self,
         dataRDD: Any,  # TFoS's name
@@ -275,15 +329,61 @@ class TFCluster:
         """Starts the nodes with ``dataRDD`` (an RDD or a DataFrame) as their input and waits
         until they finish. Every node reads its share ``num_epochs`` times (0 means 10, as in
         TFoS), replayed from a local spool instead of a ``union`` of copies. A node that calls
-        ``terminate()`` reads no more. ``feed_timeout`` and ``qname`` are accepted for
-        compatibility."""
-        del feed_timeout, qname
+        ``terminate()`` reads no more. ``qname`` is accepted for compatibility.
+
+        ``dataRDD`` may also be a Spark Streaming ``DStream``: the nodes start now and this
+        returns at once; start the ``StreamingContext`` next, then call ``shutdown(ssc)``. Each
+        partition of each of its RDDs is sent to one node, whose ``TFNode.DataFeed(ctx.mgr)``
+        reads the rows of every micro-batch in turn, waiting for more, until ``shutdown``;
+        the Spark task that sent them waits up to ``feed_timeout`` seconds for the node to read
+        them. A node that calls ``terminate()`` reads no more, and the streaming job is then
+        stopped at ``shutdown``. The nodes run for as long as the stream, so the cluster needs
+        a task slot beside theirs for the tasks that feed them."""
+        del qname
         self._check_spark_mode("train")
+        dstream = _dstream_class()
+        if dstream is not None and isinstance(dataRDD, dstream):
+            self._train_dstream(dataRDD, _checks.seconds("feed_timeout", feed_timeout))
+            return
         _check_feed(dataRDD)
         num_epochs = _checks.integer("num_epochs", num_epochs, minimum=0) or DEFAULT_EPOCHS
         frame, pickled = _feed_frame(self.sc, dataRDD)
         self._cluster = self._start(self._fed_plan(pickled, num_epochs, inference=False), frame)
         self._cluster.wait()
+
+    def _train_dstream(self, dstream: Any, feed_timeout: float) -> None:
+        nodes = self._start_stream(DSTREAM)
+
+        def feed(rdd: Any) -> None:
+            if self._stream_ended:
+                return  # shutdown ended the stream on the nodes; what is left is not fed
+            if feed_rdd(nodes, feed_timeout, rdd):
+                self.server.done = True  # a node terminated its feed: shutdown(ssc) stops the stream
+
+        dstream.foreachRDD(feed)
+
+    def stream_feeder(self, feed_timeout: float = 600) -> StreamFeeder:
+        """The ``foreachBatch`` function that trains the nodes on a Structured Streaming query,
+        each micro-batch exactly once::
+
+            feeder = cluster.stream_feeder()
+            query = (df.writeStream.foreachBatch(feeder)
+                     .option("checkpointLocation", checkpoint).start())
+            ...
+            cluster.shutdown(query)     # when the query ends, or is asked to stop
+
+        The nodes start on the first call; later calls (for a restarted query) return a
+        feeder over the same nodes. Each ``map_fun`` reads its share of every micro-batch
+        with ``ctx.get_stream_feed(state_dir)`` and commits it after training (see
+        :meth:`sparktrain.tfos._node.NodeContext.get_stream_feed`). Each micro-batch call
+        returns once every node has committed it, within ``feed_timeout`` seconds; a query
+        that restarts with the same checkpoint replays the micro-batches Spark had not
+        recorded, and those the nodes' state already holds are skipped, unread. The nodes
+        run for as long as the stream, so the cluster needs task slots beside theirs."""
+        self._check_spark_mode("stream_feeder")
+        feed_timeout = _checks.seconds("feed_timeout", feed_timeout)
+        nodes = self._start_stream(STRUCTURED)
+        return StreamFeeder(nodes, feed_timeout, self._max_restarts, lambda: self._stream_ended)
 
     def inference(self, dataRDD: Any, feed_timeout: float = 600, qname: str = "input") -> Any:
         """An RDD of the results the nodes pass to ``batch_results``: one per input row,
@@ -296,6 +396,11 @@ class TFCluster:
         referenced. ``feed_timeout`` and ``qname`` are accepted for compatibility."""
         del feed_timeout, qname
         self._check_spark_mode("inference")
+        dstream = _dstream_class()
+        if dstream is not None and isinstance(dataRDD, dstream):
+            raise InvalidArgumentError(
+                "dataRDD: inference over a DStream is not supported; train on it instead"
+            )
         _check_feed(dataRDD)
         partitions = max(1, _num_partitions(dataRDD))
         frame, pickled = _feed_frame(self.sc, dataRDD)
@@ -312,17 +417,69 @@ class TFCluster:
         the job and raises its first failure. The parameter servers and the evaluator have
         stopped by then: they end with training. ``grace_secs`` is accepted for compatibility:
         the chief finishes its own work (export, evaluation) before training ends, so no grace
-        period is needed. ``ssc`` (Spark Streaming) is not supported."""
+        period is needed.
+
+        In a streaming job, ``ssc`` is the ``StreamingContext`` (or the Structured Streaming
+        ``StreamingQuery``) that feeds the nodes: ``shutdown`` waits until it ends, or stops it
+        (gracefully) when a node terminated its feed or a client of the reservation server
+        asked to stop (TFoS's ``stop_streaming.py``). Then it ends the stream on the nodes,
+        whose feeds return what is left, and waits for them."""
         del grace_secs
-        if ssc is not None:
-            raise InvalidArgumentError("ssc: Spark Streaming is not supported by sparktrain.tfos")
+        query = None
+        if ssc is not None and not _is_streaming_context(ssc):
+            from pyspark.sql.streaming.query import StreamingQuery
+
+            if not isinstance(ssc, StreamingQuery):
+                raise InvalidArgumentError(f"ssc={ssc!r}: a StreamingContext or a Structured StreamingQuery")
+            query, ssc = ssc, None
+        deadline = None if timeout <= 0 else time.monotonic() + timeout
         try:
+            if ssc is not None or query is not None:
+                self._await_stream(ssc, query, deadline)
+            if self._stream is not None and not self._stream_ended:
+                self._stream_ended = True
+                self._stream.end()
             if self._cluster is not None:
-                self._cluster.wait(timeout if timeout > 0 else None)
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                self._cluster.wait(left)
         finally:
             if self._cluster is not None:
                 self._cluster.shutdown()
             self.server.stop()
+
+    def _nodes_ended(self) -> bool:
+        if self._cluster is None:
+            return False
+        return self._cluster.status()["state"] in ("succeeded", "failed", "shut down")
+
+    def _await_stream(self, ssc: Any, query: Any, deadline: float | None) -> None:
+        """Waits until the stream ends; stops it when asked to (see :meth:`shutdown`), when
+        the nodes ended, or at ``deadline`` (then raising ``TimeoutError``)."""
+
+        def stop(gracefully: bool) -> None:
+            if ssc is not None:
+                ssc.stop(stopSparkContext=False, stopGraceFully=gracefully)
+            else:
+                query.stop()
+
+        while True:
+            try:
+                ended = ssc.awaitTerminationOrTimeout(1) if ssc is not None else query.awaitTermination(1)
+            except Exception:
+                # The stream failed: the nodes' failure, when they failed, says why.
+                stop(False)
+                if self._nodes_ended():
+                    self._running().wait(0)
+                raise
+            if ended:
+                return
+            if self.server.done or self._nodes_ended():
+                _log.info("stopping the stream: %s", "asked to" if self.server.done else "the nodes ended")
+                stop(True)
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                stop(False)
+                raise TimeoutError("the stream was still running at shutdown's time-out; it was stopped")
 
     def tensorboard_url(self) -> str | None:
         """``http://host:port`` of the TensorBoard the chief started (``tensorboard=True``),

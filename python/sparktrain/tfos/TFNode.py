@@ -2,8 +2,9 @@
 ``InputMode.SPARK`` (:class:`DataFeed`, and the module functions ``next_batch``,
 ``batch_results`` and ``terminate`` over a node's shared feed), ``hdfs_path``,
 ``start_cluster_server``, ``export_saved_model`` and ``release_port``
-(:mod:`sparktrain.tfos._feed` and :mod:`sparktrain.tfos._tf` hold them). Runs in the trainer
-process.
+(:mod:`sparktrain.tfos._feed` and :mod:`sparktrain.tfos._tf` hold them). A Structured
+Streaming node reads its micro-batches with ``ctx.get_stream_feed()``: a :class:`StreamFeed` of
+:class:`MicroBatch` (:mod:`sparktrain.tfos._stream`). Runs in the trainer process.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 from typing import Any
 
 from sparktrain.tfos._feed import DataFeed, FeedSource
+from sparktrain.tfos._stream import MicroBatch, StreamFeed
 from sparktrain.tfos._tf import export_saved_model, hdfs_path, start_cluster_server
 
 _log = logging.getLogger(__name__)
@@ -52,6 +54,8 @@ def terminate(mgr: FeedSource, qname: str = "input") -> None:
 
 __all__ = [
     "DataFeed",
+    "MicroBatch",
+    "StreamFeed",
     "batch_results",
     "export_saved_model",
     "hdfs_path",

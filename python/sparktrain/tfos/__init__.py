@@ -17,6 +17,11 @@ their imports from ``tensorflowonspark`` to ``sparktrain.tfos``.
   :mod:`~sparktrain.tfos.marker`: TFoS's helper modules, for code that imports them
   (:mod:`~sparktrain.tfos.TFSparkNode`, TFoS's node internals, only names ``ctx``'s type).
 
+Streams: ``TFCluster.train(dstream)`` and ``shutdown(ssc)`` feed a Spark Streaming job to the
+nodes as TFoS does (``reservation.Client(addr).request_stop()`` stops it), and
+``TFCluster.stream_feeder()`` is a Structured Streaming ``foreachBatch`` function that trains
+the nodes on each micro-batch exactly once (``ctx.get_stream_feed()`` in ``map_fun``).
+
 What differs from TFoS: the nodes of a job are one barrier stage of sparktrain's launcher
 (registration with time-outs, failure detection, restarts), task 0 is the chief and the
 parameter servers and the evaluator come last; in ``InputMode.SPARK`` the nodes start when

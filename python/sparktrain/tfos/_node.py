@@ -20,8 +20,9 @@ completes is stopped with the trainer process; an evaluator first gets ``eval_gr
 finish. Every wait ends when the job fails or is shut down (the driver aborts the barrier).
 
 Reservations. As it starts, every node leaves its reservation with the driver's reservation
-server (:mod:`sparktrain.tfos.reservation`), signed with the job's key: who it is and its
-TensorFlow port. It writes its ``executor_id`` to the working directory, as
+server (:mod:`sparktrain.tfos.reservation`), signed with the job's stream key: who it is,
+its TensorFlow port, and in a streaming job the address where it takes micro-batches
+(:mod:`sparktrain.tfos._stream`). It writes its ``executor_id`` to the working directory, as
 TFoS's nodes do (:func:`sparktrain.tfos.util.read_executor_id`).
 """
 
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from sparktrain.errors import BarrierTimeout, ClusterError, InvalidArgumentError
 from sparktrain.tfos import util
 from sparktrain.tfos._feed import DataFeed, FeedManager, FeedSource
+from sparktrain.tfos._stream import MicroBatches, RowStream, StreamEndpoint, StreamFeed
 from sparktrain.tfos._tf import export_saved_model, hdfs_path, start_cluster_server
 from sparktrain.tfos.reservation import Client
 
@@ -57,6 +59,8 @@ RELEASE_BARRIER = "sparktrain.tfos.release"
 RELEASE_POLL_SECONDS = 1.0
 #: Epochs ``TFCluster.train`` feeds when it is given ``num_epochs=0``, as TFoS does.
 DEFAULT_EPOCHS = 10
+#: The kinds of stream a node can be fed: Spark Streaming's DStreams, Structured Streaming.
+DSTREAM, STRUCTURED = "dstream", "structured"
 
 _log = logging.getLogger(__name__)
 
@@ -135,6 +139,29 @@ class NodeContext:
         self.tmp_socket = None
         self.trainer.release_tf_port()
 
+    def get_stream_feed(
+        self, state_dir: str | None = None, last_batch_id: int | None = None, *, pickle: bool = False
+    ) -> StreamFeed:
+        """The micro-batches of the Structured Streaming query fed by ``cluster.stream_feeder()``
+        (call it once, on every node)::
+
+            feed = ctx.get_stream_feed(state_dir=args.state_dir)
+            weights = feed.state["weights"] if feed.state else init()
+            for batch in feed:              # this node's share of each micro-batch, in order
+                weights = train(weights, batch.rows())
+                feed.commit({"weights": weights})
+
+        With ``state_dir`` (any storage URL) the chief's last committed state is restored
+        (``feed.state``, shared with every node), and micro-batches it already holds are not
+        handed out again when the query replays them. Without it, pass the id of the last
+        micro-batch your own checkpoint holds as ``last_batch_id``. The loop ends when the
+        driver ends the stream (``cluster.shutdown()``)."""
+        if not isinstance(self.mgr, MicroBatches):
+            raise InvalidArgumentError(
+                "ctx.get_stream_feed() needs a node fed by cluster.stream_feeder() (Structured Streaming)"
+            )
+        return StreamFeed(self.trainer, self.mgr, state_dir, last_batch_id, pickle)
+
 
 @dataclass(frozen=True)
 class NodePlan:
@@ -158,8 +185,10 @@ class NodePlan:
     release_port: bool = True
     #: ``(host, port)`` of the driver's reservation server.
     server_addr: tuple[str, int] | None = None
-    #: The job's key: signs the nodes' reservations.
+    #: The job's stream key: signs reservations and authenticates stream connections.
     stream_key: bytes = field(default=b"", repr=False)
+    #: :data:`DSTREAM` or :data:`STRUCTURED` for a streaming job, else None.
+    stream: str | None = None
 
 
 def tfos_roles(ctx: TrainerContext, plan: NodePlan) -> list[tuple[str, int]]:
@@ -323,9 +352,10 @@ def _register(
     ctx: TrainerContext,
     role: tuple[str, int],
     board: _TensorBoard | None,
+    endpoint: StreamEndpoint | None,
 ) -> None:
-    """Leaves this node's reservation with the driver (see the module's docstring); a node
-    whose reservation is not recorded only warns."""
+    """Leaves this node's reservation with the driver (see the module's docstring). A
+    streaming node cannot be fed without it and fails; another node only warns."""
     if plan.server_addr is None:
         return
     me = ctx.tasks[ctx.rank]
@@ -337,7 +367,7 @@ def _register(
         "port": me.tf_port,
         "tb_pid": board.pid if board is not None else 0,
         "tb_port": board.port if board is not None else 0,
-        "addr": None,
+        "addr": list(endpoint.address) if endpoint is not None else None,
         "authkey": None,
         "generation": ctx.generation,
     }
@@ -348,13 +378,15 @@ def _register(
         finally:
             client.close()
     except ClusterError as e:
+        if endpoint is not None:
+            raise
         print(f"sparktrain.tfos: this node's reservation was not recorded: {e}", file=sys.stderr)
 
 
 def run_map_fun(plan: NodePlan, ctx: TrainerContext) -> Any:
     """The trainer's ``main_fun``: builds TFoS's ``ctx`` and ``TF_CONFIG``, starts TensorBoard
-    on the chief when asked, registers the node, and runs the user's ``map_fun`` in the
-    foreground or the background (see the module's docstring).
+    on the chief when asked, opens a streaming node's endpoint, registers the node, and runs
+    the user's ``map_fun`` in the foreground or the background (see the module's docstring).
 
     A fed inference node returns its results as ``(position, result)`` pairs."""
     tf_config = tfos_tf_config(ctx, plan)
@@ -365,7 +397,11 @@ def run_map_fun(plan: NodePlan, ctx: TrainerContext) -> Any:
         sys.argv = list(plan.tf_args)  # TFoS hands an ARGV list over as the command line
     job_name, task_index = tf_config["task"]["type"], tf_config["task"]["index"]
     mgr: FeedSource | None = None
-    if plan.fed:
+    if plan.stream == DSTREAM:
+        mgr = RowStream()
+    elif plan.stream == STRUCTURED:
+        mgr = MicroBatches()
+    elif plan.fed:
         mgr = FeedManager(ctx, plan.epochs, plan.pickled_rows, plan.inference)
     cluster = tf_config["cluster"]
     node = NodeContext(
@@ -386,13 +422,18 @@ def run_map_fun(plan: NodePlan, ctx: TrainerContext) -> Any:
         )
     _write_executor_id(ctx.rank)
     board = None
+    endpoint = None
     try:
+        if isinstance(mgr, RowStream | MicroBatches):
+            endpoint = StreamEndpoint(
+                ctx.tasks[ctx.rank].host, plan.stream_key, mgr, f"{job_name}:{task_index}"
+            )
         if plan.tensorboard and ctx.rank == 0:
             log_dir = plan.log_dir or os.path.join(ctx.working_dir, f"tensorboard_{ctx.rank}")
             board = _TensorBoard(ctx.tasks[ctx.rank].host, log_dir)
             print(f"TensorBoard running at: {board.url}", flush=True)
             ctx.report(tensorboard_port=board.port)
-        _register(plan, ctx, (job_name, task_index), board)
+        _register(plan, ctx, (job_name, task_index), board, endpoint)
         if job_name in ("ps", "evaluator") or (plan.num_ps > 0 and ctx.rank != 0):
             background = _Background(plan.map_fun, plan.tf_args, node)
             _await_release(ctx, background)
@@ -406,4 +447,6 @@ def run_map_fun(plan: NodePlan, ctx: TrainerContext) -> Any:
     finally:
         if board is not None:
             board.stop()
+        if endpoint is not None:
+            endpoint.close()
     return mgr.results if isinstance(mgr, FeedManager) and plan.inference else None

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from sparktrain.errors import InvalidArgumentError, WorkerFailed
+from sparktrain.errors import InvalidArgumentError, SlotsUnavailable, WorkerFailed
 from sparktrain.tfos import TFCluster, dfutil, reservation
 
 
@@ -383,3 +383,24 @@ def test_feeding_needs_spark_mode_and_an_rdd(spark):
         cluster.train(spark.sparkContext.parallelize([1]), num_epochs=-1)
     with pytest.raises(InvalidArgumentError, match="ssc"):
         cluster.shutdown(ssc=object())
+
+
+def test_the_reservation_server_runs_from_the_nodes_start_until_shutdown(spark):
+    sc = spark.sparkContext
+    cluster = TFCluster.run(sc, lambda args, ctx: None, None, 5, input_mode=TFCluster.InputMode.SPARK)
+    # In InputMode.SPARK nothing listens before the nodes start.
+    assert cluster.server is None
+    assert cluster.cluster_info == []
+    assert "server_addr" not in cluster.cluster_meta
+    assert "default_fs" in cluster.cluster_meta
+    # Five nodes do not fit the four task slots: the failed start leaves no server behind.
+    with pytest.raises(SlotsUnavailable):
+        cluster.train(sc.parallelize(range(10), 5))
+    assert cluster.server is None
+    assert "server_addr" not in cluster.cluster_meta
+    outputs = cluster.inference(sc.parallelize(range(10), 2))
+    cluster.shutdown()
+    # Nothing would stop a server started now: the nodes do not start after shutdown.
+    with pytest.raises(InvalidArgumentError, match="was shut down"):
+        outputs.collect()
+    assert cluster.server is None

@@ -207,8 +207,10 @@ class TFCluster:
     """A TFoS job, started by :func:`run`.
 
     ``server`` is the job's :class:`~sparktrain.tfos.reservation.Server` and
-    ``cluster_meta["server_addr"]`` its address (the one TFoS's ``stop_streaming.py`` takes);
-    ``cluster_info`` lists the nodes' reservations."""
+    ``cluster_meta["server_addr"]`` its address (the one TFoS's ``stop_streaming.py`` takes),
+    once the nodes start (at ``run`` in ``InputMode.TENSORFLOW``, else at ``train``,
+    ``stream_feeder`` or the first action on ``inference``'s RDD); ``cluster_info`` lists the
+    nodes' reservations."""
 
     def __init__(
         self,
@@ -233,38 +235,68 @@ class TFCluster:
         self._stream: StreamNodes | None = None
         self._stream_kind: str | None = None
         self._stream_ended = False
+        self._shut_down = False
         # Signs the nodes' reservations and authenticates the stream's connections.
         self._key = os.urandom(32)
-        self.server = reservation.Server(num_executors, host=_server_host(sc), key=self._key)
-        server_addr = self.server.start()
-        _log.info(
-            "TFoS reservation server at %s (reservation.Client(addr).request_stop() stops a stream)",
-            server_addr,
-        )
-        self._plan = dataclasses.replace(plan, server_addr=server_addr, stream_key=self._key)
+        self._plan = dataclasses.replace(plan, stream_key=self._key)
+        self.server: reservation.Server | None = None
         self.cluster_meta: dict[str, Any] = {
             "id": random.getrandbits(64),
             "num_executors": num_executors,
             "default_fs": sc._jsc.hadoopConfiguration().get("fs.defaultFS"),
             "working_dir": os.getcwd(),
-            "server_addr": server_addr,
             "release_port": plan.release_port,
         }
         if input_mode == InputMode.TENSORFLOW:
-            try:
-                self._cluster = self._start(self._plan, data=None)
-            except BaseException:
-                self.server.stop()
-                raise
+            self._cluster = self._start(self._plan, data=None)
+
+    def _serve_reservations(self) -> tuple[str, int]:
+        """Starts the job's reservation server (once); returns its address."""
+        if self.server is None:
+            server = reservation.Server(self.num_executors, host=_server_host(self.sc), key=self._key)
+            address = server.start()
+            _log.info(
+                "TFoS reservation server at %s (reservation.Client(addr).request_stop() stops a stream)",
+                address,
+            )
+            self.server = server
+            self.cluster_meta["server_addr"] = address
+        host, port = self.cluster_meta["server_addr"]
+        return str(host), int(port)
+
+    def _stop_server(self) -> None:
+        """Stops the job's reservation server, if it started (stopping it twice is harmless)."""
+        if self.server is not None:
+            self.server.stop()
 
     @property
     def cluster_info(self) -> list[Any]:
         """The nodes' reservations (TFoS's ``cluster_info``): one dict per node that started,
         with its ``executor_id``, ``host``, ``job_name``, ``task_index``, TensorFlow ``port``,
         ``tb_port``, and in a streaming job its stream endpoint as ``addr``."""
-        return self.server.reservations.get()
+        return self.server.reservations.get() if self.server is not None else []
 
     def _start(self, plan: NodePlan, data: Any, keep_results: bool = False) -> Cluster:
+        """Starts the nodes, and the reservation server with the first of them. A first start
+        that fails leaves no server running (the next start gets a fresh one); a start after
+        ``shutdown`` is refused, since nothing would stop what it started."""
+        if self._shut_down:
+            raise InvalidArgumentError(
+                "this TFCluster was shut down: its nodes do not start again; "
+                "start a new cluster with TFCluster.run"
+            )
+        first = self._cluster is None
+        server_addr = self._serve_reservations()
+        try:
+            return self._launch(dataclasses.replace(plan, server_addr=server_addr), data, keep_results)
+        except BaseException:
+            if first:
+                self._stop_server()
+                self.server = None
+                del self.cluster_meta["server_addr"]
+            raise
+
+    def _launch(self, plan: NodePlan, data: Any, keep_results: bool) -> Cluster:
         extra = self._num_ps + self._num_evaluators
         return Cluster.run(
             self.sc,
@@ -315,6 +347,7 @@ class TFCluster:
                 available=slots,
             )
         self._cluster = self._start(dataclasses.replace(self._plan, stream=kind), data=None)
+        assert self.server is not None
         self._stream = StreamNodes(self._running, self.server, self._key, nodes, self._reservation_timeout)
         self._stream_kind = kind
         return self._stream
@@ -357,7 +390,7 @@ class TFCluster:
         def feed(rdd: Any) -> None:
             if self._stream_ended:
                 return  # shutdown ended the stream on the nodes; what is left is not fed
-            if feed_rdd(nodes, feed_timeout, rdd):
+            if feed_rdd(nodes, feed_timeout, rdd) and self.server is not None:
                 self.server.done = True  # a node terminated its feed: shutdown(ssc) stops the stream
 
         dstream.foreachRDD(feed)
@@ -423,7 +456,11 @@ class TFCluster:
         ``StreamingQuery``) that feeds the nodes: ``shutdown`` waits until it ends, or stops it
         (gracefully) when a node terminated its feed or a client of the reservation server
         asked to stop (TFoS's ``stop_streaming.py``). Then it ends the stream on the nodes,
-        whose feeds return what is left, and waits for them."""
+        whose feeds return what is left, and waits for them.
+
+        The reservation server stops too, and the nodes do not start again: ``train``, or a
+        first action on an ``inference`` RDD, after ``shutdown`` raises
+        :class:`~sparktrain.errors.InvalidArgumentError`."""
         del grace_secs
         query = None
         if ssc is not None and not _is_streaming_context(ssc):
@@ -432,6 +469,7 @@ class TFCluster:
             if not isinstance(ssc, StreamingQuery):
                 raise InvalidArgumentError(f"ssc={ssc!r}: a StreamingContext or a Structured StreamingQuery")
             query, ssc = ssc, None
+        self._shut_down = True
         deadline = None if timeout <= 0 else time.monotonic() + timeout
         try:
             if ssc is not None or query is not None:
@@ -445,7 +483,7 @@ class TFCluster:
         finally:
             if self._cluster is not None:
                 self._cluster.shutdown()
-            self.server.stop()
+            self._stop_server()
 
     def _nodes_ended(self) -> bool:
         if self._cluster is None:
@@ -473,8 +511,9 @@ class TFCluster:
                 raise
             if ended:
                 return
-            if self.server.done or self._nodes_ended():
-                _log.info("stopping the stream: %s", "asked to" if self.server.done else "the nodes ended")
+            asked = self.server is not None and self.server.done
+            if asked or self._nodes_ended():
+                _log.info("stopping the stream: %s", "asked to" if asked else "the nodes ended")
                 stop(True)
                 return
             if deadline is not None and time.monotonic() > deadline:
@@ -549,8 +588,9 @@ def run(
     ``ctx.release_port()`` before its server binds the port. By default the port is released
     just before ``map_fun`` starts.
 
-    Every argument is checked at once, on the driver; a reservation server
-    (:mod:`sparktrain.tfos.reservation`) starts for the job and its address is logged."""
+    Every argument is checked at once, on the driver. A reservation server
+    (:mod:`sparktrain.tfos.reservation`) starts with the nodes, and its address is logged
+    (``cluster.cluster_meta["server_addr"]``)."""
     del queues
     require_spark("sparktrain.tfos.TFCluster.run", arrow_udfs=input_mode == InputMode.SPARK)
     _checks.function("map_fun", map_fun)

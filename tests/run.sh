@@ -162,7 +162,8 @@ cat "$SPARKTRAIN_CHAOS_REPORT" 2>/dev/null || true
 # the tests that need neither Spark, HDFS nor TensorFlow (the fast tier: the type table against
 # 3.5's Arrow conversion, the launcher's helpers, submit's choice of jar, the public API). Then
 # the Spark-side tests of the launcher, tfrecord.write and read_dataframe (both engines: the
-# jar's Spark 3.5 build and mapInArrow), training and predict, less those that need TensorFlow,
+# jar's Spark 3.5 build and mapInArrow), training and predict, the TFoS shim and its streams
+# (Spark Streaming's DStreams and Structured Streaming), less those that need TensorFlow,
 # the HDFS cases and the compressed variants of the type round trip (storage and compression
 # are sparktrain's own, the same on every Spark line; they would double the step's time). The
 # tests of the Python data source API (4.x only) are skipped with the reason
@@ -192,6 +193,7 @@ spark35_pytest() {
 spark35_pytest -m "not spark and not hdfs and not tensorflow and not azure" "$@"
 spark35_pytest -n 2 -m "not tensorflow and not hdfs" -k "not GZIP and not ZLIB" \
     tests/test_cluster.py tests/test_spark_dataframes.py tests/test_spark_tfrecord_jvm.py \
-    tests/test_tfrecord_format_names.py tests/test_training.py tests/test_tfos_shim.py "$@"
+    tests/test_tfrecord_format_names.py tests/test_training.py tests/test_tfos_shim.py \
+    tests/test_tfos_streaming.py "$@"
 
 step "Done"

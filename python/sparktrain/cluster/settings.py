@@ -95,6 +95,9 @@ class JobSettings:
     storage: dict[str, str] = field(default_factory=dict, repr=False)
     #: What each evaluator task plays, for logs and errors (see :func:`role_names`).
     evaluator_roles: tuple[str, ...] = ()
+    #: Whether the trainer closes the socket holding TensorFlow's reserved port before
+    #: ``main_fun`` starts; False leaves it to user code (``ctx.tf_port_socket``).
+    release_tf_port: bool = True
 
 
 @dataclass(frozen=True)

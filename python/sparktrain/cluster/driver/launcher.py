@@ -144,6 +144,7 @@ class Cluster:
         local: bool = False,
         evaluator_roles: Sequence[str] | None = None,
         keep_results: bool = False,
+        release_tf_port: bool = True,
     ) -> Cluster:
         """Starts ``main_fun(args, ctx)`` on ``num_workers`` training tasks (task 0 is the
         chief) and ``num_evaluators`` evaluators, one per Spark task slot, and returns at once.
@@ -195,6 +196,11 @@ class Cluster:
         in the executors' block managers (memory, then local disk) while the RDD is referenced,
         and are lost with an executor that is lost.
 
+        The port reserved for TensorFlow (``ctx.tasks[ctx.rank].tf_port``) is released just
+        before ``main_fun`` starts. ``release_tf_port=False`` keeps it bound while
+        ``main_fun`` runs, held by ``ctx.tf_port_socket``, so that no other process can take
+        it meanwhile; ``main_fun`` calls ``ctx.release_tf_port()`` before its server binds it.
+
         Every argument is checked here, on the driver, before any Spark job starts:
         :class:`~sparktrain.errors.InvalidArgumentError` names the one at fault,
         :class:`~sparktrain.errors.MissingDependencyError` says when pyspark (or pandas, for
@@ -228,6 +234,7 @@ class Cluster:
             local=local,
             evaluator_roles=evaluator_roles,
             keep_results=keep_results,
+            release_tf_port=release_tf_port,
         )
         return cls(_spark.context(sc), options)
 
@@ -299,6 +306,7 @@ class Cluster:
             storage=storage,
             evaluator_roles=tuple(options.evaluator_roles or ()),
             job_id=uuid.uuid4().hex,
+            release_tf_port=options.release_tf_port,
         )
         self._deadline = time.monotonic() + options.reservation_timeout
         self._console = Console(self._roles, enabled=options.log)

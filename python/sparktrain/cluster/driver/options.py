@@ -59,6 +59,7 @@ class JobOptions:
     local: bool = False
     evaluator_roles: Sequence[str] | None = None
     keep_results: bool = False
+    release_tf_port: bool = True
 
     def __post_init__(self) -> None:
         # Frozen: the checked, normalized values replace the given ones here, once.
@@ -111,6 +112,7 @@ class JobOptions:
             )
         put("evaluator_roles", _evaluator_roles(self.evaluator_roles, self.num_evaluators))
         put("keep_results", bool(self.keep_results))
+        put("release_tf_port", bool(self.release_tf_port))
         if self.local and self.keep_results:
             raise _checks.refuse(
                 "keep_results", self.keep_results, "results stay on Spark executors: not with local=True"

@@ -67,11 +67,22 @@ class TrainerContext:
     _ring: Communicator | None = field(default=None, repr=False)
     #: Whether a pass over the feed is being read (the task serves one at a time).
     _feed_open: bool = field(default=False, repr=False)
+    #: The bound socket that holds this task's TensorFlow port (``tasks[rank].tf_port``) when
+    #: the job was started with ``release_tf_port=False``, so that no other process takes the
+    #: port; None once :meth:`release_tf_port` closed it (or when the launcher did).
+    tf_port_socket: socket.socket | None = field(default=None, repr=False)
     #: The job's generation: 0, then one more after each restart.
     generation: int = 0
     #: A random id of the job, the same in every generation.
     job_id: str = ""
     _barrier_timeout: float = field(default=DEFAULT_BARRIER_TIMEOUT, repr=False)
+
+    def release_tf_port(self) -> None:
+        """Closes :attr:`tf_port_socket`, so that a server can bind TensorFlow's port; nothing
+        to do when it is already released."""
+        if self.tf_port_socket is not None:
+            self.tf_port_socket.close()
+            self.tf_port_socket = None
 
     @property
     def restarts(self) -> int:

@@ -205,8 +205,13 @@ def main() -> int:
     register_jax_cluster()
     ctx = _context(job, launch, client)
     try:
-        # Release TensorFlow's port as late as possible: just before user code may start a server.
-        socket.socket(fileno=launch.tf_fd).close()
+        # Release TensorFlow's port as late as possible: just before user code may start a
+        # server; or, when the job says so, let user code release it (ctx.release_tf_port()).
+        tf_port = socket.socket(fileno=launch.tf_fd)
+        if job.release_tf_port:
+            tf_port.close()
+        else:
+            ctx.tf_port_socket = tf_port
         value = main_fun(args, ctx)
         result = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         if len(result) > job.max_result_bytes:

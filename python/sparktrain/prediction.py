@@ -144,7 +144,11 @@ def predict_by_lookup(
             _with_scores(b, model.predict_with_rows(b, ids, given), model.loss, score_column)
             for b in scored.drop_columns([_GROUP]).cast(arrow_schema).to_batches()
         ]
-        return pa.Table.from_batches(batches, schema=_arrow_schema(schema))
+        target = _arrow_schema(schema)
+        if not batches:
+            return target.empty_table()
+        # The scores come out non-null; the schema Spark is given may say otherwise.
+        return pa.Table.from_batches(batches).cast(target)
 
     cogrouped = keyed.groupBy(_GROUP).cogroup(needed.groupBy(_GROUP))
     if hasattr(cogrouped, "applyInArrow"):

@@ -92,6 +92,9 @@ class JobSettings:
     storage: dict[str, str] = field(default_factory=dict, repr=False)
     #: What each evaluator task plays, for logs and errors (see :func:`role_names`).
     evaluator_roles: tuple[str, ...] = ()
+    #: The job's callbacks (:mod:`sparktrain.cluster.callbacks`), pickled with cloudpickle on
+    #: the driver once their job hooks started; empty without callbacks.
+    callbacks: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True)

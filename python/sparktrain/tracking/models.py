@@ -1,0 +1,147 @@
+""":func:`log_model`: an exported sparktrain model logged (and registered) as an MLflow model
+with a ``pyfunc`` flavor. Runs on the driver (or any process that can read the export).
+
+The logged model scores with ``mlflow.pyfunc.load_model(uri).predict(pandas_df)`` and
+``mlflow.pyfunc.spark_udf(spark, uri)``: through sparktrain's engine where sparktrain is
+installed, else through its ONNX file with onnxruntime (see
+:mod:`sparktrain.tracking._pyfunc`, which travels inside the model as its loader).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import nullcontext
+from typing import Any
+
+from sparktrain import _checks, fs, servable
+from sparktrain.tracking._mlflow import require_mlflow
+from sparktrain.tracking.callback import _copy_down, _is_local, _local_path
+
+_NEEDED_BY = "sparktrain.tracking.log_model"
+#: The name MLflow imports the loader by, from the model's ``code/`` folder.
+LOADER_MODULE = "sparktrain_pyfunc"
+#: Rows of the input example kept with the model.
+EXAMPLE_ROWS = 5
+
+
+def _example(data: Any) -> Any:
+    """The first rows of ``data`` (pandas, pyarrow or Spark) as a pandas DataFrame."""
+    import pandas as pd
+
+    if isinstance(data, pd.DataFrame):
+        frame = data
+    elif hasattr(data, "toPandas") and hasattr(data, "limit"):  # a Spark DataFrame
+        frame = data.limit(EXAMPLE_ROWS).toPandas()
+    elif hasattr(data, "to_pandas"):  # a pyarrow Table or RecordBatch
+        frame = data.slice(0, EXAMPLE_ROWS).to_pandas()
+    else:
+        raise _checks.refuse(
+            "input_example", data, "must be a pandas DataFrame, a pyarrow Table or a Spark DataFrame"
+        )
+    if len(frame) == 0:
+        raise _checks.refuse("input_example", "an empty table", "needs at least one row")
+    return frame.head(EXAMPLE_ROWS).reset_index(drop=True)
+
+
+def _requirements(onnx: bool) -> list[str]:
+    """What the ONNX path needs, pinned to this environment's versions: the model must score
+    where sparktrain is not installed (it is not a requirement: it is not on PyPI yet)."""
+    packages = ["numpy", "pandas", "pyarrow", *(["onnxruntime"] if onnx else [])]
+    pinned = []
+    for package in packages:
+        try:
+            pinned.append(f"{package}=={importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            pinned.append(package)
+    return pinned
+
+
+def log_model(
+    export_dir: str,
+    name: str = "model",
+    *,
+    input_example: Any,
+    registered_model_name: str | None = None,
+    run_id: str | None = None,
+    onnx: bool = True,
+) -> Any:
+    """Logs the export in ``export_dir`` (any storage URL; what :func:`sparktrain.train`
+    returns as ``export_dir``) as the MLflow model ``name`` with a ``pyfunc`` flavor, and
+    returns MLflow's ``ModelInfo`` (its ``model_uri`` loads it).
+
+    ``input_example`` (a pandas DataFrame, pyarrow Table or Spark DataFrame with the feature
+    columns; its first rows are kept) is recorded with the model, and the model's signature is
+    inferred from it and its scores. With ``onnx`` the model also carries its ONNX form, so it
+    scores where sparktrain is not installed (with onnxruntime); its ``pip_requirements`` name
+    what that needs. ``registered_model_name`` registers the model (a new version of it).
+
+    The model goes into ``run_id``'s run, else the active run, else a new run of MLflow's
+    current experiment, on MLflow's current tracking URI (``MLFLOW_TRACKING_URI``). Raises
+    :class:`~sparktrain.errors.MissingDependencyError` without mlflow, and
+    :class:`~sparktrain.errors.PathNotFoundError` without an export in ``export_dir``."""
+    mlflow = require_mlflow(_NEEDED_BY)
+    export_dir = _checks.text("export_dir", export_dir)
+    name = _checks.text("name", name)
+    registered_model_name = _checks.optional_text("registered_model_name", registered_model_name)
+    run_id = _checks.optional_text("run_id", run_id)
+    example = _example(input_example)
+    fs.read_bytes(export_dir.rstrip("/") + "/model.json")  # PathNotFoundError before anything is written
+
+    from mlflow.models import infer_signature
+
+    from sparktrain.tracking import _pyfunc
+
+    work = tempfile.mkdtemp(prefix="sparktrain-mlflow-model-")
+    try:
+        data = os.path.join(work, "sparktrain")
+        if _is_local(export_dir):
+            shutil.copytree(_local_path(export_dir), os.path.join(data, "export"))
+        else:
+            _copy_down(export_dir, os.path.join(data, "export"))
+        if onnx:
+            servable.export_onnx(export_dir, os.path.join(data, "model.onnx"))
+        with open(os.path.join(data, "sparktrain.json"), "w") as f:
+            json.dump({"format": 1, "export": "export", "onnx": "model.onnx" if onnx else None}, f)
+        loader = os.path.join(work, f"{LOADER_MODULE}.py")
+        shutil.copyfile(_pyfunc.__file__, loader)
+        scores = _pyfunc.SparktrainModel(data).predict(example)
+        signature = infer_signature(example, scores)
+        with _run(mlflow, run_id):
+            return mlflow.pyfunc.log_model(
+                name=name,
+                loader_module=LOADER_MODULE,
+                data_path=data,
+                code_paths=[loader],
+                signature=signature,
+                input_example=example,
+                registered_model_name=registered_model_name,
+                pip_requirements=_requirements(onnx),
+            )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _run(mlflow: Any, run_id: str | None) -> Iterator[None]:
+    """Inside the run to log into: ``run_id``'s, the active one, or a new one (ended after)."""
+    active = mlflow.active_run()
+    if run_id is None or (active is not None and active.info.run_id == run_id):
+        with nullcontext() if active is not None else mlflow.start_run():
+            yield
+        return
+    client = mlflow.MlflowClient()
+    status = client.get_run(run_id).info.status
+    with mlflow.start_run(run_id=run_id, nested=active is not None):
+        yield
+    # Leaving start_run's block marks the run FINISHED; a run still under way stays so.
+    if status != "FINISHED":
+        client.update_run(run_id, status=status)
+
+
+__all__ = ["EXAMPLE_ROWS", "LOADER_MODULE", "log_model"]

@@ -47,7 +47,7 @@ def predict(spark: Any, export_dir: str, df: Any, *, score_column: str = "score"
     models, their output), scored by the model exported to ``export_dir``
     (any storage URL the executors can read). The features are found by name; the label
     column may be absent. The result is lazy, like any DataFrame: write it where it belongs.
-    ``spark`` is the session ``df`` belongs to (taken for symmetry with :func:`train`)."""
+    ``spark`` is the session ``df`` belongs to (taken for symmetry with :func:`sparktrain.train`)."""
     require_spark("sparktrain.predict", arrow_udfs=True)
     from pyspark.sql import DataFrame
     from pyspark.sql.types import ArrayType, FloatType, StructField, StructType

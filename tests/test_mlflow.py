@@ -23,6 +23,7 @@ import pytest
 import sparktrain as st
 from harness.synthetic import dense_table, write_tfrecords
 from sparktrain.training import FeatureSpec
+from test_layers import driver_side
 
 mlflow = pytest.importorskip("mlflow", reason="mlflow-skinny is in tests/requirements.txt, not here")
 
@@ -144,6 +145,7 @@ def _killed_once(args, ctx):
     The chief also logs a metric of its own through MLflow's variables."""
     import os
     import signal
+    import sys
 
     trainer = ctx.trainer(
         model="mlp",
@@ -157,12 +159,13 @@ def _killed_once(args, ctx):
         if ctx.generation == 0 and ctx.rank == 1 and end > 20:
             os.kill(os.getpid(), signal.SIGKILL)
         result = trainer.fit(args["data"], epochs=100, steps=end)
+    loaded = sorted(m for m in sys.modules if m.startswith("sparktrain"))
     if ctx.is_chief:
         import mlflow
 
         with mlflow.start_run():  # MLFLOW_RUN_ID: the job's run
             mlflow.log_metric("user/generation", ctx.generation)
-    return result.resumed_from
+    return {"resumed_from": result.resumed_from, "modules": loaded}
 
 
 def test_a_restarted_job_goes_on_in_the_same_run_with_its_restart_logged(spark, tracking, tmp_path):
@@ -174,8 +177,12 @@ def test_a_restarted_job_goes_on_in_the_same_run_with_its_restart_logged(spark, 
     with st.Cluster.run(
         spark, _killed_once, args, 2, log=False, restart_backoff=0.1, callbacks=[callback]
     ) as job:
-        resumed_from = job.wait()
+        chief = job.wait()
         restarts = job.restarts
+    resumed_from = chief["resumed_from"]
+    # The callback the chief unpickled loaded nothing of the driver's side.
+    assert "sparktrain.tracking.callback" in chief["modules"]
+    assert driver_side(chief["modules"]) == []
     assert len(restarts) == 1
     assert resumed_from == 20
 

@@ -16,7 +16,21 @@ and asking raises :class:`~sparktrain.errors.MissingDependencyError` naming the 
 
 from __future__ import annotations
 
-from sparktrain.tracking.callback import MLflowCallback
-from sparktrain.tracking.models import log_model
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sparktrain.tracking.callback import MLflowCallback
+    from sparktrain.tracking.models import log_model
 
 __all__ = ["MLflowCallback", "log_model"]
+
+# The chief's trainer unpickles the callback, which imports this package: it must not load the
+# driver's side (models, and what it imports) on the way.
+_NAMES = {"MLflowCallback": "sparktrain.tracking.callback", "log_model": "sparktrain.tracking.models"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NAMES:
+        return getattr(importlib.import_module(_NAMES[name]), name)
+    raise AttributeError(f"module 'sparktrain.tracking' has no attribute {name!r}")

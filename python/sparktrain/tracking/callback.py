@@ -119,6 +119,7 @@ class MLflowCallback(Callback):
         nested: bool = True,
         log_artifacts: bool = True,
     ) -> None:
+        require_mlflow(_NEEDED_BY)  # asked for MLflow: say now, on the driver, if it is missing
         self.tracking_uri = _checks.optional_text("tracking_uri", tracking_uri)
         self.experiment_name = _checks.optional_text("experiment_name", experiment_name)
         self.resume_run_id = _checks.optional_text("run_id", run_id)

@@ -112,9 +112,16 @@ def log_model(
         shutil.copyfile(_pyfunc.__file__, loader)
         scores = _pyfunc.SparktrainModel(data).predict(example)
         signature = infer_signature(example, scores)
-        with _run(mlflow, run_id):
-            return mlflow.pyfunc.log_model(
+        from mlflow.models import Model
+
+        # Model.log is what mlflow.pyfunc.log_model calls, and it takes the run by its id: no
+        # fluent run is started, so the caller's active run and experiment stay as they were.
+        with _run(mlflow) if run_id is None else nullcontext():
+            return Model.log(
+                artifact_path=None,
                 name=name,
+                flavor=mlflow.pyfunc,
+                run_id=run_id,
                 loader_module=LOADER_MODULE,
                 data_path=data,
                 code_paths=[loader],
@@ -128,20 +135,13 @@ def log_model(
 
 
 @contextlib.contextmanager
-def _run(mlflow: Any, run_id: str | None) -> Iterator[None]:
-    """Inside the run to log into: ``run_id``'s, the active one, or a new one (ended after)."""
-    active = mlflow.active_run()
-    if run_id is None or (active is not None and active.info.run_id == run_id):
-        with nullcontext() if active is not None else mlflow.start_run():
-            yield
-        return
-    client = mlflow.MlflowClient()
-    status = client.get_run(run_id).info.status
-    with mlflow.start_run(run_id=run_id, nested=active is not None):
+def _run(mlflow: Any) -> Iterator[None]:
+    """Inside the active run, or a new one of MLflow's current experiment (ended after)."""
+    if mlflow.active_run() is not None:
         yield
-    # Leaving start_run's block marks the run FINISHED; a run still under way stays so.
-    if status != "FINISHED":
-        client.update_run(run_id, status=status)
+        return
+    with mlflow.start_run():
+        yield
 
 
 __all__ = ["EXAMPLE_ROWS", "LOADER_MODULE", "log_model"]

@@ -209,6 +209,9 @@ def test_a_restarted_job_goes_on_in_the_same_run_with_its_restart_logged(spark, 
     assert {v for _, v in workers} == {2.0}
     assert max(step for step, _ in workers) >= 20, workers
     assert _history(client, run.info.run_id, "user/generation") == [(0, 1.0)]
+    # The chief's fit calls took steps=10, 20, 30, 40: the parameter keeps the first, a tag the latest.
+    assert run.data.params["fit.steps"] == "10"
+    assert run.data.tags["fit.steps"] == "40"
 
 
 def test_a_cross_validator_logs_one_child_run_per_fit(spark, tracking):

@@ -95,7 +95,9 @@ class MLflowCallback(Callback):
     ``device``, ``sharding`` and the ``workers`` it trained with as a metric), every resolved
     hyperparameter (the engine's configuration with its defaults, flattened:
     ``optimizer.rule.learning_rate``, ``model.hidden``...) and ``fit``'s arguments as
-    parameters; ``loss``, ``examples_per_sec``, ``learning_rate`` and ``epoch`` at each
+    parameters (a value that changes later, as a second ``fit``'s ``steps``, keeps its first
+    value as the parameter and its latest as a tag of the same name); ``loss``,
+    ``examples_per_sec``, ``learning_rate`` and ``epoch`` at each
     progress line's step and ``eval/loss``, ``eval/accuracy``, ``eval/auc`` at each
     evaluation's; ``fit/examples_per_sec`` and ``fit/seconds`` at the end; each restart as a
     ``restarts`` metric; the checkpoint folders as tags (``sparktrain.model_dir``,
@@ -203,16 +205,24 @@ class MLflowCallback(Callback):
 
     def _log(self, *, params: dict[str, str] | None = None, metrics: Any = (), step: int = 0) -> None:
         require_mlflow(_NEEDED_BY)
-        from mlflow.entities import Metric, Param
+        from mlflow.entities import Metric, Param, RunTag
 
         client = self._mlflow_client()
         now = int(1000 * time.time())
         entries = [Metric(k, float(v), now, step) for k, v in dict(metrics).items() if v is not None]
         for i in range(0, len(entries), _BATCH):
             client.log_batch(self._run_id, metrics=entries[i : i + _BATCH])
-        pairs = [Param(k, v) for k, v in (params or {}).items()]
+        if not params:
+            return
+        # MLflow refuses a parameter logged again with another value (a later fit's steps, a
+        # restart with fewer workers): the first value stays, the latest is a tag.
+        logged = client.get_run(self._run_id).data.params
+        pairs = [Param(k, v) for k, v in params.items() if k not in logged]
         for i in range(0, len(pairs), _BATCH):
             client.log_batch(self._run_id, params=pairs[i : i + _BATCH])
+        changed = [RunTag(k, v) for k, v in params.items() if k in logged and logged[k] != v]
+        for i in range(0, len(changed), _BATCH):
+            client.log_batch(self._run_id, tags=changed[i : i + _BATCH])
 
     # --- the driver ---------------------------------------------------------------------
 

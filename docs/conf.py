@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
 import re
 import sys
 from pathlib import Path
@@ -199,5 +198,4 @@ def _resolve_by_identity(app: Any, env: Any, node: Any, contnode: Any) -> Any:
 
 
 def setup(app: Any) -> None:
-    os.environ.setdefault("SPARKTRAIN_DOCS", "1")
     app.connect("missing-reference", _resolve_by_identity)

@@ -66,8 +66,8 @@ source submit/env.sh
 step "Lint"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-ruff check python tests examples
-ruff format --check python tests examples
+ruff check python tests examples docs/conf.py
+ruff format --check python tests examples docs/conf.py
 # The package's layers (pyproject.toml): no import back up, no driver module in a task or trainer.
 PYTHONPATH=python lint-imports
 

@@ -197,5 +197,18 @@ def _resolve_by_identity(app: Any, env: Any, node: Any, contnode: Any) -> Any:
     return None
 
 
+def _no_type_docstring(app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
+    """A constant without a ``#:`` comment of its own would show its type's docstring (``str``'s
+    for ``__version__``): show nothing instead."""
+    if what in ("data", "attribute") and lines:
+        doc = type(obj).__doc__
+        if not isinstance(doc, str):
+            return
+        own = inspect.cleandoc(doc).splitlines()
+        if [line for line in lines if line.strip()] == [line for line in own if line.strip()]:
+            lines.clear()
+
+
 def setup(app: Any) -> None:
+    app.connect("autodoc-process-docstring", _no_type_docstring)
     app.connect("missing-reference", _resolve_by_identity)

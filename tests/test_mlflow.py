@@ -112,7 +112,7 @@ def test_a_two_worker_training_job_is_one_run_logged_by_its_chief(trained, track
     assert params["fit.epochs"] == "2"
     assert params["device"] == "cpu"
     assert params["batch_size"] == "64"
-    learning_rate = float(params["optimizer.rule.learning_rate"])
+    learning_rate = float(params["optimizer.rule.lr"])
     assert learning_rate == pytest.approx(st.training.LEARNING_RATES["adam"])
     assert params["optimizer.rule.name"] == "adam"
     assert json.loads(params["model.hidden"]) == [16]
@@ -250,7 +250,7 @@ def test_a_cross_validator_logs_one_child_run_per_fit(spark, tracking):
     assert len(children) == 5
     assert len(runs) == 6
     assert all(r.info.status == "FINISHED" for r in children)
-    rates = sorted(float(r.data.params["optimizer.rule.learning_rate"]) for r in children)
+    rates = sorted(float(r.data.params["optimizer.rule.lr"]) for r in children)
     assert rates.count(0.01) >= 2
     assert rates.count(0.05) >= 2
     assert all(r.data.params["num_workers"] == "1" for r in children)
@@ -276,7 +276,7 @@ def test_a_registered_model_scores_through_pyfunc_and_spark_udf_as_predict_does(
 
     model = mlflow.pyfunc.load_model(uri)
     inputs = [c.name for c in model.metadata.get_input_schema().inputs]
-    assert inputs == ["label", "x1", "x2", "shop", "city"]
+    assert inputs == ["x1", "x2", "shop", "city"]  # the features alone; ids as doubles, nulls taken
     assert model.metadata.saved_input_example_info is not None
     features = expected.drop(columns=["score"])
     scores = model.predict(features)["score"].to_numpy(np.float32)

@@ -94,7 +94,7 @@ class MLflowCallback(Callback):
     ``max_restarts``, ``min_workers``, ``gpus_per_worker``, the Spark master; the chief adds
     ``device``, ``sharding`` and the ``workers`` it trained with as a metric), every resolved
     hyperparameter (the engine's configuration with its defaults, flattened:
-    ``optimizer.rule.learning_rate``, ``model.hidden``...) and ``fit``'s arguments as
+    ``optimizer.rule.lr``, ``model.hidden``...) and ``fit``'s arguments as
     parameters (a value that changes later, as a second ``fit``'s ``steps``, keeps its first
     value as the parameter and its latest as a tag of the same name); ``loss``,
     ``examples_per_sec``, ``learning_rate`` and ``epoch`` at each

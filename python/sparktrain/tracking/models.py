@@ -22,6 +22,7 @@ from typing import Any
 from sparktrain import _checks, fs, servable
 from sparktrain.tracking._mlflow import require_mlflow
 from sparktrain.tracking.callback import _copy_down, _is_local, _local_path
+from sparktrain.training.results import FeatureSpec
 
 _NEEDED_BY = "sparktrain.tracking.log_model"
 #: The name MLflow imports the loader by, from the model's ``code/`` folder.
@@ -47,6 +48,28 @@ def _example(data: Any) -> Any:
     if len(frame) == 0:
         raise _checks.refuse("input_example", "an empty table", "needs at least one row")
     return frame.head(EXAMPLE_ROWS).reset_index(drop=True)
+
+
+def _features_only(frame: Any, spec: FeatureSpec) -> Any:
+    """The example's feature columns, in the spec's order, with integer columns as doubles.
+
+    The signature is inferred from it: the label and other columns are not the model's inputs,
+    and an integer column declared as an integer would refuse the rows where pandas holds it
+    as floats, those with a missing id (MLflow's own advice is to declare them doubles); the
+    loader hands the engine such columns back as integers."""
+    import pandas as pd
+
+    columns = [*spec.dense, *spec.to_native().key_columns, *(name for name, _, _ in spec.multi_hot)]
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise _checks.refuse(
+            "input_example", list(frame.columns), f"lacks the model's feature columns {missing}"
+        )
+    frame = frame[columns]
+    integers = {
+        c: frame[c].astype("float64") for c in columns if pd.api.types.is_integer_dtype(frame[c].dtype)
+    }
+    return frame.assign(**integers) if integers else frame
 
 
 def _requirements(onnx: bool) -> list[str]:
@@ -76,10 +99,12 @@ def log_model(
     returns MLflow's ``ModelInfo`` (its ``model_uri`` loads it).
 
     ``input_example`` (a pandas DataFrame, pyarrow Table or Spark DataFrame with the feature
-    columns; its first rows are kept) is recorded with the model, and the model's signature is
-    inferred from it and its scores. With ``onnx`` the model also carries its ONNX form, so it
-    scores where sparktrain is not installed (with onnxruntime); its ``pip_requirements`` name
-    what that needs. ``registered_model_name`` registers the model (a new version of it).
+    columns; the first rows of those columns are kept) is recorded with the model, and the
+    model's signature is inferred from it and its scores: the feature columns by name, integer
+    ids as doubles so that rows with a missing id are taken. With ``onnx`` the model also
+    carries its ONNX form, so it scores where sparktrain is not installed (with onnxruntime);
+    its ``pip_requirements`` name what that needs. ``registered_model_name`` registers the
+    model (a new version of it).
 
     The model goes into ``run_id``'s run, else the active run, else a new run of MLflow's
     current experiment, on MLflow's current tracking URI (``MLFLOW_TRACKING_URI``). Raises
@@ -90,8 +115,9 @@ def log_model(
     name = _checks.text("name", name)
     registered_model_name = _checks.optional_text("registered_model_name", registered_model_name)
     run_id = _checks.optional_text("run_id", run_id)
-    example = _example(input_example)
-    fs.read_bytes(export_dir.rstrip("/") + "/model.json")  # PathNotFoundError before anything is written
+    # PathNotFoundError before anything is written.
+    config = json.loads(fs.read_bytes(export_dir.rstrip("/") + "/model.json"))
+    example = _features_only(_example(input_example), FeatureSpec.from_json(json.dumps(config["features"])))
 
     from mlflow.models import infer_signature
 

@@ -17,6 +17,7 @@ The model's data folder holds ``export/`` (the export: ``model.json``,
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from typing import Any
 
@@ -50,7 +51,15 @@ def _missing(value: Any) -> bool:
     try:
         return bool(value != value)  # NaN, which pandas puts for a missing number
     except (TypeError, ValueError):
-        return False
+        # pandas.NA (a nullable Int64's missing value), whose comparisons are NA themselves.
+        return type(value).__name__ == "NAType"
+
+
+def _whole(value: Any) -> int:
+    """A number that is an integer (1 or 1.0), as an int."""
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"a categorical value must be an integer, string or bytes, not {value!r}")
+    return int(value)
 
 
 def _key(value: Any) -> int:
@@ -59,11 +68,7 @@ def _key(value: Any) -> int:
         return _signed(_fnv1a(bytes(value)))
     if isinstance(value, str):
         return _signed(_fnv1a(value.encode("utf-8")))
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise ValueError(f"a categorical value must be an integer, string or bytes, not {value!r}")
-        value = int(value)
-    return _signed(int(value))
+    return _signed(_whole(value))
 
 
 def _as_frame(model_input: Any) -> Any:
@@ -77,14 +82,23 @@ def _as_frame(model_input: Any) -> Any:
 
 
 def _integral_ids(frame: Any, columns: list[str]) -> Any:
-    """``frame`` with each categorical column that pandas made float (integers with missing
-    values) back as nullable integers, which the engine takes."""
+    """``frame`` with each categorical column of numbers as nullable integers, which the engine
+    takes: a float64 one (pandas' form of integers with a missing one) and one of objects (the
+    ints and ``pandas.NA`` that MLflow's check passes on for a column of any type)."""
     import pandas as pd
 
     changed = {}
     for name in columns:
-        if name in frame.columns and pd.api.types.is_float_dtype(frame[name].dtype):
-            changed[name] = frame[name].astype("Int64")
+        if name not in frame.columns:
+            continue
+        column = frame[name]
+        if pd.api.types.is_float_dtype(column.dtype):
+            changed[name] = column.astype("Int64")
+        elif column.dtype == object:
+            values = column.tolist()
+            present = [v for v in values if not _missing(v)]
+            if all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in present):
+                changed[name] = pd.array([None if _missing(v) else _whole(v) for v in values], "Int64")
     return frame.assign(**changed) if changed else frame
 
 

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import nullcontext
 from typing import Any
@@ -51,25 +52,43 @@ def _example(data: Any) -> Any:
 
 
 def _features_only(frame: Any, spec: FeatureSpec) -> Any:
-    """The example's feature columns, in the spec's order, with integer columns as doubles.
-
-    The signature is inferred from it: the label and other columns are not the model's inputs,
-    and an integer column declared as an integer would refuse the rows where pandas holds it
-    as floats, those with a missing id (MLflow's own advice is to declare them doubles); the
-    loader hands the engine such columns back as integers."""
-    import pandas as pd
-
+    """The example's feature columns, in the spec's order: the label and other columns are not
+    the model's inputs."""
     columns = [*spec.dense, *spec.to_native().key_columns, *(name for name, _, _ in spec.multi_hot)]
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise _checks.refuse(
             "input_example", list(frame.columns), f"lacks the model's feature columns {missing}"
         )
-    frame = frame[columns]
-    integers = {
-        c: frame[c].astype("float64") for c in columns if pd.api.types.is_integer_dtype(frame[c].dtype)
-    }
-    return frame.assign(**integers) if integers else frame
+    return frame[columns]
+
+
+def _signature(example: Any, scores: Any, spec: FeatureSpec) -> Any:
+    """The model's signature, inferred from the example and its scores, with each id column
+    that is not of strings declared of any type.
+
+    An integer id column comes in three pandas types: int64 (no id missing), float64 (pandas'
+    own conversion of integers with a missing one, as ``toPandas`` gives them) and the nullable
+    Int64 (Spark's for a struct's field, what ``spark_udf`` hands a model). MLflow's checks take
+    no declared type from all three: ``long`` refuses float64, ``double`` refuses both int64s.
+    The loader takes each of them (and the objects MLflow passes on for a column of any type)."""
+    from mlflow.models import ModelSignature, infer_signature
+    from mlflow.types.schema import AnyType, ColSpec, DataType, Schema
+
+    with warnings.catch_warnings():
+        # Its advice for integer columns (declare them doubles) is what this function replaces.
+        warnings.filterwarnings("ignore", "Hint: Inferred schema contains integer", UserWarning)
+        signature = infer_signature(example, scores)
+    keys = set(spec.to_native().key_columns)
+    textual = (DataType.string, DataType.binary)
+    any_type = AnyType()  # type: ignore[no-untyped-call]  # mlflow leaves its __init__ unannotated
+    inputs = [
+        ColSpec(any_type, c.name, c.required)
+        if c.name in keys and isinstance(c.type, DataType) and c.type not in textual
+        else c
+        for c in signature.inputs.inputs
+    ]
+    return ModelSignature(Schema(inputs), signature.outputs, signature.params)
 
 
 def _requirements(onnx: bool) -> list[str]:
@@ -101,7 +120,8 @@ def log_model(
     ``input_example`` (a pandas DataFrame, pyarrow Table or Spark DataFrame with the feature
     columns; the first rows of those columns are kept) is recorded with the model, and the
     model's signature is inferred from it and its scores: the feature columns by name, integer
-    ids as doubles so that rows with a missing id are taken. With ``onnx`` the model also
+    ids of any type, so that the model takes them as int64, nullable Int64 or float64 (what
+    pandas makes of integers with a missing one). With ``onnx`` the model also
     carries its ONNX form, so it scores where sparktrain is not installed (with onnxruntime);
     its ``pip_requirements`` name what that needs. ``registered_model_name`` registers the
     model (a new version of it).
@@ -117,9 +137,8 @@ def log_model(
     run_id = _checks.optional_text("run_id", run_id)
     # PathNotFoundError before anything is written.
     config = json.loads(fs.read_bytes(export_dir.rstrip("/") + "/model.json"))
-    example = _features_only(_example(input_example), FeatureSpec.from_json(json.dumps(config["features"])))
-
-    from mlflow.models import infer_signature
+    spec = FeatureSpec.from_json(json.dumps(config["features"]))
+    example = _features_only(_example(input_example), spec)
 
     from sparktrain.tracking import _pyfunc
 
@@ -137,7 +156,7 @@ def log_model(
         loader = os.path.join(work, f"{LOADER_MODULE}.py")
         shutil.copyfile(_pyfunc.__file__, loader)
         scores = _pyfunc.SparktrainModel(data).predict(example)
-        signature = infer_signature(example, scores)
+        signature = _signature(example, scores, spec)
         from mlflow.models import Model
 
         # Model.log is what mlflow.pyfunc.log_model calls, and it takes the run by its id: no

@@ -29,6 +29,10 @@ mlflow = pytest.importorskip("mlflow", reason="mlflow-skinny is in tests/require
 
 from sparktrain.tracking import MLflowCallback, log_model  # noqa: E402
 
+# One xdist worker takes them all (tests/run.sh: --dist loadgroup): one tracking server and one
+# training job (the module's `trained`) rather than one on each worker that gets a test of it.
+pytestmark = pytest.mark.xdist_group("mlflow")
+
 SPEC = FeatureSpec(dense=("x1", "x2"), categorical=(("shop", 64), ("city", 16)))
 
 

@@ -4,6 +4,7 @@
     python tests/docs_commands.py                 # the cheap ones (what CI runs)
     python tests/docs_commands.py --all           # also the costly ones (builds, benchmarks)
     python tests/docs_commands.py --fresh-clone   # in a fresh clone, after the README's first command
+    python tests/docs_commands.py --skip TEXT     # leaves out the commands containing TEXT
 
 Commands come from the ```` ```bash ```` blocks; a line ending in ``\\`` goes on in the next,
 and a block with a ``for ... done`` loop or a virtualenv's ``activate`` is one command. Each
@@ -150,6 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all", action="store_true", help="also run the costly commands")
     parser.add_argument("--fresh-clone", action="store_true", help="run in a fresh clone of this checkout")
     parser.add_argument("-k", default=None, help="run only the commands containing this text")
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="leave out the commands containing this text (tests/run.sh: those it has run itself)",
+    )
     args = parser.parse_args(argv)
 
     found = commands()
@@ -181,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         rule = c.rule()
         assert rule is not None
         if rule.kind not in wanted or (args.k and args.k not in c.text):
+            continue
+        if any(text in c.text for text in args.skip):
+            print(f"--- {c.document}:{c.line}: {c.text.splitlines()[0]}: left out (--skip)", flush=True)
             continue
         if args.fresh_clone and c.text == FIRST:
             continue  # ran first

@@ -70,7 +70,7 @@ def predict(
     models, their output), scored by the model exported to ``export_dir``
     (any storage URL the executors can read). The features are found by name; the label
     column may be absent. The result is lazy, like any DataFrame: write it where it belongs.
-    ``spark`` is the session ``df`` belongs to (taken for symmetry with :func:`train`).
+    ``spark`` is the session ``df`` belongs to (taken for symmetry with :func:`sparktrain.train`).
 
     ``tables`` says how the embedding rows are found: ``"load"`` loads the whole model in
     every Python worker; ``"lookup"`` joins each partition's ids against the tables where

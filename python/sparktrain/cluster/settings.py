@@ -98,6 +98,9 @@ class JobSettings:
     #: Whether the trainer closes the socket holding TensorFlow's reserved port before
     #: ``main_fun`` starts; False leaves it to user code (``ctx.tf_port_socket``).
     release_tf_port: bool = True
+    #: The job's callbacks (:mod:`sparktrain.cluster.callbacks`), pickled with cloudpickle on
+    #: the driver once their job hooks started; empty without callbacks.
+    callbacks: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ TRAIN_ONLY = {
     "min_workers",
     "early_stopping",
     "on_eval",
+    "callbacks",
 }
 
 _local_base: str | None = None

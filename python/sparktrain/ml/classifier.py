@@ -174,7 +174,7 @@ class ClassifierModel(Model, Fitted, ClassifierParams, MLWritable, MLReadable["C
 
     ``exportDir`` is the exported model (:func:`sparktrain.predict` and
     :func:`sparktrain.embeddings` read it too); ``write().save(path)`` copies it under
-    ``path``, and :meth:`load` scores from there.
+    ``path``, and ``ClassifierModel.load(path)`` scores from there.
     """
 
     @classmethod

@@ -120,7 +120,7 @@ class Regressor(Estimator["RegressorModel"], Fitting, RegressorParams, MLWritabl
 class RegressorModel(Model, Fitted, RegressorParams, MLWritable, MLReadable["RegressorModel"]):
     """A model that :class:`Regressor` trained, as a Spark ML ``Transformer``: ``transform(df)``
     appends ``predictionCol`` (a double), scored in Spark tasks by the exported model.
-    ``exportDir``, ``write().save(path)`` and :meth:`load` work as
+    ``exportDir``, ``write().save(path)`` and ``load`` work as
     :class:`~sparktrain.ml.ClassifierModel`'s do."""
 
     @classmethod

@@ -5,12 +5,13 @@ the driver."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from sparktrain import _native, _spark
 from sparktrain._deps import require_spark
+from sparktrain.cluster.callbacks import JobCallback
 from sparktrain.cluster.driver.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF, Restart
 from sparktrain.errors import InvalidArgumentError
 from sparktrain.training.results import FeatureSpec, FitResult, Metrics
@@ -57,6 +58,7 @@ def train(
     min_workers: int | None = None,
     early_stopping: Mapping[str, Any] | None = None,
     on_eval: EvalCallback | None = None,
+    callbacks: Sequence[JobCallback] = (),
     **hyperparameters: Any,
 ) -> TrainResult:
     """Trains ``model`` on ``num_workers`` Spark task slots in sync and returns the final
@@ -79,6 +81,10 @@ def train(
     :meth:`~sparktrain.training.Trainer.fit`): with ``restore_best`` (the default) the export
     holds the best evaluation's model. ``on_eval`` is pickled to the trainers and runs on the
     chief.
+
+    ``callbacks`` follow the job as in :meth:`sparktrain.Cluster.run`, and ``fit`` and the
+    export on the chief (:class:`~sparktrain.training.Callback`);
+    ``callbacks=[sparktrain.tracking.MLflowCallback()]`` logs the run to MLflow.
 
     Every argument is checked here, before any Spark job starts:
     :class:`~sparktrain.errors.InvalidArgumentError` names the one at fault."""
@@ -139,6 +145,7 @@ def train(
         max_restarts=max_restarts,
         restart_backoff=restart_backoff,
         min_workers=min_workers,
+        callbacks=callbacks,
     )
     with cluster:
         outcome = cluster.wait()

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from sparktrain import _checks, _native
 from sparktrain.errors import InvalidArgumentError
-from sparktrain.training.results import FeatureSpec, FitResult, Metrics
+from sparktrain.training import callbacks as _callbacks
+from sparktrain.training.results import FeatureSpec, FitResult, Metrics, log_line
 
 if TYPE_CHECKING:
+    from sparktrain.cluster.callbacks import JobCallback
     from sparktrain.cluster.trainer.context import TrainerContext
 
 #: The engine's configuration with every default.
@@ -154,6 +156,10 @@ class Trainer:
     ``device="cuda"`` (or ``"cuda:<n>"``) computes on a GPU the trainer sees (Spark's GPU
     resources set ``CUDA_VISIBLE_DEVICES``); it needs a build with the ``cuda`` feature.
     ``threads`` splits large optimizer updates across threads.
+
+    ``callbacks`` (:class:`~sparktrain.training.Callback`, such as
+    :class:`sparktrain.tracking.MLflowCallback`) follow ``fit`` and ``export`` on the chief;
+    ``ctx.trainer(...)`` gives the job's (``Cluster.run(..., callbacks=...)``).
     """
 
     def __init__(
@@ -192,6 +198,7 @@ class Trainer:
         cross_layers: int | None = None,
         shard_tables: bool | str = DEFAULTS.shard_tables,
         table_budget_bytes: int | None = DEFAULTS.table_budget_bytes,
+        callbacks: Sequence[JobCallback] | None = None,
         **hyperparameters: float,
     ) -> None:
         unknown = set(hyperparameters) - set(_native.HYPERPARAMETERS)
@@ -263,6 +270,7 @@ class Trainer:
             # pyo3 refuses a negative count or a wrong type before the engine sees it.
             raise InvalidArgumentError(f"a training argument has the wrong type or sign: {e}") from e
         self._native: _native.Trainer | None = None
+        self._callbacks = _callbacks.training_callbacks(callbacks)
 
     @property
     def config(self) -> _native.TrainerConfig:
@@ -327,7 +335,23 @@ class Trainer:
         if self.is_chief:
             self._ctx.report(resumed_from=float(native.resumed_from or 0))
 
+    @property
+    def step(self) -> int:
+        """The steps trained so far (a trainer that resumed counts its checkpoint's)."""
+        return self._native.progress.step if self._native is not None else 0
+
+    @property
+    def callbacks(self) -> tuple[_callbacks.Callback, ...]:
+        """The training callbacks that follow ``fit`` and ``export`` on the chief."""
+        return self._callbacks
+
+    def _hook(self, hook: str, *args: Any) -> None:
+        """Runs a training hook of every callback, on the chief."""
+        if self.is_chief:
+            _callbacks.call(self._callbacks, hook, self, *args)
+
     def _report(self, line: _native.LogLine) -> None:
+        self._hook("on_log", log_line(line))
         if self._ctx is not None:
             self._ctx.report(
                 step=line.step, loss=line.loss, examples_per_sec=line.examples_per_sec, epoch=line.epoch
@@ -362,9 +386,14 @@ class Trainer:
         input = self._input(data, sharding)
         trainer = self._trainer(input)
         evaluation = self._input(eval_data) if eval_data is not None else None
+        arguments: dict[str, Any] = {"data": data, "epochs": epochs, "steps": steps, "eval_data": eval_data}
+        arguments.update(eval_every=eval_every, sharding=sharding, early_stopping=early_stopping)
+        self._hook("on_fit_start", arguments)
 
         def chief_sees(line: _native.EvalLine) -> object:
-            return on_eval(line.step, Metrics.from_native(line.metrics)) if on_eval is not None else False
+            metrics = Metrics.from_native(line.metrics)
+            self._hook("on_evaluation", line.step, metrics)
+            return on_eval(line.step, metrics) if on_eval is not None else False
 
         summary = trainer.fit(
             input,
@@ -374,9 +403,11 @@ class Trainer:
             eval=evaluation,
             on_log=self._report,
             early_stopping=early_stopping_json(early_stopping, self._config),
-            on_eval=chief_sees if on_eval is not None else None,
+            on_eval=chief_sees if on_eval is not None or self._callbacks else None,
         )
-        return FitResult.from_native(summary)
+        result = FitResult.from_native(summary)
+        self._hook("on_fit_end", result)
+        return result
 
     def evaluate(self, data: str | None = None) -> Metrics:
         """Loss, accuracy and AUC over ``data``, every trainer evaluating its share."""
@@ -392,6 +423,7 @@ class Trainer:
             raise InvalidArgumentError("export() needs a trained model: call fit() first")
         path = self._ctx.absolute_path(export_dir) if self._ctx is not None else export_dir
         self._native.export(path)
+        self._hook("on_export", path)
         return path
 
     def save_checkpoint(self) -> str | None:

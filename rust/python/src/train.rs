@@ -470,6 +470,12 @@ impl TrainerConfig {
     fn table_budget_bytes(&self) -> Option<u64> {
         self.inner.table_budget_bytes
     }
+
+    /// The whole configuration as the engine resolved it, as JSON: every default filled in
+    /// (each rule's settings, the model's shape), for experiment trackers to record.
+    fn to_json(&self) -> String {
+        serde_json::to_string(&self.inner).expect("a configuration serializes")
+    }
 }
 
 /// One worker's share of the training data.

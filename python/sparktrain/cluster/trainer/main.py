@@ -26,6 +26,7 @@ import traceback
 from typing import TYPE_CHECKING
 
 from sparktrain import fs
+from sparktrain.cluster.callbacks import JobCallback
 from sparktrain.cluster.failures import FAILED, NOT_RETRYABLE, ORPHANED, PEER_LOST
 from sparktrain.cluster.settings import EXIT_BARRIER, JobSettings, TrainerLaunch
 from sparktrain.cluster.trainer.context import TrainerContext
@@ -150,7 +151,9 @@ def _watch_stdin() -> None:
     os._exit(ORPHANED)
 
 
-def _context(job: JobSettings, launch: TrainerLaunch, client: ControlClient) -> TrainerContext:
+def _context(
+    job: JobSettings, launch: TrainerLaunch, client: ControlClient, callbacks: tuple[JobCallback, ...] = ()
+) -> TrainerContext:
     me = launch.tasks[launch.rank]
     return TrainerContext(
         job_name=me.role,
@@ -175,6 +178,7 @@ def _context(job: JobSettings, launch: TrainerLaunch, client: ControlClient) -> 
         _collective_streams=job.collective_streams,
         _collective_chunk_bytes=job.collective_chunk_bytes,
         _collective_sealed=job.collective_sealed,
+        callbacks=callbacks,
     )
 
 
@@ -189,6 +193,7 @@ def main() -> int:
     fs.configure(job.storage)
     try:
         main_fun, args = pickle.loads(job.function)
+        callbacks = pickle.loads(job.callbacks) if job.callbacks else ()
         client = ControlClient(job.address, job.secret, job.heartbeat_timeout, job.tls_ca)
     except BaseException:
         traceback.print_exc()
@@ -203,7 +208,7 @@ def main() -> int:
     os.environ.update(framework_env(launch.tasks, launch.rank, job.num_workers))
     os.environ["SPARKTRAIN_GENERATION"] = str(job.generation)  # ctx.generation, for scripts
     register_jax_cluster()
-    ctx = _context(job, launch, client)
+    ctx = _context(job, launch, client, callbacks)
     try:
         # Release TensorFlow's port as late as possible: just before user code may start a
         # server; or, when the job says so, let user code release it (ctx.release_tf_port()).

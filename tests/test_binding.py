@@ -245,7 +245,7 @@ def test_an_old_generation_saving_after_a_newer_one_is_generation_superseded(tmp
     import pickle
 
     from sparktrain.cluster.failures import NOT_RETRYABLE
-    from sparktrain.cluster.trainer import exit_code_for
+    from sparktrain.cluster.trainer.main import exit_code_for
 
     data = str(tmp_path / "train.tfrecord")
     st.tfrecord.write_batches(data, rows())

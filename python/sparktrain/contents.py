@@ -99,7 +99,7 @@ def read_tables(
             )
 
 
-def table_files(export_dir: str) -> list[tuple[str, tuple[int, int, int]]]:
+def _table_files(export_dir: str) -> list[tuple[str, tuple[int, int, int]]]:
     """The files holding the export's tables, each with its ``owner`` (see
     :func:`read_tables`): every ``.safetensors`` file of an export whose tables are whole,
     the owners' files that ``tables.json`` lists when they are sharded."""
@@ -138,7 +138,7 @@ def embeddings(
         raise _checks.refuse("export_dir", export_dir, f"holds a {kind} model, which has no embedding tables")
     tables = known if table is None else (_checks.choice("table", table, known),)
     spec = FeatureSpec.from_json(json.dumps(config["features"]))
-    files = table_files(export_dir)
+    files = _table_files(export_dir)
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fs.configure(storage)

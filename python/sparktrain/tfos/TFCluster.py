@@ -207,10 +207,10 @@ class TFCluster:
     """A TFoS job, started by :func:`run`.
 
     ``server`` is the job's :class:`~sparktrain.tfos.reservation.Server` and
-    ``cluster_meta["server_addr"]`` its address (the one TFoS's ``stop_streaming.py`` takes),
-    once the nodes start (at ``run`` in ``InputMode.TENSORFLOW``, else at ``train``,
-    ``stream_feeder`` or the first action on ``inference``'s RDD); ``cluster_info`` lists the
-    nodes' reservations."""
+    ``cluster_meta["server_addr"]`` its address (the one TFoS's ``stop_streaming.py`` takes);
+    both, and ``cluster_meta["default_fs"]``, are there once the nodes start (at ``run`` in
+    ``InputMode.TENSORFLOW``, else at ``train``, ``stream_feeder`` or the first action on
+    ``inference``'s RDD); ``cluster_info`` lists the nodes' reservations."""
 
     def __init__(
         self,
@@ -243,7 +243,6 @@ class TFCluster:
         self.cluster_meta: dict[str, Any] = {
             "id": random.getrandbits(64),
             "num_executors": num_executors,
-            "default_fs": sc._jsc.hadoopConfiguration().get("fs.defaultFS"),
             "working_dir": os.getcwd(),
             "release_port": plan.release_port,
         }
@@ -261,6 +260,8 @@ class TFCluster:
             )
             self.server = server
             self.cluster_meta["server_addr"] = address
+            # Read as the nodes start, like the server: nothing touches Spark before them.
+            self.cluster_meta.setdefault("default_fs", self.sc._jsc.hadoopConfiguration().get("fs.defaultFS"))
         host, port = self.cluster_meta["server_addr"]
         return str(host), int(port)
 

@@ -209,8 +209,9 @@ class Server(MessageSocket):
             self.send(sock, self.reservations.get())
         elif kind == "STOP":
             _log.info("the reservation server was asked to stop")
-            self.send(sock, "OK")
+            # Done before the answer: a client that got "OK" finds the server done.
             self.done = True
+            self.send(sock, "OK")
         else:
             self.send(sock, "ERR")
 

@@ -40,7 +40,11 @@ suppress_warnings = ["myst.xref_missing"]
 nitpick_ignore_regex = [
     (r"py:.*", r"(pyarrow|pa|pyspark|numpy|np|pandas|pd|mlflow|torch|tensorflow|tf|jax|onnxruntime)(\..*)?"),
     (r"py:.*", r"(sparktrain\.)?_native(\..*)?"),
-    (r"py:.*", r"(collections\.abc|typing|types|os|socket|subprocess|enum|pathlib|threading|argparse)\..*"),
+    (
+        r"py:.*",
+        r"(collections\.abc|typing|types|os|socket|subprocess|enum|pathlib|threading|argparse"
+        r"|multiprocessing)\..*",
+    ),
     (
         r"py:.*",
         r"(DataFrame|SparkSession|SparkContext|RDD|StructType|RecordBatch|Table|Schema|ndarray|Path|PathLike)",

@@ -76,6 +76,11 @@ RULES = [
     Rule(r"^python3 -m venv \.venv && \.venv/bin/pip install", "costly", "the test environment's install"),
     Rule(r"maturin develop", "costly", "a release build of the extension"),
     Rule(r"^cargo build --release|^for n in", "costly", "release builds and scaling runs of the readers"),
+    Rule(
+        r"^cargo run --release -p [\w-]+ --example \w+",
+        "costly",
+        "a release build of a Rust example, then its run",
+    ),
     Rule(r"requirements-peers\.txt", "costly", "installs the benchmarks' peers (TensorFlowOnSpark)"),
     Rule(r"tests/harness/torch_env\.py", "costly", "PyTorch's virtualenv (GBs)"),
     Rule(r"tests/bench/", "costly", "a benchmark (minutes)", 3600),

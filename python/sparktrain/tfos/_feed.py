@@ -233,7 +233,7 @@ class DataFeed:
     def terminate(self) -> None:
         """Stops feeding this node: the rest of its share is not read. A TFManager's
         ``state`` becomes ``"terminating"`` and its queue is emptied of what arrives within
-        :data:`DRAIN_SECONDS`."""
+        ``DRAIN_SECONDS``."""
         if self._queues is not None:
             self.mgr.set("state", "terminating")
             while True:

@@ -159,6 +159,8 @@ def pyfunc_data(tmp_path_factory):
 
 @pytest.mark.parametrize("engine", ["engine", "onnx"])
 def test_the_loader_scores_integer_ids_in_each_form_as_the_engine_does(pyfunc_data, engine, monkeypatch):
+    if engine == "onnx":
+        pytest.importorskip("onnxruntime", reason="onnxruntime is in tests/requirements.txt, not here")
     from sparktrain.prediction import score_batch
     from sparktrain.tracking import _pyfunc
 

@@ -135,6 +135,7 @@ def predict_by_lookup(
     rows = embeddings(df.sparkSession, export_dir).select("id", "table", "vector")
     needed = wanted.join(rows, "id")
     arrow_schema = _arrow_schema(df.schema)
+    target = _arrow_schema(schema)
 
     def score(scored: pa.Table, looked_up: pa.Table) -> pa.Table:
         fs.configure(storage)
@@ -144,7 +145,6 @@ def predict_by_lookup(
             _with_scores(b, model.predict_with_rows(b, ids, given), model.loss, score_column)
             for b in scored.drop_columns([_GROUP]).cast(arrow_schema).to_batches()
         ]
-        target = _arrow_schema(schema)
         if not batches:
             return target.empty_table()
         # The scores come out non-null; the schema Spark is given may say otherwise.

@@ -85,14 +85,7 @@ class _CriteoTeacher:
         self.effect = [rng.normal(0.0, 0.45, v) for v in VOCAB]
         self.pair = [rng.normal(0.0, 0.6, (VOCAB[a], VOCAB[b])) for a, b in PAIRS]
         self.bias = 0.0
-        logit = self.logit(*self.sample(50_000, rng))
-        low, high = -10.0, 10.0
-        for _ in range(50):  # the bias that makes the mean probability POSITIVE_RATE
-            self.bias = (low + high) / 2
-            if _sigmoid(logit + self.bias).mean() < POSITIVE_RATE:
-                low = self.bias
-            else:
-                high = self.bias
+        self.bias = _calibrated_bias(self.logit(*self.sample(50_000, rng)))
 
     def sample(self, rows: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Dense values (rows x 13) and id ranks (rows x 26) of ``rows`` examples."""
@@ -110,6 +103,19 @@ class _CriteoTeacher:
         for (a, b), table in zip(PAIRS, self.pair, strict=True):
             z += table[ranks[:, a], ranks[:, b]]
         return z
+
+
+def _calibrated_bias(logit: np.ndarray) -> float:
+    """The bias that makes the mean probability of ``logit`` POSITIVE_RATE (bisection)."""
+    low, high = -10.0, 10.0
+    bias = 0.0
+    for _ in range(50):
+        bias = (low + high) / 2
+        if _sigmoid(logit + bias).mean() < POSITIVE_RATE:
+            low = bias
+        else:
+            high = bias
+    return bias
 
 
 @functools.cache
@@ -169,14 +175,7 @@ class _ZipfTeacher:
         rng = np.random.default_rng([TEACHER_SEED, 2])
         self.dense = _criteo_teacher()  # the dense columns' law, shared with criteo_table
         self.bias = 0.0
-        logit = self.logit(*self.sample(50_000, rng))
-        low, high = -10.0, 10.0
-        for _ in range(50):  # the bias that makes the mean probability POSITIVE_RATE
-            self.bias = (low + high) / 2
-            if _sigmoid(logit + self.bias).mean() < POSITIVE_RATE:
-                low = self.bias
-            else:
-                high = self.bias
+        self.bias = _calibrated_bias(self.logit(*self.sample(50_000, rng)))
 
     def sample(self, rows: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Dense values (rows x 13) and id ranks (rows x 26) of ``rows`` examples."""

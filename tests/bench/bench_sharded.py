@@ -61,10 +61,11 @@ workers). The held-out loss is the mean log-loss on the 20,000 held-out rows aft
 The ratio tables check the targets: where both fit, sharded within 1.3x of replicated step
 time; sharded >= 3x the peer's examples/s at equal held-out loss; tables of at least 8x one
 trainer's budget (``--workers 8 --sizes 8``) trained to the held-out loss of the replicated
-model of the same size trained without a budget. TensorFlow is needed (``tensorflow-cpu``,
-``tf-keras``; see tests/bench/requirements-peers.txt)::
+model of the same size trained without a budget. TensorFlow is needed (``tensorflow-cpu`` and
+``tf-keras``, which the README's first command installs from tests/requirements.txt and
+tests/requirements-nodeps.txt)::
 
-    .venv/bin/python tests/bench/bench_sharded.py                  # quick: ~25 min on 2 cores
+    .venv/bin/python tests/bench/bench_sharded.py                  # quick: 7 min on 2 cores
     .venv/bin/python tests/bench/bench_sharded.py --workers 2,4,8 --sizes 1,2,4,8 --steps 300 \\
         --rows 1000000                                             # the full run
 """
@@ -628,7 +629,7 @@ def main() -> None:
         try:
             import tf_keras  # noqa: F401
         except ImportError:
-            sys.exit("tf-keras is missing: pip install -r tests/bench/requirements-peers.txt")
+            sys.exit("tf-keras is missing: pip install --no-deps -r tests/requirements-nodeps.txt")
     models = args.model.split(",")
     sizes = [int(k) for k in args.sizes.split(",")]
     ps_workers = {int(n) for n in args.ps_workers.split(",")}

@@ -112,6 +112,22 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
+# --- MLflow (a tracking server from .venv-mlflow) ---------------------------------------------
+# One server per session (per xdist worker): SQLite store, local artifacts, on 127.0.0.1.
+
+
+@pytest.fixture(scope="session")
+def mlflow_server() -> Iterator[str]:
+    """``http://127.0.0.1:<port>`` of a running MLflow tracking server."""
+    # The client (mlflow-skinny) is in tests/requirements.txt; the PySpark 3.5 environment
+    # collects these tests without it.
+    pytest.importorskip("mlflow", reason="mlflow-skinny is in tests/requirements.txt, not here")
+    from harness.mlflow_server import MlflowServer
+
+    with MlflowServer() as server:
+        yield server.url
+
+
 # --- TensorFlow (tensorflow-cpu) -------------------------------------------------------------
 # A fixture rather than a module-level import: importing TensorFlow takes seconds, which a run
 # that deselects the TensorFlow tests should not pay while collecting them.
@@ -133,7 +149,13 @@ def tf() -> ModuleType:
 # starts them another way (spark-submit, a MiniDfs of its own, TensorFlow in a trainer process,
 # a fixture taken with request.getfixturevalue) carries the marker itself.
 
-FIXTURE_MARKERS = {"spark": "spark", "hdfs_url": "hdfs", "tf": "tensorflow", "azure_endpoint": "azure"}
+FIXTURE_MARKERS = {
+    "spark": "spark",
+    "hdfs_url": "hdfs",
+    "tf": "tensorflow",
+    "azure_endpoint": "azure",
+    "mlflow_server": "mlflow",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -66,10 +66,17 @@ source submit/env.sh
 step "Lint"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-ruff check python tests examples
-ruff format --check python tests examples
+ruff check python tests examples docs/conf.py
+ruff format --check python tests examples docs/conf.py
 # The package's layers (pyproject.toml): no import back up, no driver module in a task or trainer.
 PYTHONPATH=python lint-imports
+
+# The MLflow tests' tracking server runs from a virtualenv of its own (tests/harness/mlflow_server.py),
+# made once and reused while tests/requirements-mlflow-server.txt is unchanged.
+mlflow_env() {
+    step "MLflow tracking server environment (.venv-mlflow)"
+    python tests/harness/mlflow_server.py
+}
 
 if $fast; then
     export SPARKTRAIN_SKIP_JAR=1 # no Maven here: the wheel carries the jar only if one was built
@@ -78,9 +85,13 @@ if $fast; then
 
     install_wheel
 
+    step "API reference (Sphinx, warnings as errors, docstring examples run)"
+    bash docs/build.sh
+
     step "Python tests without Spark, HDFS or TensorFlow"
     # In one process: starting xdist workers takes longer than these tests do.
-    pytest -q -p no:cacheprovider -m "not spark and not hdfs and not tensorflow and not wheel and not azure" "$@"
+    pytest -q -p no:cacheprovider \
+        -m "not spark and not hdfs and not tensorflow and not wheel and not azure and not mlflow" "$@"
 
     step "Done"
     exit 0
@@ -142,6 +153,10 @@ install_wheel
 # and reused while tests/bench/requirements-torch.txt is unchanged.
 step "PyTorch environment (.venv-torch)"
 python tests/harness/torch_env.py
+mlflow_env
+
+step "API reference (Sphinx, warnings as errors, docstring examples run)"
+bash docs/build.sh
 
 step "Python tests"
 # loadgroup: the tests of one xdist_group (the YARN module) share one worker and one cluster.
@@ -172,7 +187,8 @@ cat "$SPARKTRAIN_CHAOS_REPORT" 2>/dev/null || true
 # the tests that need neither Spark, HDFS nor TensorFlow (the fast tier: the type table against
 # 3.5's Arrow conversion, the launcher's helpers, submit's choice of jar, the public API). Then
 # the Spark-side tests of the launcher, tfrecord.write and read_dataframe (both engines: the
-# jar's Spark 3.5 build and mapInArrow), training and predict, less those that need TensorFlow,
+# jar's Spark 3.5 build and mapInArrow), training and predict, the TFoS shim and its streams
+# (Spark Streaming's DStreams and Structured Streaming), less those that need TensorFlow,
 # the HDFS cases and the compressed variants of the type round trip (storage and compression
 # are sparktrain's own, the same on every Spark line; they would double the step's time). The
 # tests of the Python data source API (4.x only) are skipped with the reason
@@ -199,9 +215,16 @@ spark35_pytest() {
         return "$status"
     fi
 }
-spark35_pytest -m "not spark and not hdfs and not tensorflow and not azure" "$@"
+spark35_pytest -m "not spark and not hdfs and not tensorflow and not azure and not mlflow" "$@"
 spark35_pytest -n 2 -m "not tensorflow and not hdfs" -k "not GZIP and not ZLIB" \
     tests/test_cluster.py tests/test_spark_dataframes.py tests/test_spark_tfrecord_jvm.py \
-    tests/test_tfrecord_format_names.py tests/test_training.py tests/test_tfos_shim.py "$@"
+    tests/test_tfrecord_format_names.py tests/test_training.py tests/test_tfos_shim.py \
+    tests/test_tfos_streaming.py "$@"
+
+# The README's and docs' commands, as written: the cheap ones (tests/docs_commands.py --list
+# says which run here, which on demand, and which need a cluster of another kind), less the
+# reference's build, which ran as written above (bash docs/build.sh): Sphinx builds it once.
+step "Documented commands (tests/docs_commands.py)"
+python tests/docs_commands.py --skip "bash docs/build.sh"
 
 step "Done"

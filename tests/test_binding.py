@@ -32,6 +32,9 @@ def test_the_python_signature_shows_the_engines_defaults():
         assert signature.parameters[name].default == getattr(engine, name), name
     for name in ("log_every", "threads", "device", "sparse_tables", "model", "optimizer"):
         assert signature.parameters[name].default == getattr(engine, name), name
+    for name in ("shard_tables", "table_budget_bytes"):
+        assert signature.parameters[name].default == getattr(engine, name), name
+    assert (engine.shard_tables, engine.table_budget_bytes) == ("auto", None)
     assert signature.parameters["buckets"].default == _native.DEFAULT_BUCKETS
     assert inspect.signature(st.train).parameters["batch_size"].default == DEFAULTS.batch_size
 
@@ -66,6 +69,8 @@ def test_the_configuration_holds_what_was_given_and_defaults_the_rest(tmp_path):
         ({"classes": 0}, "classes=0"),
         ({"buckets": 0}, "buckets=0"),
         ({"lr": 0.1}, "unknown training arguments \\['lr'\\]"),
+        ({"shard_tables": "maybe"}, "shard_tables='maybe'"),
+        ({"table_budget_bytes": 0}, "table_budget_bytes=0"),
         ({"batch_size": -1}, "batch_size=-1: must be >= 0"),
         ({"seed": 1.5}, r"seed=1\.5: must be an integer"),
         ({"classes": "2"}, "classes='2': must be an integer"),
@@ -132,6 +137,25 @@ def test_fit_returns_typed_figures_and_progress_lines(tmp_path):
     assert result.history[-1]["step"] == 8
     assert result.metrics is not None
     assert result.metrics.examples == 400
+
+
+def test_tables_over_the_budget_are_refused_naming_size_budget_and_setting(tmp_path):
+    st.tfrecord.write_batches(str(tmp_path / "train.tfrecord"), rows(100))
+    assert Trainer(shard_tables=True).config.shard_tables == "on"
+    assert Trainer(shard_tables="OFF", table_budget_bytes=5).config.table_budget_bytes == 5
+    # 16 buckets: tables of 16 rows of 1 + 8 values, with Adam's two moments: 1728 bytes.
+    small = {"model": "wide_deep", "buckets": 16, "batch_size": 50, "shuffle_buffer": 0}
+    trainer = Trainer(**small, shard_tables="off", table_budget_bytes=1000)
+    with pytest.raises(errors.InvalidArgumentError, match="shard_tables='auto' or 'on'") as refused:
+        trainer.fit(str(tmp_path / "train.tfrecord"), epochs=1)
+    assert (refused.value.needed, refused.value.budget) == (1728, 1000)  # type: ignore[attr-defined]
+    assert refused.value.parameter == "table_budget_bytes"  # type: ignore[attr-defined]
+    assert "1.69 KiB (1728 bytes)" in str(refused.value)
+    # Sharded over one trainer (its share is every row), within a budget that holds them.
+    result = Trainer(**small, shard_tables="on", table_budget_bytes=2000).fit(
+        str(tmp_path / "train.tfrecord"), epochs=1
+    )
+    assert result.steps == 2
 
 
 def test_listings_and_skipped_regions_are_typed(tmp_path):
@@ -215,6 +239,41 @@ def test_a_damaged_checkpoint_index_is_a_checkpoint_error_naming_the_file(tmp_pa
     with pytest.raises(errors.CheckpointError) as damaged:
         trainer.fit(str(tmp_path / "train.tfrecord"))
     assert damaged.value.path.endswith("model/checkpoint.json")
+
+
+def test_an_old_generation_saving_after_a_newer_one_is_generation_superseded(tmp_path):
+    import pickle
+
+    from sparktrain.cluster.failures import NOT_RETRYABLE
+    from sparktrain.cluster.trainer.main import exit_code_for
+
+    data = str(tmp_path / "train.tfrecord")
+    st.tfrecord.write_batches(data, rows())
+    model_dir = str(tmp_path / "model")
+    config = _native.TrainerConfig(model="logistic_regression", model_dir=model_dir, batch_size=50)
+
+    def generation(g: int) -> tuple[_native.Trainer, _native.Input]:
+        input = _native.Input.files(data, 1, 0, config)
+        features = _native.infer_features(input.schema, "label")
+        return _native.Trainer(config, features, job="job-1", generation=g), input
+
+    old, old_input = generation(0)
+    old.fit(old_input, epochs=1)
+    new, new_input = generation(1)
+    assert new.resumed_from == 4
+    assert new.fit(new_input, epochs=2).checkpoint.endswith("/ckpt-0000000008-g1")
+
+    # The old generation's chief, cut off from the driver but not from storage, goes on.
+    with pytest.raises(errors.GenerationSuperseded) as lost:
+        old.fit(old_input, epochs=3)
+    error = lost.value
+    assert (error.path, error.generation, error.by_job, error.by_generation) == (model_dir, 0, None, 1)
+    assert "generation 0 of this job may no longer write checkpoints" in str(error)
+    assert isinstance(error, errors.CheckpointError)
+    again = pickle.loads(pickle.dumps(error))
+    assert (type(again), again.generation, again.by_generation) == (errors.GenerationSuperseded, 0, 1)
+    assert exit_code_for(error) == NOT_RETRYABLE
+    assert new.fit(new_input, epochs=3).checkpoint.endswith("/ckpt-0000000012-g1")
 
 
 def test_a_missing_export_is_path_not_found(tmp_path):

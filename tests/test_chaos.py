@@ -190,12 +190,18 @@ def _report(tag: str, injected: float, cluster: Cluster, results: list[Any]) -> 
             f.write(json.dumps(line) + "\n")
 
 
+def _step_of(name: str) -> int:
+    """The step of a checkpoint's folder (``ckpt-<step>-g<generation>``), of its staging folder
+    (``.ckpt-<step>-g<generation>.<id>.tmp``) or of an earlier version's ``ckpt-<step>``."""
+    return int(name.lstrip(".").removeprefix("ckpt-").split(".")[0].split("-g")[0])
+
+
 def _latest_checkpoint(model_dir: Path) -> int:
     try:
         index = json.loads((model_dir / "checkpoint.json").read_text())
     except (OSError, ValueError):
         return -1
-    return int(index["latest"].removeprefix("ckpt-"))
+    return -1 if index["latest"] is None else _step_of(index["latest"])
 
 
 def _wait_for(what: str, ready: Callable[[], bool], timeout: float = 120.0) -> None:
@@ -265,12 +271,13 @@ def test_kill_9_of_the_chief_while_it_writes_a_checkpoint(
         pid, _ = _pid_of(pids, 0)
 
         def unpublished() -> list[int]:
-            # A save under way is newer than every kept checkpoint; an older folder outside the
+            # A save under way (its staging folder, or its folder renamed into place before the
+            # index names it) is newer than every kept checkpoint; an older folder outside the
             # index is one that retention is deleting.
             index = json.loads((model_dir / "checkpoint.json").read_text())
-            kept = [int(n.removeprefix("ckpt-")) for n in index["kept"]]
-            names = [p.name for p in model_dir.iterdir() if p.name.startswith("ckpt-")]
-            steps = [int(n.removeprefix("ckpt-")) for n in names if n not in index["kept"]]
+            kept = [_step_of(n) for n in index["kept"]]
+            names = [p.name for p in model_dir.iterdir() if p.name.lstrip(".").startswith("ckpt-")]
+            steps = [_step_of(n) for n in names if n not in index["kept"]]
             return sorted(s for s in steps if s > max(kept, default=-1))
 
         deadline = time.monotonic() + 60

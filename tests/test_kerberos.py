@@ -126,8 +126,14 @@ def test_training_writes_checkpoints_and_event_files(kerberos: Kerberos, base: s
     result = client(kerberos.environment(keytab=True), base, "train")["train"]
     assert result["steps"] == [20, 30]
     assert result["resumed_from"] == 20
-    assert result["model_dir"] == ["checkpoint.json", "ckpt-0000000010", "ckpt-0000000020", "ckpt-0000000030"]
-    assert result["index"]["latest"] == "ckpt-0000000030"
+    assert result["model_dir"] == [
+        "_index",
+        "checkpoint.json",
+        "ckpt-0000000010-g0",
+        "ckpt-0000000020-g0",
+        "ckpt-0000000030-g0",
+    ]
+    assert result["index"]["latest"] == "ckpt-0000000030-g0"
     assert result["event_files"] == 2
     assert result["loss_events"] == 6  # every 5 steps: 5..20, then 25 and 30
 

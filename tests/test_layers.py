@@ -23,6 +23,7 @@ DRIVER_SIDE = (
     "sparktrain.prediction",
     "sparktrain.tfos",
     "sparktrain.torch",
+    "sparktrain.tracking.models",
     "sparktrain.training.driver",
 )
 

@@ -204,7 +204,7 @@ def test_a_trainer_resumes_from_its_checkpoints_and_writes_event_files_on_s3(roo
     assert (resumed.resumed_from, resumed.steps) == (20, 30)
     assert second.weights().tobytes() == straight.weights().tobytes()
     checkpoints = sorted(f.path.rsplit("/", 1)[1] for f in fs.ls(f"{root}/model") if f.is_dir)
-    assert checkpoints == ["ckpt-0000000010", "ckpt-0000000020", "ckpt-0000000030"]
+    assert checkpoints == ["_index", "ckpt-0000000010-g0", "ckpt-0000000020-g0", "ckpt-0000000030-g0"]
     events = [f.path for f in fs.ls(f"{root}/tb") if "tfevents" in f.path]
     assert len(events) == 2
     # Each event file is a TFRecord file of Event protos: framing and CRCs check out.

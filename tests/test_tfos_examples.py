@@ -2,8 +2,11 @@
 shim: each ``main_fun`` is written the way TFoS's examples are (mnist keras in
 ``InputMode.TENSORFLOW``, mnist keras in ``InputMode.SPARK`` through the Spark ML pipeline,
 and parameter-server jobs in the place of the Estimator examples, which TensorFlow 2.16 and
-later no longer have: ParameterServerStrategy with an evaluator, and a TF1 ps/worker graph)
-and would run under TFoS with only its ``from tensorflowonspark import ...`` line changed.
+later no longer have: ParameterServerStrategy with an evaluator, and a TF1 ps/worker graph;
+the estimator mnist inference example's single-node TensorFlow in plain Spark tasks with
+``util.single_node_env()``; the Spark Streaming example, with Keras, stopped by
+``examples/utils/stop_streaming.py``, which ``tfos_examples/`` holds as a user has it) and
+would run under TFoS with only its ``from tensorflowonspark import ...`` line changed.
 The data are small synthetic images.
 
 Functions that run on executors are defined inside the tests: executors cannot import this
@@ -19,6 +22,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -482,3 +486,244 @@ def test_a_tf1_session_exports_a_saved_model_with_its_signatures(tf, tmp_path):
     out = predict(features=tf.constant([[1.0, 1.0], [0.0, 2.0]]))["prediction"].numpy()
     assert out.ravel().tolist() == [5.0, 6.0]
     assert y.name == "y:0"
+
+
+def test_estimator_mnist_inference_example_runs_single_node_tensorflow_in_spark_tasks(
+    spark, tf, tmp_path, tf_env
+):
+    # TFoS's examples/mnist/estimator/mnist_inference.py: no TFCluster, a plain Spark job whose
+    # tasks each call util.single_node_env() and score their shard of TFRecords with a
+    # SavedModel. Images are 8x8 here, and NumPy 2 has no np.int (int instead).
+    images, labels = _images(120, seed=5)
+    data = tmp_path / "images_labels"
+    data.mkdir()
+    for part in range(3):
+        with tf.io.TFRecordWriter(str(data / f"part-{part:05d}")) as writer:
+            for image, label in list(zip(images, labels, strict=True))[part::3]:
+                pixels = (np.clip(image, 0, 1) * 255).round().astype(int).tolist()
+                example = tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            "image": tf.train.Feature(int64_list=tf.train.Int64List(value=pixels)),
+                            "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+                        }
+                    )
+                )
+                writer.write(example.SerializeToString())
+
+    class Quadrants(tf.Module):
+        """Scores each quadrant by its mean brightness: the bright one is the label."""
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 8, 8, 1], tf.float32)])
+        def serve(self, conv2d_input):
+            means = [
+                tf.reduce_mean(conv2d_input[:, r : r + 4, c : c + 4, 0], axis=[1, 2])
+                for r in (0, 4)
+                for c in (0, 4)
+            ]
+            return {"logits": tf.stack(means, axis=1)}
+
+    module = Quadrants()
+    export_dir = str(tmp_path / "export")
+    tf.saved_model.save(module, export_dir, signatures={"serving_default": module.serve})
+
+    def inference(it, num_workers, args):
+        from sparktrain.tfos import util
+
+        # consume worker number from RDD partition iterator
+        for i in it:
+            worker_num = i
+        print(f"worker_num: {i}")
+
+        # setup env for single-node TF
+        util.single_node_env()
+
+        import numpy as np
+        import tensorflow as tf
+
+        # load saved_model
+        saved_model = tf.saved_model.load(args.export_dir, tags="serve")
+        predict = saved_model.signatures["serving_default"]
+
+        # parse function for TFRecords
+        def parse_tfr(example_proto):
+            feature_def = {
+                "label": tf.io.FixedLenFeature(1, tf.int64),
+                "image": tf.io.FixedLenFeature(64, tf.int64),
+            }
+            features = tf.io.parse_single_example(serialized=example_proto, features=feature_def)
+            image = tf.cast(features["image"], dtype=tf.float32) / 255.0
+            image = tf.reshape(image, [8, 8, 1])
+            label = tf.cast(features["label"], dtype=tf.float32)
+            return (image, label)
+
+        # define a new tf.data.Dataset (for inferencing)
+        ds = tf.data.Dataset.list_files(f"{args.images_labels}/part-*", shuffle=False)
+        ds = ds.shard(num_workers, worker_num)
+        ds = ds.interleave(tf.data.TFRecordDataset)
+        ds = ds.map(parse_tfr)
+        ds = ds.batch(10)
+
+        # create an output file per spark worker for the predictions
+        tf.io.gfile.makedirs(args.output)
+        output_file = tf.io.gfile.GFile(f"{args.output}/part-{worker_num:05d}", mode="w")
+
+        for batch in ds:
+            predictions = predict(conv2d_input=batch[0])
+            labels = np.reshape(batch[1], -1).astype(int)
+            preds = np.argmax(predictions["logits"], axis=1)
+            for x in zip(labels, preds, strict=True):
+                output_file.write(f"{x[0]} {x[1]}\n")
+
+        output_file.close()
+
+    args = argparse.Namespace(
+        images_labels=str(data), export_dir=export_dir, output=str(tmp_path / "predictions")
+    )
+    cluster_size = 2
+    node_rdd = spark.sparkContext.parallelize(list(range(cluster_size)), cluster_size)
+    node_rdd.foreachPartition(lambda worker_num: inference(worker_num, cluster_size, args))
+    lines = [
+        line.split()
+        for path in sorted((tmp_path / "predictions").glob("part-*"))
+        for line in path.read_text().splitlines()
+    ]
+    assert sorted(p.name for p in (tmp_path / "predictions").glob("part-*")) == ["part-00000", "part-00001"]
+    assert len(lines) == 120
+    assert all(label == pred for label, pred in lines)
+    assert sorted(int(label) for label, _ in lines) == sorted(labels.tolist())
+
+
+def test_spark_streaming_example_trains_keras_on_a_dstream_until_stop_streaming(spark, tmp_path, tf_env):
+    # TFoS's examples/mnist/estimator/mnist_spark_streaming.py with Keras in the place of the
+    # Estimator (gone from TensorFlow 2.16+) and one training node: the rows of a
+    # textFileStream reach tf.data through TFNode.DataFeed until the stream is stopped with
+    # examples/utils/stop_streaming.py. The generator also counts the rows it read, for the
+    # test to know when to stop.
+    streaming = pytest.importorskip("pyspark.streaming")
+
+    def main_fun(args, ctx):
+        import os
+
+        import numpy as np
+        import tensorflow as tf
+
+        from sparktrain.tfos import TFNode, compat
+
+        tf_feed = TFNode.DataFeed(ctx.mgr)
+        read = [0]
+
+        def rdd_generator():
+            while not tf_feed.should_stop():
+                batch = tf_feed.next_batch(1)
+                if len(batch) > 0:
+                    example = batch[0]
+                    image = np.array(example[0]).astype(np.float32) / 255.0
+                    image = np.reshape(image, (8, 8, 1))
+                    label = np.array(example[1]).astype(np.float32)
+                    label = np.reshape(label, (1,))
+                    read[0] += 1
+                    with open(args.progress + ".tmp", "w") as f:
+                        f.write(str(read[0]))
+                    os.replace(args.progress + ".tmp", args.progress)
+                    yield (image, label)
+                else:
+                    return
+
+        ds = tf.data.Dataset.from_generator(
+            rdd_generator,
+            output_signature=(tf.TensorSpec([8, 8, 1], tf.float32), tf.TensorSpec([1], tf.float32)),
+        )
+        model = tf.keras.Sequential(
+            [
+                tf.keras.Input(shape=(8, 8, 1), name="image"),
+                tf.keras.layers.Flatten(),
+                tf.keras.layers.Dense(4, activation="softmax", name="prediction"),
+            ]
+        )
+        model.compile(
+            optimizer=tf.keras.optimizers.Adam(learning_rate=0.05),
+            loss=tf.keras.losses.SparseCategoricalCrossentropy(),
+            metrics=["accuracy"],
+        )
+        model.fit(ds.batch(args.batch_size), epochs=1, verbose=0)
+        if ctx.job_name == "chief":
+            print(f"Exporting saved_model to {args.export_dir}")
+            compat.export_saved_model(model, args.export_dir, True)
+
+    sc = spark.sparkContext
+    folder = tmp_path / "stream"
+    folder.mkdir()
+    args = argparse.Namespace(
+        batch_size=16,
+        export_dir=str(tmp_path / "export"),
+        progress=str(tmp_path / "progress"),
+        model_dir=None,
+    )
+    ssc = streaming.StreamingContext(sc, 1)
+
+    def parse(ln):
+        vec = [int(x) for x in ln.split(",")]
+        return (vec[1:], vec[0])
+
+    stream = ssc.textFileStream(str(folder))
+    images_labels = stream.map(parse)
+    cluster = TFCluster.run(
+        sc,
+        main_fun,
+        args,
+        1,
+        num_ps=0,
+        input_mode=TFCluster.InputMode.SPARK,
+        log_dir=args.model_dir,
+        master_node="chief",
+    )
+    cluster.train(images_labels, feed_timeout=86400)
+    ssc.start()
+    try:
+        rows = 0
+        for k in range(3):
+            images, labels = _images(300, seed=10 + k)
+            lines = [
+                ",".join(
+                    str(v) for v in [int(label), *(np.clip(image, 0, 1) * 255).round().astype(int).tolist()]
+                )
+                for image, label in zip(images, labels, strict=True)
+            ]
+            (tmp_path / f".part-{k}").write_text("\n".join(lines) + "\n")
+            (tmp_path / f".part-{k}").rename(folder / f"part-{k}")
+            rows += len(lines)
+            time.sleep(1.5)
+        deadline = time.monotonic() + 300
+        progress = tmp_path / "progress"
+        while not (progress.exists() and int(progress.read_text() or 0) >= rows):
+            assert time.monotonic() < deadline, "the node did not read the stream's rows"
+            time.sleep(0.5)
+        host, port = cluster.cluster_meta["server_addr"]
+        stop = subprocess.run(
+            [
+                sys.executable,
+                str(Path(__file__).parent / "tfos_examples" / "stop_streaming.py"),
+                host,
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert stop.returncode == 0, stop.stderr
+        cluster.shutdown(ssc, timeout=300)
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=False)
+    assert int(progress.read_text()) == rows
+    check = (
+        "import sys, numpy as np, tensorflow as tf\n"
+        "m = tf.saved_model.load(sys.argv[1])\n"
+        "x = np.full((1, 8, 8, 1), 0.1, dtype='float32'); x[0, :4, 4:, 0] = 0.9\n"
+        "print(int(np.argmax(m.signatures['serving_default'](image=tf.constant(x))['prediction'])))\n"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", check, args.export_dir], capture_output=True, text=True, timeout=300
+    )
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    assert loaded.stdout.strip().splitlines()[-1] == "1"

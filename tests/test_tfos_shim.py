@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from sparktrain.errors import InvalidArgumentError, WorkerFailed
-from sparktrain.tfos import TFCluster, dfutil
+from sparktrain.errors import InvalidArgumentError, SlotsUnavailable, WorkerFailed
+from sparktrain.tfos import TFCluster, dfutil, reservation
 
 
 def _facts_fun():
@@ -88,6 +88,93 @@ def test_tensorflow_mode_gives_tfos_ctx_and_tf_config(spark, tmp_path, master_no
         assert f["absolute_path"] == f"file://{f['working_dir']}/rel"
         assert f["mgr"] is None
     assert cluster.tensorboard_url() is None
+
+
+def test_nodes_register_with_the_reservation_server_and_write_their_executor_id(spark, tmp_path):
+    def map_fun(args, ctx):
+        import os
+        import time
+
+        from sparktrain.tfos import util
+
+        with open(os.path.join(args, f"id-{ctx.executor_id}"), "w") as f:
+            f.write(str(util.read_executor_id()))
+        while not os.path.exists(os.path.join(args, "go")):
+            time.sleep(0.1)
+
+    cluster = TFCluster.run(spark.sparkContext, map_fun, str(tmp_path), 2, master_node="chief")
+    try:
+        deadline = time.monotonic() + 120
+        while len(cluster.cluster_info) < 2:
+            assert time.monotonic() < deadline, "the nodes did not register"
+            time.sleep(0.2)
+        # What TFoS's reservation.Client sees from any process that reaches the driver.
+        client = reservation.Client(cluster.cluster_meta["server_addr"])
+        seen = sorted(client.get_reservations(), key=lambda r: r["executor_id"])
+        client.close()
+    finally:
+        (tmp_path / "go").write_text("")
+        cluster.shutdown(timeout=120)
+    assert [(r["executor_id"], r["job_name"], r["task_index"]) for r in seen] == [
+        (0, "chief", 0),
+        (1, "worker", 0),
+    ]
+    for r in seen:
+        assert r["host"] == "127.0.0.1"
+        assert r["port"] > 0
+        assert r["authkey"] is None  # no secret leaves the node
+        assert r["addr"] is None  # a stream endpoint only in a streaming job
+    assert [(tmp_path / f"id-{i}").read_text() for i in range(2)] == ["0", "1"]
+
+
+@pytest.mark.parametrize("release_port", [True, False])
+def test_release_port_false_holds_the_tensorflow_port_until_the_node_releases_it(
+    spark, tmp_path, release_port
+):
+    # TFoS's tests/test_TFCluster.py::test_port_released and test_port_unreleased, extended.
+    def map_fun(args, ctx):
+        import json
+        import os
+        import socket
+
+        from sparktrain.errors import InvalidArgumentError
+        from sparktrain.tfos import TFNode
+
+        facts = {"held": ctx.tmp_socket is not None}
+        if ctx.tmp_socket is not None:
+            port = ctx.tmp_socket.getsockname()[1]
+            facts["is_tf_port"] = ctx.cluster_spec[ctx.job_name][ctx.task_index].endswith(f":{port}")
+            probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                probe.bind(("0.0.0.0", port))
+                facts["bind_while_held"] = "bound"
+            except OSError:
+                facts["bind_while_held"] = "refused"
+            finally:
+                probe.close()
+            try:
+                TFNode.start_cluster_server(ctx)
+            except InvalidArgumentError as e:
+                facts["server_refused"] = str(e)
+            ctx.release_port()
+            facts["released"] = ctx.tmp_socket is None
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.bind(("0.0.0.0", port))  # free now
+        with open(os.path.join(args, f"{ctx.worker_num}.json"), "w") as f:
+            json.dump(facts, f)
+
+    cluster = TFCluster.run(
+        spark.sparkContext, map_fun, str(tmp_path), 2, master_node="chief", release_port=release_port
+    )
+    cluster.shutdown(timeout=120)
+    for i in range(2):
+        facts = json.loads((tmp_path / f"{i}.json").read_text())
+        if release_port:
+            assert facts == {"held": False}
+        else:
+            assert (facts["held"], facts["is_tf_port"], facts["released"]) == (True, True, True), facts
+            assert facts["bind_while_held"] == "refused"
+            assert "call ctx.release_port() first" in facts["server_refused"]
 
 
 def test_parameter_servers_and_evaluator_are_in_tf_config_and_stop_when_training_ends(spark, tmp_path):
@@ -296,3 +383,24 @@ def test_feeding_needs_spark_mode_and_an_rdd(spark):
         cluster.train(spark.sparkContext.parallelize([1]), num_epochs=-1)
     with pytest.raises(InvalidArgumentError, match="ssc"):
         cluster.shutdown(ssc=object())
+
+
+def test_the_reservation_server_runs_from_the_nodes_start_until_shutdown(spark):
+    sc = spark.sparkContext
+    cluster = TFCluster.run(sc, lambda args, ctx: None, None, 5, input_mode=TFCluster.InputMode.SPARK)
+    # In InputMode.SPARK nothing listens before the nodes start.
+    assert cluster.server is None
+    assert cluster.cluster_info == []
+    assert "server_addr" not in cluster.cluster_meta
+    assert "default_fs" not in cluster.cluster_meta  # read from Spark as the nodes start
+    # Five nodes do not fit the four task slots: the failed start leaves no server behind.
+    with pytest.raises(SlotsUnavailable):
+        cluster.train(sc.parallelize(range(10), 5))
+    assert cluster.server is None
+    assert "server_addr" not in cluster.cluster_meta
+    outputs = cluster.inference(sc.parallelize(range(10), 2))
+    cluster.shutdown()
+    # Nothing would stop a server started now: the nodes do not start after shutdown.
+    with pytest.raises(InvalidArgumentError, match="was shut down"):
+        outputs.collect()
+    assert cluster.server is None

@@ -118,7 +118,8 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_ends(spark, store_url, cr
     weights = [st.fs.read_bytes(f"{r.export_dir}/model.safetensors") for r in (straight, second)]
     assert weights[0] == weights[1]
     kept = sorted(f.path.rsplit("/", 1)[1] for f in st.fs.ls(f"{base}/resumed") if f.is_dir)
-    assert kept == ["ckpt-0000000030", "ckpt-0000000040", "ckpt-0000000050", "export"]
+    # Both runs are generation 0 of their jobs; the index's versions live in _index.
+    assert kept == ["_index", "ckpt-0000000030-g0", "ckpt-0000000040-g0", "ckpt-0000000050-g0", "export"]
 
     # TensorBoard's own reader parses the chief's event files (copied from the store).
     local = tmp_path / "tb"

@@ -106,7 +106,7 @@ def test_early_stopping_stops_and_ends_with_the_best_model(data):
     five.fit(train, steps=5)
     np.testing.assert_array_equal(model.weights(), five.weights())
     best = st.fs.glob(model_dir + "/best/ckpt-*")
-    assert [info.path.rsplit("/", 1)[1] for info in best] == ["ckpt-0000000005"]
+    assert [info.path.rsplit("/", 1)[1] for info in best] == ["ckpt-0000000005-g0"]
 
 
 def test_the_chiefs_hook_sees_every_evaluation_and_can_stop(data):

@@ -15,6 +15,8 @@ Modules:
   DataFrame.
 - :mod:`sparktrain.servable`: :func:`export_onnx`, the exported model as ONNX for serving, and
   :func:`onnx_inputs`, the inputs it takes.
+- :mod:`sparktrain.tracking`: MLflow runs of training jobs, and exported models as MLflow
+  models.
 - :mod:`sparktrain.tfrecord`: TFRecord files to and from Arrow, on local paths and HDFS.
 - :mod:`sparktrain.fs`: file-system operations on local paths, ``hdfs://`` and ``viewfs://``.
 - :mod:`sparktrain.errors`: the exceptions sparktrain raises.
@@ -63,6 +65,7 @@ _SUBMODULES = {
     "tfos",
     "tfrecord",
     "torch",
+    "tracking",
     "training",
 }
 #: Names handed on from the module that defines them.

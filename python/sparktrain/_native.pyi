@@ -60,6 +60,7 @@ __all__ = [
     "infer_example_schema",
     "infer_features",
     "onnx_signature",
+    "table_plan",
 ]
 
 __version__: str
@@ -425,6 +426,8 @@ class TrainerConfig:
         clip_norm: float | None = None,
         regularization: str | None = None,
         cross_layers: int | None = None,
+        shard_tables: bool | str | None = None,
+        table_budget_bytes: int | None = None,
     ) -> TrainerConfig: ...
     @property
     def model(self) -> str: ...
@@ -468,6 +471,11 @@ class TrainerConfig:
     def sparse_tables(self) -> bool: ...
     @property
     def device(self) -> str: ...
+    @property
+    def shard_tables(self) -> str: ...
+    @property
+    def table_budget_bytes(self) -> int | None: ...
+    def to_json(self) -> str: ...
 
 @final
 class Input:
@@ -565,7 +573,13 @@ class Progress:
 @final
 class Trainer:
     def __new__(
-        cls, config: TrainerConfig, features: FeatureSpec, communicator: Communicator | None = None
+        cls,
+        config: TrainerConfig,
+        features: FeatureSpec,
+        communicator: Communicator | None = None,
+        *,
+        job: str = "",
+        generation: int = 0,
     ) -> Trainer: ...
     def fit(
         self,
@@ -591,12 +605,28 @@ class Trainer:
     def resumed_from(self) -> int | None: ...
     @property
     def features(self) -> FeatureSpec: ...
+    @property
+    def sharded_tables(self) -> bool: ...
+
+def table_plan(
+    config: TrainerConfig, features: FeatureSpec, workers: int, budget_bytes: int | None = None
+) -> tuple[int, int, bool | None]: ...
 
 @final
 class ExportedModel:
-    def __new__(cls, dir: str) -> ExportedModel: ...
+    def __new__(cls, dir: str, tables: bool = True) -> ExportedModel: ...
     def predict(self, batch: pa.RecordBatch) -> pa.Float32Array: ...
+    def ids(self, batch: pa.RecordBatch) -> pa.UInt32Array: ...
+    def predict_with_rows(
+        self, batch: pa.RecordBatch, ids: pa.UInt32Array, rows: dict[str, pa.Float32Array]
+    ) -> pa.Float32Array: ...
     @property
     def features(self) -> FeatureSpec: ...
     @property
     def loss(self) -> str: ...
+    @property
+    def tables(self) -> list[tuple[str, int, int]]: ...
+    @property
+    def table_bytes(self) -> int: ...
+    @property
+    def sharded_tables(self) -> bool: ...

@@ -116,3 +116,23 @@ def executor_count(sc: Any) -> int:
     # Scala-private, but public in the bytecode; unlike the block managers' list, it counts
     # an executor as soon as it offers task slots.
     return int(sc._jsc.sc().getExecutorIds().size())
+
+
+#: Spark's size suffixes (``spark.executor.memory=4g``), as powers of 1024.
+_UNITS = {"b": 0, "k": 1, "kb": 1, "m": 2, "mb": 2, "g": 3, "gb": 3, "t": 4, "tb": 4}
+
+
+def conf_bytes(sc: Any, key: str, default_unit: str = "m") -> int | None:
+    """The size the Spark conf ``key`` holds (``512m``, ``4g``; a bare number in
+    ``default_unit``, as Spark reads that key), in bytes; None when it is not set or is not a
+    size."""
+    value = sc.getConf().get(key, None)
+    if value is None:
+        return None
+    text = str(value).strip().lower()
+    digits = text.rstrip("kmgtb")
+    unit = text[len(digits) :] or default_unit
+    if not digits.isdigit() or unit not in _UNITS:
+        return None
+    size: int = int(digits) * 1024 ** _UNITS[unit]
+    return size

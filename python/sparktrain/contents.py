@@ -7,10 +7,13 @@ one shared id space and keep two tables over it: ``deep/embeddings`` (``dim`` va
 the table, the column the id belongs to, the id within that column's buckets (``bucket``), the
 id in the shared space (``id``, the table's row) and the row's values (``vector``).
 
-The driver reads only ``model.json``; each ``.safetensors`` file of the export is read by one
-Spark task (through sparktrain's storage layer, so any storage URL works), which parses the
-safetensors header and streams the table's rows out as Arrow batches: the weights never pass
-through the driver. An export holds one weights file, so one task reads each export.
+The driver reads only ``model.json`` (and ``tables.json`` for sharded tables); each
+``.safetensors`` file of the export is read by one Spark task (through sparktrain's storage
+layer, so any storage URL works), which parses the safetensors header and streams the table's
+rows out as Arrow batches: the weights never pass through the driver. An export holds one
+weights file, or, when its tables are sharded, a file (or several) of each trainer that owned
+rows: the owner ``r`` of ``n`` held ids ``r, r + n, r + 2n...``, and its files' rows are those,
+in order, from its ``first`` local row (``tables.json``).
 """
 
 from __future__ import annotations
@@ -53,15 +56,21 @@ def _ranges(spec: FeatureSpec) -> tuple[list[str], np.ndarray]:
 
 
 def read_tables(
-    path: str, tables: tuple[str, ...], spec: FeatureSpec, rows_per_batch: int
+    path: str,
+    tables: tuple[str, ...],
+    spec: FeatureSpec,
+    rows_per_batch: int,
+    owner: tuple[int, int, int] = (0, 0, 1),
 ) -> Iterator[pa.RecordBatch]:
     """The rows of ``tables`` held by the safetensors file ``path``, ``rows_per_batch`` at a
-    time (in a Spark task)."""
+    time (in a Spark task). ``owner`` is ``(r, first, n)`` for a sharded table's file: its row
+    ``k`` is id ``r + (first + k) * n``; the default reads a whole table, row ``k`` as id ``k``."""
     data = fs.read_bytes(path)
     (size,) = struct.unpack_from("<Q", data, 0)
     header: dict[str, Any] = json.loads(data[8 : 8 + size])
     names, starts = _ranges(spec)
     features = np.array(names, dtype=object)
+    rank, first_row, workers = owner
     for table in tables:
         entry = header.get(table)
         if entry is None:
@@ -73,20 +82,38 @@ def read_tables(
         begin, _ = entry["data_offsets"]
         matrix = np.frombuffer(data, np.float32, rows * dim, 8 + size + begin).reshape(rows, dim)
         for first in range(0, rows, rows_per_batch):
-            ids = np.arange(first, min(rows, first + rows_per_batch), dtype=np.int64)
-            owner = np.searchsorted(starts, ids, side="right") - 1
-            values = pa.array(matrix[ids].reshape(-1))
+            local = np.arange(first, min(rows, first + rows_per_batch), dtype=np.int64)
+            ids = rank + (first_row + local) * workers
+            column = np.searchsorted(starts, ids, side="right") - 1
+            values = pa.array(matrix[local].reshape(-1))
             offsets = pa.array(np.arange(0, len(ids) * dim + 1, dim, dtype=np.int32))
             yield pa.RecordBatch.from_arrays(
                 [
                     pa.array([table] * len(ids), pa.string()),
-                    pa.array(features[owner], pa.string()),
-                    pa.array(ids - starts[owner]),
+                    pa.array(features[column], pa.string()),
+                    pa.array(ids - starts[column]),
                     pa.array(ids),
                     pa.ListArray.from_arrays(offsets, values),
                 ],
                 names=["table", "feature", "bucket", "id", "vector"],
             )
+
+
+def _table_files(export_dir: str) -> list[tuple[str, tuple[int, int, int]]]:
+    """The files holding the export's tables, each with its ``owner`` (see
+    :func:`read_tables`): every ``.safetensors`` file of an export whose tables are whole,
+    the owners' files that ``tables.json`` lists when they are sharded."""
+    manifest = f"{export_dir}/tables.json"
+    if not fs.exists(manifest):
+        files = sorted(e.path for e in fs.ls(export_dir) if not e.is_dir and e.path.endswith(".safetensors"))
+        return [(path, (0, 0, 1)) for path in files]
+    layout = json.loads(fs.read_bytes(manifest))
+    workers = int(layout["workers"])
+    return [
+        (f"{export_dir}/{f['file']}", (rank, int(f["first"]), workers))
+        for rank, owned in enumerate(layout["owners"])
+        for f in owned
+    ]
 
 
 def embeddings(
@@ -111,13 +138,14 @@ def embeddings(
         raise _checks.refuse("export_dir", export_dir, f"holds a {kind} model, which has no embedding tables")
     tables = known if table is None else (_checks.choice("table", table, known),)
     spec = FeatureSpec.from_json(json.dumps(config["features"]))
-    files = sorted(e.path for e in fs.ls(export_dir) if not e.is_dir and e.path.endswith(".safetensors"))
+    files = _table_files(export_dir)
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fs.configure(storage)
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                yield from read_tables(files[index], tables, spec, rows_per_batch)
+                path, owner = files[index]
+                yield from read_tables(path, tables, spec, rows_per_batch, owner)
 
     frame: DataFrame = spark.range(0, len(files), 1, max(1, len(files))).mapInArrow(read, SCHEMA)
     return frame

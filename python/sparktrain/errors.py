@@ -211,6 +211,19 @@ class CheckpointError(TrainingError):
     fit the model; the message names the file or tensor."""
 
 
+class GenerationSuperseded(CheckpointError):
+    """This trainer's generation is lost: a later generation of its job (after a restart that
+    this trainer did not hear of), or another job that took the folder over, writes checkpoints
+    in ``path`` now, so this trainer may no longer. ``generation`` is this trainer's,
+    ``by_generation`` the writer's, and ``by_job`` the other job's id (None: the same job). No
+    restart cures it: the trainer exits with the code of errors that are not retried."""
+
+    path: str
+    generation: int
+    by_job: str | None
+    by_generation: int
+
+
 __all__ = [
     "BarrierTimeout",
     "CheckpointError",
@@ -221,6 +234,7 @@ __all__ = [
     "ConfigurationError",
     "ControlPlaneError",
     "DriverUnreachable",
+    "GenerationSuperseded",
     "InputError",
     "InvalidArgumentError",
     "JobAborted",

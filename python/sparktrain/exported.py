@@ -26,7 +26,7 @@ CONFIG_FILE = "model.json"
 #: Models kept loaded per process.
 KEPT = 4
 
-_MODELS: OrderedDict[tuple[str, str], ExportedModel] = OrderedDict()
+_MODELS: OrderedDict[tuple[str, str, bool], ExportedModel] = OrderedDict()
 _LOCK = threading.Lock()
 
 
@@ -42,16 +42,17 @@ def version(export_dir: str) -> str:
     return digest.hexdigest()[:32]
 
 
-def load(export_dir: str, export_version: str) -> ExportedModel:
+def load(export_dir: str, export_version: str, *, tables: bool = True) -> ExportedModel:
     """The model in ``export_dir`` as it was at ``export_version`` (see :func:`version`),
-    loaded on first use in this process."""
+    loaded on first use in this process; with ``tables=False``, without its embedding tables
+    (scored with rows looked up elsewhere: ``predict_with_rows``)."""
     from sparktrain._native import ExportedModel
 
-    key = (export_dir, export_version)
+    key = (export_dir, export_version, tables)
     with _LOCK:
         found = _MODELS.get(key)
         if found is None:
-            found = _MODELS[key] = ExportedModel(export_dir)
+            found = _MODELS[key] = ExportedModel(export_dir, tables)
             while len(_MODELS) > KEPT:
                 _MODELS.popitem(last=False)
         _MODELS.move_to_end(key)

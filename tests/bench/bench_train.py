@@ -63,7 +63,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import hashlib
 import json
 import multiprocessing
 import os
@@ -82,6 +81,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.spark import ROOT, local_cluster_session
 from harness.synthetic import criteo_table, dense_table
+from harness.torch_env import torch_python
 from sparktrain.cluster.driver.conf import SEAL_CONF
 
 MODELS: dict[str, Callable[..., pa.Table]] = {
@@ -95,7 +95,6 @@ EMBEDDING_DIM = 8
 FILES = 8
 EVAL_ROWS = 20_000
 WARMUP_STEPS = 20  # steady figures run from the end of this step to the end of the last
-TORCH_REQUIREMENTS = ROOT / "tests" / "bench" / "requirements-torch.txt"
 TORCH_PEER = ROOT / "tests" / "bench" / "train_torch_peer.py"
 SITECUSTOMIZE = """\
 try:
@@ -428,22 +427,9 @@ def run_keras_1p(job: Job) -> dict[str, Any]:
 # ---------------------------------------------------------------- PyTorch (subprocess in .venv-torch)
 
 
-def torch_python(venv: Path) -> Path:
-    """``venv``'s interpreter, after making ``venv`` from TORCH_REQUIREMENTS if it is missing
-    or was made from other requirements."""
-    python = venv / "bin" / "python"
-    want = hashlib.sha256(TORCH_REQUIREMENTS.read_bytes()).hexdigest()
-    stamp = venv / ".requirements.sha"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    if not stamp.exists() or stamp.read_text().strip() != want:
-        print(f"installing {TORCH_REQUIREMENTS.name} into {venv} (PyTorch: a few GB)", file=sys.stderr)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(TORCH_REQUIREMENTS)], check=True)
-        stamp.write_text(want + "\n")
-    return python
-
-
 def run_torch_peer(job: Job, venv: Path, single: bool, launcher: str = "pyspark") -> dict[str, Any]:
+    # The PyTorch contenders' jobs import sparktrain too (its data reader, its launcher): the
+    # harness installs the built wheel into that virtualenv beside PyTorch.
     command = [str(torch_python(venv)), str(TORCH_PEER), "--job", json.dumps(dataclasses.asdict(job))]
     command += ["--single"] if single else ["--launcher", launcher]
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}

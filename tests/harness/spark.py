@@ -1,5 +1,6 @@
-"""A Spark session on ``local-cluster[2,<cores>,1024]``: separate executor JVMs and Python workers, as
-on a real cluster, everything bound to 127.0.0.1, with the sparktrain jar on the classpath."""
+"""A Spark session on ``local-cluster[<executors>,<cores>,1024]`` (two executors unless told
+otherwise): separate executor JVMs and Python workers, as on a real cluster, everything bound to
+127.0.0.1, with the sparktrain jar on the classpath."""
 
 from __future__ import annotations
 
@@ -45,11 +46,15 @@ def sparktrain_jar() -> Path:
 
 
 def local_cluster_session(
-    app_name: str, cores: int = 1, conf: dict[str, str] | None = None, jars: tuple[str, ...] = ()
+    app_name: str,
+    cores: int = 1,
+    conf: dict[str, str] | None = None,
+    jars: tuple[str, ...] = (),
+    executors: int = 2,
 ) -> SparkSession:
-    """A new session on two executors with ``cores`` cores and 1 GiB each, plus ``conf`` and
-    ``jars`` beside sparktrain's; executors run this interpreter (``PYSPARK_PYTHON``), so they
-    import the same sparktrain."""
+    """A new session on ``executors`` executors with ``cores`` cores and 1 GiB each, plus
+    ``conf`` and ``jars`` beside sparktrain's; executors run this interpreter
+    (``PYSPARK_PYTHON``), so they import the same sparktrain."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -57,7 +62,7 @@ def local_cluster_session(
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = (
-        builder.master(f"local-cluster[2,{cores},1024]")
+        builder.master(f"local-cluster[{executors},{cores},1024]")
         .appName(app_name)
         .config("spark.jars", ",".join([str(sparktrain_jar()), *jars]))
         .config("spark.driver.host", "127.0.0.1")

@@ -25,7 +25,8 @@ FAILED: Final = 1
 #: first (or its host was cut off), and its failure is the one to report.
 PEER_LOST: Final = 3
 #: The trainer's exit code when it raised one of sparktrain's errors that no restart can fix
-#: (bad arguments, corrupt or unreadable input, a missing dependency).
+#: (bad arguments, corrupt or unreadable input, a missing dependency, a generation whose
+#: model_dir a newer one writes).
 NOT_RETRYABLE: Final = 4
 #: The trainer's exit code when the task supervising it disappeared.
 ORPHANED: Final = 70

@@ -85,6 +85,9 @@ class JobSettings:
     collective_sealed: bool = True
     #: The job's generation: 0, then one more after each restart.
     generation: int = 0
+    #: A random id of the job, the same in every generation: checkpoints tell this job's
+    #: generations from an earlier job's in the same ``model_dir`` by it.
+    job_id: str = ""
     #: Seconds ``ctx.barrier()`` and the exit barrier wait for the others by default.
     barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT
     #: The session's object-store keys (:mod:`sparktrain.storage_options`), for the trainers'
@@ -92,6 +95,12 @@ class JobSettings:
     storage: dict[str, str] = field(default_factory=dict, repr=False)
     #: What each evaluator task plays, for logs and errors (see :func:`role_names`).
     evaluator_roles: tuple[str, ...] = ()
+    #: Whether the trainer closes the socket holding TensorFlow's reserved port before
+    #: ``main_fun`` starts; False leaves it to user code (``ctx.tf_port_socket``).
+    release_tf_port: bool = True
+    #: The job's callbacks (:mod:`sparktrain.cluster.callbacks`), pickled with cloudpickle on
+    #: the driver once their job hooks started; empty without callbacks.
+    callbacks: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True)

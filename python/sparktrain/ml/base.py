@@ -37,6 +37,8 @@ OWN_ARGUMENTS = {
     "optimizer": "optimizer",
     "seed": "seed",
     "model_dir": "modelDir",
+    "shard_tables": "shardTables",
+    "table_budget_bytes": "tableBudgetBytes",
     "export_dir": "modelDir",
     "features": "featuresCol, featuresCols and categoricalCols",
     "data": "fit's DataFrame",
@@ -56,6 +58,7 @@ TRAIN_ONLY = {
     "min_workers",
     "early_stopping",
     "on_eval",
+    "callbacks",
 }
 
 _local_base: str | None = None
@@ -110,6 +113,10 @@ class Fitting(CommonParams):
             "seed": self.getOrDefault(self.seed),
             "hidden": self.getOrDefault(self.hidden) if self.isDefined(self.hidden) else None,
             "dim": self.getOrDefault(self.dim) if self.isDefined(self.dim) else None,
+            "shard_tables": self.getOrDefault(self.shardTables),
+            "table_budget_bytes": self.getOrDefault(self.tableBudgetBytes)
+            if self.isDefined(self.tableBudgetBytes)
+            else None,
             **fixed,
         }
         engine = {k: v for k, v in options.items() if k not in TRAIN_ONLY}

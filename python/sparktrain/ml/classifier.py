@@ -78,6 +78,8 @@ class Classifier(
         numWorkers: int | None = None,
         seed: int | None = None,
         modelDir: str | None = None,
+        shardTables: str | None = None,
+        tableBudgetBytes: int | None = None,
         trainOptions: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
@@ -107,6 +109,8 @@ class Classifier(
         numWorkers: int | None = None,
         seed: int | None = None,
         modelDir: str | None = None,
+        shardTables: str | None = None,
+        tableBudgetBytes: int | None = None,
         trainOptions: dict[str, Any] | None = None,
     ) -> Classifier:
         """Sets the params given (None leaves one as it is); returns this estimator."""
@@ -170,7 +174,7 @@ class ClassifierModel(Model, Fitted, ClassifierParams, MLWritable, MLReadable["C
 
     ``exportDir`` is the exported model (:func:`sparktrain.predict` and
     :func:`sparktrain.embeddings` read it too); ``write().save(path)`` copies it under
-    ``path``, and :meth:`load` scores from there.
+    ``path``, and ``ClassifierModel.load(path)`` scores from there.
     """
 
     @classmethod

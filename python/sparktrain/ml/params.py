@@ -22,6 +22,8 @@ from sparktrain.training import DEFAULTS
 MODELS: tuple[str, ...] = tuple(_native.MODELS)
 #: The models that embed categorical columns (and need at least one).
 EMBEDDING_MODELS = ("wide_deep", "deep_fm", "dcn")
+#: How the embedding tables are placed (the engine's ``shard_tables``).
+SHARD_TABLES = ("auto", "on", "off")
 #: Optimizers by name.
 OPTIMIZERS: tuple[str, ...] = tuple(name for name, _ in _native.LEARNING_RATES)
 
@@ -119,6 +121,20 @@ class CommonParams(Params):
         "a folder every executor reaches (hdfs://, s3://...); each fit trains in a new subfolder",
         "str",
     )
+    shardTables: Param[Any] = _param(
+        "shardTables",
+        "split the embedding tables across the trainers: auto (when one trainer's share of the "
+        "memory cannot hold them), on or off",
+        "str",
+        choices=SHARD_TABLES,
+    )
+    tableBudgetBytes: Param[Any] = _param(
+        "tableBudgetBytes",
+        "bytes of embedding tables and their optimizer state one trainer may hold (unset: half "
+        "of what its machine or limits allow)",
+        "int",
+        minimum=1,
+    )
     trainOptions: Param[Any] = _param(
         "trainOptions", "further sparktrain.train arguments (steps, momentum, wide_optimizer...)", "options"
     )
@@ -141,6 +157,7 @@ class CommonParams(Params):
             epochs=1,
             numWorkers=1,
             seed=DEFAULTS.seed,
+            shardTables="auto",
             trainOptions={},
         )
 

@@ -64,6 +64,8 @@ class Regressor(Estimator["RegressorModel"], Fitting, RegressorParams, MLWritabl
         numWorkers: int | None = None,
         seed: int | None = None,
         modelDir: str | None = None,
+        shardTables: str | None = None,
+        tableBudgetBytes: int | None = None,
         trainOptions: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
@@ -89,6 +91,8 @@ class Regressor(Estimator["RegressorModel"], Fitting, RegressorParams, MLWritabl
         numWorkers: int | None = None,
         seed: int | None = None,
         modelDir: str | None = None,
+        shardTables: str | None = None,
+        tableBudgetBytes: int | None = None,
         trainOptions: dict[str, Any] | None = None,
     ) -> Regressor:
         """Sets the params given (None leaves one as it is); returns this estimator."""
@@ -116,7 +120,7 @@ class Regressor(Estimator["RegressorModel"], Fitting, RegressorParams, MLWritabl
 class RegressorModel(Model, Fitted, RegressorParams, MLWritable, MLReadable["RegressorModel"]):
     """A model that :class:`Regressor` trained, as a Spark ML ``Transformer``: ``transform(df)``
     appends ``predictionCol`` (a double), scored in Spark tasks by the exported model.
-    ``exportDir``, ``write().save(path)`` and :meth:`load` work as
+    ``exportDir``, ``write().save(path)`` and ``load`` work as
     :class:`~sparktrain.ml.ClassifierModel`'s do."""
 
     @classmethod

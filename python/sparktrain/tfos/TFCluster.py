@@ -1,5 +1,6 @@
 """TFoS's ``TFCluster``: ``run`` a TensorFlow cluster on Spark executors, feed it RDDs in
-``InputMode.SPARK`` (``train``, and ``inference``, which returns a lazy RDD of results), and
+``InputMode.SPARK`` (``train``, and ``inference``, which returns a lazy RDD of results), or a
+stream (``train(dstream)``, and ``stream_feeder()`` for Structured Streaming), and
 ``shutdown``. Runs on the driver.
 
 The cluster is one barrier stage of sparktrain's launcher: ``num_executors`` tasks, the
@@ -13,7 +14,11 @@ training) finds them; they run ``map_fun`` in the background and stop when train
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import os
 import pickle
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,9 +27,13 @@ from sparktrain import _checks, _spark
 from sparktrain._deps import require_spark
 from sparktrain.cluster.driver.launcher import Cluster
 from sparktrain.cluster.driver.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF
-from sparktrain.errors import InvalidArgumentError
+from sparktrain.errors import InvalidArgumentError, SlotsUnavailable
+from sparktrain.tfos import reservation
 from sparktrain.tfos._feed import INDEX_COLUMN, ROW_COLUMN
-from sparktrain.tfos._node import DEFAULT_EPOCHS, OFFSET_BITS, NodePlan, run_map_fun
+from sparktrain.tfos._node import DEFAULT_EPOCHS, DSTREAM, OFFSET_BITS, STRUCTURED, NodePlan, run_map_fun
+from sparktrain.tfos._streaming import StreamFeeder, StreamNodes, feed_rdd
+
+_log = logging.getLogger("sparktrain.tfos")
 
 #: The largest pickled inference output one node keeps for the result RDD.
 INFERENCE_RESULT_BYTES = 512 << 20
@@ -47,6 +56,37 @@ def _check_feed(data: Any) -> None:
     from pyspark.sql import DataFrame
 
     _checks.instance("dataRDD", data, (RDD, DataFrame), "an RDD or a DataFrame")
+    if isinstance(data, DataFrame) and data.isStreaming:
+        raise InvalidArgumentError(
+            "dataRDD: a streaming DataFrame is fed by its query: "
+            "df.writeStream.foreachBatch(cluster.stream_feeder())...start()"
+        )
+
+
+def _dstream_class() -> type | None:
+    """PySpark's ``DStream``, or None where ``pyspark.streaming`` is gone."""
+    try:
+        from pyspark.streaming import DStream
+    except ImportError:
+        return None
+    return DStream
+
+
+def _is_streaming_context(value: Any) -> bool:
+    try:
+        from pyspark.streaming import StreamingContext
+    except ImportError:
+        return False
+    return isinstance(value, StreamingContext)
+
+
+def _server_host(sc: Any) -> str:
+    """Where the reservation server listens: ``TFOS_SERVER_HOST``, else the driver's host as
+    Spark knows it, else this host's outward address."""
+    from sparktrain.tfos.util import get_ip_address
+
+    host = os.environ.get(reservation.TFOS_SERVER_HOST) or sc.getConf().get("spark.driver.host")
+    return str(host) if host else get_ip_address()
 
 
 def _num_partitions(data: Any) -> int:
@@ -164,7 +204,13 @@ def _lazy_rdd_class() -> type:
 
 
 class TFCluster:
-    """A TFoS job, started by :func:`run`."""
+    """A TFoS job, started by :func:`run`.
+
+    ``server`` is the job's :class:`~sparktrain.tfos.reservation.Server` and
+    ``cluster_meta["server_addr"]`` its address (the one TFoS's ``stop_streaming.py`` takes);
+    both, and ``cluster_meta["default_fs"]``, are there once the nodes start (at ``run`` in
+    ``InputMode.TENSORFLOW``, else at ``train``, ``stream_feeder`` or the first action on
+    ``inference``'s RDD); ``cluster_info`` lists the nodes' reservations."""
 
     def __init__(
         self,
@@ -181,16 +227,77 @@ class TFCluster:
         self.sc = sc
         self.input_mode = input_mode
         self.num_executors = num_executors
-        self._plan = plan
         self._num_ps, self._num_evaluators = num_ps, num_evaluators
         self._reservation_timeout = reservation_timeout
         self._max_restarts, self._restart_backoff = max_restarts, restart_backoff
         self._cluster: Cluster | None = None
         self._tensorboard: str | None = None
+        self._stream: StreamNodes | None = None
+        self._stream_kind: str | None = None
+        self._stream_ended = False
+        self._shut_down = False
+        # Signs the nodes' reservations and authenticates the stream's connections.
+        self._key = os.urandom(32)
+        self._plan = dataclasses.replace(plan, stream_key=self._key)
+        self.server: reservation.Server | None = None
+        self.cluster_meta: dict[str, Any] = {
+            "id": random.getrandbits(64),
+            "num_executors": num_executors,
+            "working_dir": os.getcwd(),
+            "release_port": plan.release_port,
+        }
         if input_mode == InputMode.TENSORFLOW:
             self._cluster = self._start(self._plan, data=None)
 
+    def _serve_reservations(self) -> tuple[str, int]:
+        """Starts the job's reservation server (once); returns its address."""
+        if self.server is None:
+            server = reservation.Server(self.num_executors, host=_server_host(self.sc), key=self._key)
+            address = server.start()
+            _log.info(
+                "TFoS reservation server at %s (reservation.Client(addr).request_stop() stops a stream)",
+                address,
+            )
+            self.server = server
+            self.cluster_meta["server_addr"] = address
+            # Read as the nodes start, like the server: nothing touches Spark before them.
+            self.cluster_meta.setdefault("default_fs", self.sc._jsc.hadoopConfiguration().get("fs.defaultFS"))
+        host, port = self.cluster_meta["server_addr"]
+        return str(host), int(port)
+
+    def _stop_server(self) -> None:
+        """Stops the job's reservation server, if it started (stopping it twice is harmless)."""
+        if self.server is not None:
+            self.server.stop()
+
+    @property
+    def cluster_info(self) -> list[Any]:
+        """The nodes' reservations (TFoS's ``cluster_info``): one dict per node that started,
+        with its ``executor_id``, ``host``, ``job_name``, ``task_index``, TensorFlow ``port``,
+        ``tb_port``, and in a streaming job its stream endpoint as ``addr``."""
+        return self.server.reservations.get() if self.server is not None else []
+
     def _start(self, plan: NodePlan, data: Any, keep_results: bool = False) -> Cluster:
+        """Starts the nodes, and the reservation server with the first of them. A first start
+        that fails leaves no server running (the next start gets a fresh one); a start after
+        ``shutdown`` is refused, since nothing would stop what it started."""
+        if self._shut_down:
+            raise InvalidArgumentError(
+                "this TFCluster was shut down: its nodes do not start again; "
+                "start a new cluster with TFCluster.run"
+            )
+        first = self._cluster is None
+        server_addr = self._serve_reservations()
+        try:
+            return self._launch(dataclasses.replace(plan, server_addr=server_addr), data, keep_results)
+        except BaseException:
+            if first:
+                self._stop_server()
+                self.server = None
+                del self.cluster_meta["server_addr"]
+            raise
+
+    def _launch(self, plan: NodePlan, data: Any, keep_results: bool) -> Cluster:
         extra = self._num_ps + self._num_evaluators
         return Cluster.run(
             self.sc,
@@ -206,6 +313,7 @@ class TFCluster:
             max_restarts=self._max_restarts,
             restart_backoff=self._restart_backoff,
             keep_results=keep_results,
+            release_tf_port=plan.release_port,
         )
 
     def _check_spark_mode(self, what: str) -> None:
@@ -213,20 +321,37 @@ class TFCluster:
             raise InvalidArgumentError(f"TFCluster.{what} needs input_mode=InputMode.SPARK")
 
     def _fed_plan(self, frame_pickled: bool, epochs: int, inference: bool) -> NodePlan:
-        p = self._plan
-        return NodePlan(
-            map_fun=p.map_fun,
-            tf_args=p.tf_args,
-            master_node=p.master_node,
-            num_ps=p.num_ps,
-            epochs=epochs,
-            fed=True,
-            pickled_rows=frame_pickled,
-            inference=inference,
-            tensorboard=p.tensorboard,
-            log_dir=p.log_dir,
-            eval_grace_secs=p.eval_grace_secs,
+        return dataclasses.replace(
+            self._plan, epochs=epochs, fed=True, pickled_rows=frame_pickled, inference=inference
         )
+
+    def _running(self) -> Cluster:
+        assert self._cluster is not None
+        return self._cluster
+
+    def _start_stream(self, kind: str) -> StreamNodes:
+        """Starts the nodes of a streaming job (once), after checking that the cluster has
+        task slots left for the Spark tasks that feed them."""
+        if self._stream is not None and self._stream_kind == kind == STRUCTURED and not self._stream_ended:
+            return self._stream
+        if self._cluster is not None:
+            raise InvalidArgumentError(
+                "this TFCluster has started its nodes already: start one TFCluster per train call or stream"
+            )
+        nodes = self.num_executors
+        slots = _spark.available_slots(self.sc)
+        if slots <= nodes:
+            raise SlotsUnavailable(
+                f"a stream is fed by Spark tasks that run beside its {nodes} nodes, and this cluster has "
+                f"{slots} task slots: give it at least {nodes + 1} (more executors or cores)",
+                needed=nodes + 1,
+                available=slots,
+            )
+        self._cluster = self._start(dataclasses.replace(self._plan, stream=kind), data=None)
+        assert self.server is not None
+        self._stream = StreamNodes(self._running, self.server, self._key, nodes, self._reservation_timeout)
+        self._stream_kind = kind
+        return self._stream
 
     def train(
         self,
@@ -238,15 +363,61 @@ class TFCluster:
         """Starts the nodes with ``dataRDD`` (an RDD or a DataFrame) as their input and waits
         until they finish. Every node reads its share ``num_epochs`` times (0 means 10, as in
         TFoS), replayed from a local spool instead of a ``union`` of copies. A node that calls
-        ``terminate()`` reads no more. ``feed_timeout`` and ``qname`` are accepted for
-        compatibility."""
-        del feed_timeout, qname
+        ``terminate()`` reads no more. ``qname`` is accepted for compatibility.
+
+        ``dataRDD`` may also be a Spark Streaming ``DStream``: the nodes start now and this
+        returns at once; start the ``StreamingContext`` next, then call ``shutdown(ssc)``. Each
+        partition of each of its RDDs is sent to one node, whose ``TFNode.DataFeed(ctx.mgr)``
+        reads the rows of every micro-batch in turn, waiting for more, until ``shutdown``;
+        the Spark task that sent them waits up to ``feed_timeout`` seconds for the node to read
+        them. A node that calls ``terminate()`` reads no more, and the streaming job is then
+        stopped at ``shutdown``. The nodes run for as long as the stream, so the cluster needs
+        a task slot beside theirs for the tasks that feed them."""
+        del qname
         self._check_spark_mode("train")
+        dstream = _dstream_class()
+        if dstream is not None and isinstance(dataRDD, dstream):
+            self._train_dstream(dataRDD, _checks.seconds("feed_timeout", feed_timeout))
+            return
         _check_feed(dataRDD)
         num_epochs = _checks.integer("num_epochs", num_epochs, minimum=0) or DEFAULT_EPOCHS
         frame, pickled = _feed_frame(self.sc, dataRDD)
         self._cluster = self._start(self._fed_plan(pickled, num_epochs, inference=False), frame)
         self._cluster.wait()
+
+    def _train_dstream(self, dstream: Any, feed_timeout: float) -> None:
+        nodes = self._start_stream(DSTREAM)
+
+        def feed(rdd: Any) -> None:
+            if self._stream_ended:
+                return  # shutdown ended the stream on the nodes; what is left is not fed
+            if feed_rdd(nodes, feed_timeout, rdd) and self.server is not None:
+                self.server.done = True  # a node terminated its feed: shutdown(ssc) stops the stream
+
+        dstream.foreachRDD(feed)
+
+    def stream_feeder(self, feed_timeout: float = 600) -> StreamFeeder:
+        """The ``foreachBatch`` function that trains the nodes on a Structured Streaming query,
+        each micro-batch exactly once::
+
+            feeder = cluster.stream_feeder()
+            query = (df.writeStream.foreachBatch(feeder)
+                     .option("checkpointLocation", checkpoint).start())
+            ...
+            cluster.shutdown(query)     # when the query ends, or is asked to stop
+
+        The nodes start on the first call; later calls (for a restarted query) return a
+        feeder over the same nodes. Each ``map_fun`` reads its share of every micro-batch
+        with ``ctx.get_stream_feed(state_dir)`` and commits it after training (see
+        :meth:`sparktrain.tfos._node.NodeContext.get_stream_feed`). Each micro-batch call
+        returns once every node has committed it, within ``feed_timeout`` seconds; a query
+        that restarts with the same checkpoint replays the micro-batches Spark had not
+        recorded, and those the nodes' state already holds are skipped, unread. The nodes
+        run for as long as the stream, so the cluster needs task slots beside theirs."""
+        self._check_spark_mode("stream_feeder")
+        feed_timeout = _checks.seconds("feed_timeout", feed_timeout)
+        nodes = self._start_stream(STRUCTURED)
+        return StreamFeeder(nodes, feed_timeout, self._max_restarts, lambda: self._stream_ended)
 
     def inference(self, dataRDD: Any, feed_timeout: float = 600, qname: str = "input") -> Any:
         """An RDD of the results the nodes pass to ``batch_results``: one per input row,
@@ -259,6 +430,11 @@ class TFCluster:
         referenced. ``feed_timeout`` and ``qname`` are accepted for compatibility."""
         del feed_timeout, qname
         self._check_spark_mode("inference")
+        dstream = _dstream_class()
+        if dstream is not None and isinstance(dataRDD, dstream):
+            raise InvalidArgumentError(
+                "dataRDD: inference over a DStream is not supported; train on it instead"
+            )
         _check_feed(dataRDD)
         partitions = max(1, _num_partitions(dataRDD))
         frame, pickled = _feed_frame(self.sc, dataRDD)
@@ -275,15 +451,75 @@ class TFCluster:
         the job and raises its first failure. The parameter servers and the evaluator have
         stopped by then: they end with training. ``grace_secs`` is accepted for compatibility:
         the chief finishes its own work (export, evaluation) before training ends, so no grace
-        period is needed. ``ssc`` (Spark Streaming) is not supported."""
+        period is needed.
+
+        In a streaming job, ``ssc`` is the ``StreamingContext`` (or the Structured Streaming
+        ``StreamingQuery``) that feeds the nodes: ``shutdown`` waits until it ends, or stops it
+        (gracefully) when a node terminated its feed or a client of the reservation server
+        asked to stop (TFoS's ``stop_streaming.py``). Then it ends the stream on the nodes,
+        whose feeds return what is left, and waits for them.
+
+        The reservation server stops too, and the nodes do not start again: ``train``, or a
+        first action on an ``inference`` RDD, after ``shutdown`` raises
+        :class:`~sparktrain.errors.InvalidArgumentError`."""
         del grace_secs
-        if ssc is not None:
-            raise InvalidArgumentError("ssc: Spark Streaming is not supported by sparktrain.tfos")
-        if self._cluster is not None:
-            try:
-                self._cluster.wait(timeout if timeout > 0 else None)
-            finally:
+        query = None
+        if ssc is not None and not _is_streaming_context(ssc):
+            from pyspark.sql.streaming.query import StreamingQuery
+
+            if not isinstance(ssc, StreamingQuery):
+                raise InvalidArgumentError(f"ssc={ssc!r}: a StreamingContext or a Structured StreamingQuery")
+            query, ssc = ssc, None
+        self._shut_down = True
+        deadline = None if timeout <= 0 else time.monotonic() + timeout
+        try:
+            if ssc is not None or query is not None:
+                self._await_stream(ssc, query, deadline)
+            if self._stream is not None and not self._stream_ended:
+                self._stream_ended = True
+                self._stream.end()
+            if self._cluster is not None:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                self._cluster.wait(left)
+        finally:
+            if self._cluster is not None:
                 self._cluster.shutdown()
+            self._stop_server()
+
+    def _nodes_ended(self) -> bool:
+        if self._cluster is None:
+            return False
+        return self._cluster.status()["state"] in ("succeeded", "failed", "shut down")
+
+    def _await_stream(self, ssc: Any, query: Any, deadline: float | None) -> None:
+        """Waits until the stream ends; stops it when asked to (see :meth:`shutdown`), when
+        the nodes ended, or at ``deadline`` (then raising ``TimeoutError``)."""
+
+        def stop(gracefully: bool) -> None:
+            if ssc is not None:
+                ssc.stop(stopSparkContext=False, stopGraceFully=gracefully)
+            else:
+                query.stop()
+
+        while True:
+            try:
+                ended = ssc.awaitTerminationOrTimeout(1) if ssc is not None else query.awaitTermination(1)
+            except Exception:
+                # The stream failed: the nodes' failure, when they failed, says why.
+                stop(False)
+                if self._nodes_ended():
+                    self._running().wait(0)
+                raise
+            if ended:
+                return
+            asked = self.server is not None and self.server.done
+            if asked or self._nodes_ended():
+                _log.info("stopping the stream: %s", "asked to" if asked else "the nodes ended")
+                stop(True)
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                stop(False)
+                raise TimeoutError("the stream was still running at shutdown's time-out; it was stopped")
 
     def tensorboard_url(self) -> str | None:
         """``http://host:port`` of the TensorBoard the chief started (``tensorboard=True``),
@@ -345,10 +581,18 @@ def run(
     from its own checkpoints (Keras: ``tf.keras.callbacks.BackupAndRestore``).
 
     Not supported, and refused: ``driver_ps_nodes=True``, and parameter servers or an
-    evaluator in ``InputMode.SPARK`` (the data would also go to them). ``queues`` and
-    ``release_port`` are accepted for compatibility (the port is always released before
-    ``map_fun`` starts). Every argument is checked at once, on the driver."""
-    del queues, release_port
+    evaluator in ``InputMode.SPARK`` (the data would also go to them). ``queues`` is
+    accepted for compatibility.
+
+    ``release_port=False`` keeps each node's TensorFlow port bound while ``map_fun`` runs, as
+    ``ctx.tmp_socket``, so that no other process takes it; ``map_fun`` calls
+    ``ctx.release_port()`` before its server binds the port. By default the port is released
+    just before ``map_fun`` starts.
+
+    Every argument is checked at once, on the driver. A reservation server
+    (:mod:`sparktrain.tfos.reservation`) starts with the nodes, and its address is logged
+    (``cluster.cluster_meta["server_addr"]``)."""
+    del queues
     require_spark("sparktrain.tfos.TFCluster.run", arrow_udfs=input_mode == InputMode.SPARK)
     _checks.function("map_fun", map_fun)
     num_executors = _checks.integer("num_executors", num_executors, minimum=1)
@@ -391,6 +635,7 @@ def run(
         tensorboard=bool(tensorboard),
         log_dir=log_dir,
         eval_grace_secs=eval_grace_secs,
+        release_port=bool(release_port),
     )
     return TFCluster(
         sc,

@@ -11,7 +11,16 @@ their imports from ``tensorflowonspark`` to ``sparktrain.tfos``.
   ``is_gpu_available``;
 - :mod:`~sparktrain.tfos.dfutil`: ``saveAsTFRecords``, ``loadTFRecords``, ``isLoadedDF``;
 - :mod:`~sparktrain.tfos.pipeline`: the Spark ML ``TFEstimator`` and ``TFModel``;
-- :mod:`~sparktrain.tfos.TFParallel`: independent single-node runs on every executor.
+- :mod:`~sparktrain.tfos.TFParallel`: independent single-node runs on every executor;
+- :mod:`~sparktrain.tfos.util`, :mod:`~sparktrain.tfos.gpu_info`,
+  :mod:`~sparktrain.tfos.TFManager`, :mod:`~sparktrain.tfos.reservation` and
+  :mod:`~sparktrain.tfos.marker`: TFoS's helper modules, for code that imports them
+  (:mod:`~sparktrain.tfos.TFSparkNode`, TFoS's node internals, only names ``ctx``'s type).
+
+Streams: ``TFCluster.train(dstream)`` and ``shutdown(ssc)`` feed a Spark Streaming job to the
+nodes as TFoS does (``reservation.Client(addr).request_stop()`` stops it), and
+``TFCluster.stream_feeder()`` is a Structured Streaming ``foreachBatch`` function that trains
+the nodes on each micro-batch exactly once (``ctx.get_stream_feed()`` in ``map_fun``).
 
 What differs from TFoS: the nodes of a job are one barrier stage of sparktrain's launcher
 (registration with time-outs, failure detection, restarts), task 0 is the chief and the
@@ -26,7 +35,20 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["TFCluster", "TFNode", "TFParallel", "compat", "dfutil", "pipeline"]
+__all__ = [
+    "TFCluster",
+    "TFManager",
+    "TFNode",
+    "TFParallel",
+    "TFSparkNode",
+    "compat",
+    "dfutil",
+    "gpu_info",
+    "marker",
+    "pipeline",
+    "reservation",
+    "util",
+]
 
 
 def __getattr__(name: str) -> ModuleType:

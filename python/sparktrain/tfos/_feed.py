@@ -1,16 +1,20 @@
 """The data feed of TFoS's ``InputMode.SPARK`` inside a node: ``ctx.mgr``
-(:class:`FeedManager`, the task's share of the fed RDD) and :class:`DataFeed`, what TFoS's
-``TFNode.DataFeed(ctx.mgr)`` returns. Runs in the trainer process."""
+(:class:`FeedManager`, the task's share of the fed RDD; a stream's rows come from
+:mod:`sparktrain.tfos._stream`) and :class:`DataFeed`, what TFoS's ``TFNode.DataFeed(ctx.mgr)``
+returns. A ``DataFeed`` also reads a :mod:`~sparktrain.tfos.TFManager` queue as TFoS's does.
+Runs in the trainer process."""
 
 from __future__ import annotations
 
 import pickle
+import queue
 from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sparktrain import _checks
 from sparktrain.errors import InvalidArgumentError
+from sparktrain.tfos.marker import EndPartition
 
 if TYPE_CHECKING:
     from sparktrain.cluster.trainer.context import TrainerContext
@@ -18,9 +22,64 @@ if TYPE_CHECKING:
 #: The columns of the DataFrame an RDD becomes to be fed: the row's position, the pickled row.
 INDEX_COLUMN = "_sparktrain_index"
 ROW_COLUMN = "_sparktrain_row"
+#: Seconds ``terminate()`` waits for more rows in a TFManager queue while it empties it.
+DRAIN_SECONDS = 5.0
 
 
-class FeedManager:
+class FeedSource:
+    """What a node's ``ctx.mgr`` is in ``InputMode.SPARK``: the rows that reach the node
+    through the launcher, read by :class:`DataFeed`. It is not TFoS's multiprocessing manager:
+    it has no queues (:meth:`get_queue` says so) and keeps only ``"state"``."""
+
+    #: Whether rows read are owed a result (``TFCluster.inference``).
+    inference = False
+    #: ``"running"``, or ``"terminating"`` once a feed was terminated.
+    state = "running"
+    _default: DataFeed | None = None
+
+    def take(self, n: int) -> list[Any]:
+        """Up to ``n`` rows; fewer (or none) at the end of the feed or after ``terminate``."""
+        raise NotImplementedError
+
+    def answer(self, results: list[Any]) -> None:
+        """Results for the oldest rows read (inference); dropped in training, as TFoS does."""
+
+    def terminate(self) -> None:
+        """Stops feeding: every feed of the node reads nothing more."""
+        self.state = "terminating"
+
+    def get(self, key: str) -> Any:
+        """TFoS's ``mgr.get``: only ``"state"`` is kept."""
+        if key != "state":
+            raise InvalidArgumentError(f"mgr.get({key!r}): only 'state' is kept")
+        return self.state
+
+    def set(self, key: str, value: Any) -> None:
+        """TFoS's ``mgr.set``: only ``("state", "terminating")``, which terminates the feed."""
+        if key != "state" or value != "terminating":
+            raise InvalidArgumentError(f"mgr.set({key!r}, {value!r}): only ('state', 'terminating') is kept")
+        self.terminate()
+
+    def get_queue(self, qname: str) -> Any:
+        """Refused: rows reach a sparktrain node as Arrow batches through the launcher, not
+        through a multiprocessing queue; read them with ``TFNode.DataFeed(ctx.mgr)``."""
+        raise InvalidArgumentError(
+            f"ctx.mgr.get_queue({qname!r}): a sparktrain.tfos node has no multiprocessing queues; its "
+            "rows reach it through the launcher: read them with TFNode.DataFeed(ctx.mgr)"
+        )
+
+    def default_feed(self) -> DataFeed:
+        """The feed behind TFoS's module functions ``TFNode.next_batch(mgr, ...)`` and
+        ``TFNode.batch_results(mgr, ...)``."""
+        if self._default is None:
+            self._default = DataFeed(self, train_mode=not self.inference)
+        return self._default
+
+    def check_answered(self) -> None:
+        """Fails when rows read are still owed a result."""
+
+
+class FeedManager(FeedSource):
     """``ctx.mgr``: the task's share of the fed RDD, read row by row for ``epochs`` passes by
     every :class:`~sparktrain.tfos.TFNode.DataFeed` of the node (they share one reader, as
     TFoS's feeds share one queue), and the inference results handed back."""
@@ -33,13 +92,11 @@ class FeedManager:
         self.inference = inference
         self._rows = self._read()
         self._exhausted = False
-        #: ``"running"``, or ``"terminating"`` once a feed was terminated.
         self.state = "running"
         #: Positions of the rows read and not answered yet, in order.
         self.pending: deque[int] = deque()
         #: ``(row position, result)`` pairs from ``batch_results``.
         self.results: list[tuple[int, Any]] = []
-        self._default_feed: DataFeed | None = None
 
     def _read(self) -> Iterator[tuple[int, Any]]:
         """``(position, row)`` for every row of every epoch."""
@@ -77,23 +134,6 @@ class FeedManager:
         for result in results:
             self.results.append((self.pending.popleft(), result))
 
-    def terminate(self) -> None:
-        """Stops feeding: every feed of the node reads nothing more."""
-        self.state = "terminating"
-
-    def get(self, key: str) -> Any:
-        """TFoS's ``mgr.get``: only ``"state"`` is kept."""
-        if key != "state":
-            raise InvalidArgumentError(f"mgr.get({key!r}): only 'state' is kept")
-        return self.state
-
-    def default_feed(self) -> DataFeed:
-        """The feed behind TFoS's module functions ``TFNode.next_batch(mgr, ...)`` and
-        ``TFNode.batch_results(mgr, ...)``."""
-        if self._default_feed is None:
-            self._default_feed = DataFeed(self, train_mode=not self.inference)
-        return self._default_feed
-
     def check_answered(self) -> None:
         """In inference, fails when rows read got no result: their outputs would be missing."""
         if self.inference and self.pending:
@@ -104,19 +144,24 @@ class FeedManager:
 
 
 class DataFeed:
-    """Reads the node's share of the RDD given to ``TFCluster.train`` or ``inference``.
+    """Reads the node's share of the RDD given to ``TFCluster.train`` or ``inference``, or of
+    the stream given to ``train``.
 
-    ``next_batch(n)`` returns up to ``n`` rows (fewer at the end), or with ``input_mapping`` a
-    dict of tensor name → column values, columns taken by position in the sorted order of the
-    mapping's keys, as TFoS does. ``should_stop()`` is true once this feed read to the end of
-    every epoch, or after ``terminate()``. In inference, ``batch_results(results)`` takes one
-    result per row read, in order. The feeds of one node share its rows, as TFoS's share one
-    queue; ``train_mode`` is accepted for compatibility.
+    ``next_batch(n)`` returns up to ``n`` rows (fewer at the end; in a stream it waits for
+    ``n``), or with ``input_mapping`` a dict of tensor name → column values, columns taken by
+    position in the sorted order of the mapping's keys, as TFoS does. ``should_stop()`` is
+    true once this feed read to the end of every epoch (of the stream), or after
+    ``terminate()``. In inference, ``batch_results(results)`` takes one result per row read,
+    in order. The feeds of one node share its rows, as TFoS's share one queue; ``train_mode``
+    matters only for a :mod:`~sparktrain.tfos.TFManager` queue (see :meth:`next_batch`).
+
+    ``mgr`` may also be a :mod:`~sparktrain.tfos.TFManager` that user code fills: the feed
+    then reads its ``qname_in`` queue and writes results to ``qname_out``, as TFoS's does.
     """
 
     def __init__(
         self,
-        mgr: FeedManager | None,
+        mgr: Any,
         train_mode: bool = True,
         qname_in: str = "input",
         qname_out: str = "output",
@@ -124,6 +169,8 @@ class DataFeed:
     ) -> None:
         if mgr is None:
             raise InvalidArgumentError("DataFeed needs ctx.mgr, which exists only in InputMode.SPARK")
+        if not isinstance(mgr, FeedSource) and not hasattr(mgr, "get_queue"):
+            raise InvalidArgumentError(f"DataFeed(mgr={mgr!r}): pass ctx.mgr or a TFManager")
         if input_mapping is not None:
             _checks.instance("input_mapping", input_mapping, Mapping, "a dict of column to tensor name")
         self.mgr = mgr
@@ -132,16 +179,43 @@ class DataFeed:
         self.qname_out = qname_out
         self.done_feeding = False
         self.input_tensors = [t for _, t in sorted(input_mapping.items())] if input_mapping else None
+        self._queues = (
+            None if isinstance(mgr, FeedSource) else (mgr.get_queue(qname_in), mgr.get_queue(qname_out))
+        )
 
     def next_batch(self, batch_size: int) -> list[Any] | dict[str, list[Any]]:
-        """Up to ``batch_size`` rows; fewer (or none) at the end of the feed."""
+        """Up to ``batch_size`` rows; fewer (or none) at the end of the feed.
+
+        From a TFManager queue it takes items until ``batch_size`` rows or ``None`` (the end
+        of the feed); an :class:`~sparktrain.tfos.marker.EndPartition` ends the batch early
+        in inference (``train_mode=False``) once it holds rows."""
         batch_size = _checks.integer("batch_size", batch_size, minimum=1)
-        rows = self.mgr.take(batch_size)
-        if len(rows) < batch_size:
-            self.done_feeding = True
+        if self._queues is not None:
+            rows = self._from_queue(batch_size)
+        else:
+            rows = self.mgr.take(batch_size)
+            if len(rows) < batch_size:
+                self.done_feeding = True
         if self.input_tensors is None:
             return rows
         return {t: [row[i] for row in rows] for i, t in enumerate(self.input_tensors)}
+
+    def _from_queue(self, batch_size: int) -> list[Any]:
+        assert self._queues is not None
+        source = self._queues[0]
+        rows: list[Any] = []
+        while len(rows) < batch_size:
+            item = source.get(block=True)
+            source.task_done()
+            if item is None:
+                self.done_feeding = True
+                break
+            if isinstance(item, EndPartition):
+                if not self.train_mode and rows:
+                    break
+                continue
+            rows.append(item)
+        return rows
 
     def should_stop(self) -> bool:
         """True once the feed is exhausted or terminated."""
@@ -149,10 +223,25 @@ class DataFeed:
 
     def batch_results(self, results: list[Any]) -> None:
         """One result per row read (in inference), in the order the rows came. In training
-        the results are dropped, as TFoS does."""
+        the results are dropped, as TFoS does (a TFManager's ``qname_out`` queue gets them)."""
+        if self._queues is not None:
+            for result in results:
+                self._queues[1].put(result, block=True)
+            return
         self.mgr.answer(list(results))
 
     def terminate(self) -> None:
-        """Stops feeding this node: the rest of its share is not read."""
-        self.mgr.terminate()
+        """Stops feeding this node: the rest of its share is not read. A TFManager's
+        ``state`` becomes ``"terminating"`` and its queue is emptied of what arrives within
+        ``DRAIN_SECONDS``."""
+        if self._queues is not None:
+            self.mgr.set("state", "terminating")
+            while True:
+                try:
+                    self._queues[0].get(block=True, timeout=DRAIN_SECONDS)
+                except queue.Empty:
+                    break
+                self._queues[0].task_done()
+        else:
+            self.mgr.terminate()
         self.done_feeding = True

@@ -18,11 +18,18 @@ Every node meets the others at one barrier, :data:`RELEASE_BARRIER`: a foregroun
 ``map_fun`` failing fails the job at once. A background node still running when the barrier
 completes is stopped with the trainer process; an evaluator first gets ``eval_grace_secs`` to
 finish. Every wait ends when the job fails or is shut down (the driver aborts the barrier).
+
+Reservations. As it starts, every node leaves its reservation with the driver's reservation
+server (:mod:`sparktrain.tfos.reservation`), signed with the job's stream key: who it is,
+its TensorFlow port, and in a streaming job the address where it takes micro-batches
+(:mod:`sparktrain.tfos._stream`). It writes its ``executor_id`` to the working directory, as
+TFoS's nodes do (:func:`sparktrain.tfos.util.read_executor_id`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -32,9 +39,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sparktrain.errors import BarrierTimeout, InvalidArgumentError
-from sparktrain.tfos._feed import DataFeed, FeedManager
+from sparktrain.errors import BarrierTimeout, ClusterError, InvalidArgumentError
+from sparktrain.tfos import util
+from sparktrain.tfos._feed import DataFeed, FeedManager, FeedSource
+from sparktrain.tfos._stream import MicroBatches, RowStream, StreamEndpoint, StreamFeed
 from sparktrain.tfos._tf import export_saved_model, hdfs_path, start_cluster_server
+from sparktrain.tfos.reservation import Client
 
 if TYPE_CHECKING:
     from sparktrain.cluster.trainer.context import TrainerContext
@@ -49,6 +59,10 @@ RELEASE_BARRIER = "sparktrain.tfos.release"
 RELEASE_POLL_SECONDS = 1.0
 #: Epochs ``TFCluster.train`` feeds when it is given ``num_epochs=0``, as TFoS does.
 DEFAULT_EPOCHS = 10
+#: The kinds of stream a node can be fed: Spark Streaming's DStreams, Structured Streaming.
+DSTREAM, STRUCTURED = "dstream", "structured"
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -66,10 +80,11 @@ class NodeContext:
     cluster_spec: dict[str, list[str]]
     defaultFS: str  # TFoS's spelling
     working_dir: str
-    mgr: FeedManager | None
+    mgr: FeedSource | None
     trainer: TrainerContext
     num_workers: int = 0
-    #: TFoS's reserved-port socket: sparktrain releases the port before ``map_fun`` starts.
+    #: The bound socket that holds the node's TensorFlow port with ``release_port=False``
+    #: (:meth:`release_port` closes it); None when the port was released before ``map_fun``.
     tmp_socket: socket.socket | None = field(default=None, repr=False)
 
     @property
@@ -115,9 +130,37 @@ class NodeContext:
         export_keras(model_or_sess, export_dir, self.trainer.is_chief)
 
     def release_port(self) -> None:
-        """Nothing to do: the port reserved for TensorFlow is released before ``map_fun``
-        starts (TFoS's ``release_port=False`` needs this call)."""
+        """Releases the node's TensorFlow port held for it with ``TFCluster.run(...,
+        release_port=False)``, so that its server can bind it; warns when there is none."""
+        if self.tmp_socket is None:
+            _log.warning("release_port(): this node holds no reserved port (release_port=True releases it)")
+            return
+        self.tmp_socket.close()
         self.tmp_socket = None
+        self.trainer.release_tf_port()
+
+    def get_stream_feed(
+        self, state_dir: str | None = None, last_batch_id: int | None = None, *, pickle: bool = False
+    ) -> StreamFeed:
+        """The micro-batches of the Structured Streaming query fed by ``cluster.stream_feeder()``
+        (call it once, on every node)::
+
+            feed = ctx.get_stream_feed(state_dir=args.state_dir)
+            weights = feed.state["weights"] if feed.state else init()
+            for batch in feed:              # this node's share of each micro-batch, in order
+                weights = train(weights, batch.rows())
+                feed.commit({"weights": weights})
+
+        With ``state_dir`` (any storage URL) the chief's last committed state is restored
+        (``feed.state``, shared with every node), and micro-batches it already holds are not
+        handed out again when the query replays them. Without it, pass the id of the last
+        micro-batch your own checkpoint holds as ``last_batch_id``. The loop ends when the
+        driver ends the stream (``cluster.shutdown()``)."""
+        if not isinstance(self.mgr, MicroBatches):
+            raise InvalidArgumentError(
+                "ctx.get_stream_feed() needs a node fed by cluster.stream_feeder() (Structured Streaming)"
+            )
+        return StreamFeed(self.trainer, self.mgr, state_dir, last_batch_id, pickle)
 
 
 @dataclass(frozen=True)
@@ -138,6 +181,14 @@ class NodePlan:
     log_dir: str | None = None
     #: Seconds an evaluator may still run once training has ended.
     eval_grace_secs: float = 600.0
+    #: Whether the launcher releases TensorFlow's port before ``map_fun`` (else ``tmp_socket``).
+    release_port: bool = True
+    #: ``(host, port)`` of the driver's reservation server.
+    server_addr: tuple[str, int] | None = None
+    #: The job's stream key: signs reservations and authenticates stream connections.
+    stream_key: bytes = field(default=b"", repr=False)
+    #: :data:`DSTREAM` or :data:`STRUCTURED` for a streaming job, else None.
+    stream: str | None = None
 
 
 def tfos_roles(ctx: TrainerContext, plan: NodePlan) -> list[tuple[str, int]]:
@@ -211,6 +262,10 @@ class _TensorBoard:
             stdin=subprocess.DEVNULL,
         )
 
+    @property
+    def pid(self) -> int:
+        return int(self._process.pid)
+
     def stop(self) -> None:
         """Stops TensorBoard: SIGTERM, then SIGKILL after 5 s."""
         self._process.terminate()
@@ -283,10 +338,55 @@ def _allow_remote_calls(num_tasks: int) -> None:
     os.environ["TF_NUM_INTEROP_THREADS"] = str(max(current, num_tasks + 1))
 
 
+def _write_executor_id(rank: int) -> None:
+    """Writes ``executor_id`` where TFoS's nodes do; a read-only working directory only
+    loses that file."""
+    try:
+        util.write_executor_id(rank)
+    except OSError as e:
+        print(f"sparktrain.tfos: could not write {util.EXECUTOR_ID_FILE}: {e}", file=sys.stderr)
+
+
+def _register(
+    plan: NodePlan,
+    ctx: TrainerContext,
+    role: tuple[str, int],
+    board: _TensorBoard | None,
+    endpoint: StreamEndpoint | None,
+) -> None:
+    """Leaves this node's reservation with the driver (see the module's docstring). A
+    streaming node cannot be fed without it and fails; another node only warns."""
+    if plan.server_addr is None:
+        return
+    me = ctx.tasks[ctx.rank]
+    reservation = {
+        "executor_id": ctx.rank,
+        "host": me.host,
+        "job_name": role[0],
+        "task_index": role[1],
+        "port": me.tf_port,
+        "tb_pid": board.pid if board is not None else 0,
+        "tb_port": board.port if board is not None else 0,
+        "addr": list(endpoint.address) if endpoint is not None else None,
+        "authkey": None,
+        "generation": ctx.generation,
+    }
+    try:
+        client = Client(plan.server_addr)
+        try:
+            client.register_signed(reservation, plan.stream_key)
+        finally:
+            client.close()
+    except ClusterError as e:
+        if endpoint is not None:
+            raise
+        print(f"sparktrain.tfos: this node's reservation was not recorded: {e}", file=sys.stderr)
+
+
 def run_map_fun(plan: NodePlan, ctx: TrainerContext) -> Any:
     """The trainer's ``main_fun``: builds TFoS's ``ctx`` and ``TF_CONFIG``, starts TensorBoard
-    on the chief when asked, and runs the user's ``map_fun`` in the foreground or the
-    background (see the module's docstring).
+    on the chief when asked, opens a streaming node's endpoint, registers the node, and runs
+    the user's ``map_fun`` in the foreground or the background (see the module's docstring).
 
     A fed inference node returns its results as ``(position, result)`` pairs."""
     tf_config = tfos_tf_config(ctx, plan)
@@ -296,7 +396,13 @@ def run_map_fun(plan: NodePlan, ctx: TrainerContext) -> Any:
     if isinstance(plan.tf_args, list):
         sys.argv = list(plan.tf_args)  # TFoS hands an ARGV list over as the command line
     job_name, task_index = tf_config["task"]["type"], tf_config["task"]["index"]
-    mgr = FeedManager(ctx, plan.epochs, plan.pickled_rows, plan.inference) if plan.fed else None
+    mgr: FeedSource | None = None
+    if plan.stream == DSTREAM:
+        mgr = RowStream()
+    elif plan.stream == STRUCTURED:
+        mgr = MicroBatches()
+    elif plan.fed:
+        mgr = FeedManager(ctx, plan.epochs, plan.pickled_rows, plan.inference)
     cluster = tf_config["cluster"]
     node = NodeContext(
         executor_id=ctx.rank,
@@ -308,14 +414,26 @@ def run_map_fun(plan: NodePlan, ctx: TrainerContext) -> Any:
         mgr=mgr,
         trainer=ctx,
         num_workers=sum(len(v) for k, v in cluster.items() if k in ("chief", "master", "worker")),
+        tmp_socket=ctx.tf_port_socket,
     )
+    if node.tmp_socket is not None:
+        _log.warning(
+            "release_port=False: call ctx.release_port() before this node's TensorFlow server starts"
+        )
+    _write_executor_id(ctx.rank)
     board = None
-    if plan.tensorboard and ctx.rank == 0:
-        log_dir = plan.log_dir or os.path.join(ctx.working_dir, f"tensorboard_{ctx.rank}")
-        board = _TensorBoard(ctx.tasks[ctx.rank].host, log_dir)
-        print(f"TensorBoard running at: {board.url}", flush=True)
-        ctx.report(tensorboard_port=board.port)
+    endpoint = None
     try:
+        if isinstance(mgr, RowStream | MicroBatches):
+            endpoint = StreamEndpoint(
+                ctx.tasks[ctx.rank].host, plan.stream_key, mgr, f"{job_name}:{task_index}"
+            )
+        if plan.tensorboard and ctx.rank == 0:
+            log_dir = plan.log_dir or os.path.join(ctx.working_dir, f"tensorboard_{ctx.rank}")
+            board = _TensorBoard(ctx.tasks[ctx.rank].host, log_dir)
+            print(f"TensorBoard running at: {board.url}", flush=True)
+            ctx.report(tensorboard_port=board.port)
+        _register(plan, ctx, (job_name, task_index), board, endpoint)
         if job_name in ("ps", "evaluator") or (plan.num_ps > 0 and ctx.rank != 0):
             background = _Background(plan.map_fun, plan.tf_args, node)
             _await_release(ctx, background)
@@ -329,4 +447,6 @@ def run_map_fun(plan: NodePlan, ctx: TrainerContext) -> Any:
     finally:
         if board is not None:
             board.stop()
-    return mgr.results if mgr is not None and plan.inference else None
+        if endpoint is not None:
+            endpoint.close()
+    return mgr.results if isinstance(mgr, FeedManager) and plan.inference else None

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sparktrain import _checks
+from sparktrain.errors import InvalidArgumentError
 
 #: URL schemes a path keeps as it is (Hadoop's file systems, as TFoS lists them).
 _SCHEMES = (
@@ -51,6 +52,11 @@ def start_cluster_server(ctx: Any, num_gpus: int = 1, rdma: bool = False) -> tup
     task (``CUDA_VISIBLE_DEVICES``). ``rdma=True`` asks for the ``grpc+verbs`` protocol, which
     only TensorFlow builds with RDMA support have."""
     del num_gpus
+    if getattr(ctx, "tmp_socket", None) is not None:
+        raise InvalidArgumentError(
+            "start_cluster_server: the node still holds its TensorFlow port (release_port=False); "
+            "call ctx.release_port() first"
+        )
     import tensorflow as tf
 
     cluster = tf.train.ClusterSpec(ctx.cluster_spec)

@@ -59,13 +59,20 @@ def write_batches(
     overwrite: bool = False,
     defaults: Mapping[str, Any] | None = None,
 ) -> int:
-    """Writes Arrow data to the TFRecord file ``path`` as ``tf.train.Example``s.
+    """Writes Arrow data to the TFRecord file ``path`` as ``tf.train.Example`` records.
 
     ``data`` is a ``pyarrow.Table``, a ``RecordBatch``, a ``RecordBatchReader`` or any iterable
     of batches of one schema. ``compression`` is ``"GZIP"``, ``"ZLIB"`` or ``None`` (then the
     file name decides: ``.gz`` is GZIP, ``.zlib`` is ZLIB, else none). The file appears under
     its name only when everything was written; on error nothing does. Returns the number of
     records written.
+
+    >>> import pyarrow as pa
+    >>> table = pa.table({"label": [0, 1], "x": [0.5, 1.5], "word": ["a", "b"]})
+    >>> st.tfrecord.write_batches(f"{tmp}/train/part-0.tfrecord.gz", table)
+    2
+    >>> st.tfrecord.read(f"{tmp}/train").read_all().to_pydict()
+    {'label': [0, 1], 'word': ['a', 'b'], 'x': [0.5, 1.5]}
     """
     writer = _native.ExampleWriter(path, compression, overwrite, dict(defaults) if defaults else None)
     try:

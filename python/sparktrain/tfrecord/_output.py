@@ -6,6 +6,11 @@ which writes into the task attempt's own staging folder and commits it when the 
 the driver then publishes the committed tasks' files and writes ``_SUCCESS`` (see the Rust
 ``OutputJob`` for the folder layout and the guarantees). A failed or retried attempt, or a
 speculative copy, leaves no partial or duplicate file; a failed job leaves nothing visible.
+
+Exactly one attempt of each task commits, on every store: a file system renames the attempt's
+folder, an object store takes the first manifest uploaded for the task (the attempt's files stay
+where they are, and the job commit copies only those the manifest lists). So whichever attempt
+Spark reports for a task, the driver publishes the committed attempt's files, which are whole.
 """
 
 from __future__ import annotations
@@ -129,6 +134,8 @@ def write_task(job: WriteJob, batches: Iterable[pa.RecordBatch], task: int, atte
         if writer is not None:
             writer.abort()
         try:
+            # Keeps the attempt if its commit went through although it raised (an object
+            # store's answer lost on the way): the task's retry then gives way to it.
             native.abort_task(task, attempt)
         except Exception:  # the write's own error is the one to report
             _log.warning("could not remove the staging folder of task %d attempt %d", task, attempt)

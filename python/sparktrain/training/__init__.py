@@ -23,8 +23,10 @@ driver (``sharding="dynamic"``: fast trainers read more); or, with
 (``data=None``).
 
 The modules: :mod:`~sparktrain.training.driver` (:func:`train` and :class:`TrainResult`, on
-the driver), :mod:`~sparktrain.training.trainer` (:class:`Trainer`, in each trainer) and
-:mod:`~sparktrain.training.results` (the values that travel between them). The trainer process
+the driver), :mod:`~sparktrain.training.trainer` (:class:`Trainer`, in each trainer),
+:mod:`~sparktrain.training.results` (the values that travel between them) and
+:mod:`~sparktrain.training.callbacks` (:class:`Callback`, the hooks an experiment tracker
+such as :class:`sparktrain.tracking.MLflowCallback` follows training with). The trainer process
 imports the last two alone, so :func:`train` and :class:`TrainResult` load on first use.
 """
 
@@ -34,6 +36,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from sparktrain import _native
+from sparktrain.training.callbacks import Callback
 from sparktrain.training.results import FeatureSpec, FitResult, Metrics
 from sparktrain.training.trainer import DEFAULTS, Trainer
 
@@ -52,6 +55,7 @@ __all__ = [
     "DEFAULT_BUCKETS",
     "LEARNING_RATES",
     "MODELS",
+    "Callback",
     "FeatureSpec",
     "FitResult",
     "Metrics",

@@ -4,15 +4,23 @@ the driver."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sparktrain import _native, _spark
 from sparktrain._deps import require_spark
+from sparktrain.cluster.callbacks import JobCallback
 from sparktrain.cluster.driver.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF, Restart
 from sparktrain.errors import InvalidArgumentError
 from sparktrain.training.results import FeatureSpec, FitResult, Metrics
 from sparktrain.training.trainer import DEFAULTS, EvalCallback, Trainer, check_fit_arguments, train_main
+
+_log = logging.getLogger(__name__)
+#: The Spark conf that bounds each Python worker's memory (and so, inherited, its trainer's
+#: address space): the trainers' table budget is half of it, as the engine takes by default.
+PYSPARK_MEMORY_CONF = "spark.executor.pyspark.memory"
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,7 @@ def train(
     min_workers: int | None = None,
     early_stopping: Mapping[str, Any] | None = None,
     on_eval: EvalCallback | None = None,
+    callbacks: Sequence[JobCallback] = (),
     **hyperparameters: Any,
 ) -> TrainResult:
     """Trains ``model`` on ``num_workers`` Spark task slots in sync and returns the final
@@ -72,6 +81,10 @@ def train(
     :meth:`~sparktrain.training.Trainer.fit`): with ``restore_best`` (the default) the export
     holds the best evaluation's model. ``on_eval`` is pickled to the trainers and runs on the
     chief.
+
+    ``callbacks`` follow the job as in :meth:`sparktrain.Cluster.run`, and ``fit`` and the
+    export on the chief (:class:`~sparktrain.training.Callback`);
+    ``callbacks=[sparktrain.tracking.MLflowCallback()]`` logs the run to MLflow.
 
     Every argument is checked here, before any Spark job starts:
     :class:`~sparktrain.errors.InvalidArgumentError` names the one at fault."""
@@ -103,6 +116,8 @@ def train(
     config = Trainer(None, **trainer_args).config
     check_fit_arguments(epochs, steps, eval_every, sharding, early_stopping, eval_data, config)
     require_spark("sparktrain.train", arrow_udfs=fed)
+    if features is not None:
+        check_tables(spark, config, FeatureSpec.of(features), num_workers)
     args = {
         "trainer": trainer_args,
         "data": None if fed else data,
@@ -130,6 +145,7 @@ def train(
         max_restarts=max_restarts,
         restart_backoff=restart_backoff,
         min_workers=min_workers,
+        callbacks=callbacks,
     )
     with cluster:
         outcome = cluster.wait()
@@ -137,3 +153,33 @@ def train(
     return TrainResult(
         fit=fit, metrics=fit.metrics, export_dir=outcome["export_dir"], restarts=tuple(cluster.restarts)
     )
+
+
+def check_tables(spark: Any, config: _native.TrainerConfig, features: FeatureSpec, workers: int) -> None:
+    """Says how large the model's embedding tables are and where they will live, before any
+    Spark job: sharded across the ``workers`` trainers or whole on each. When the trainers'
+    budget is known (``table_budget_bytes``, or half of ``spark.executor.pyspark.memory``,
+    which bounds each trainer), tables that would not fit where they live are refused here,
+    naming the sizes and the settings, rather than in every trainer once the job runs."""
+    pyspark_memory = _spark.conf_bytes(_spark.context(spark, "spark"), PYSPARK_MEMORY_CONF)
+    budget = None if pyspark_memory is None else pyspark_memory // 2
+    whole, share, sharded = _native.table_plan(config, features.to_native(), workers, budget)
+    if whole == 0:
+        return
+    where = {
+        True: f"sharded across the {workers} trainers ({_gib(share)} on the largest)",
+        False: "whole on every trainer",
+        None: f"as each trainer's memory decides (shard_tables={config.shard_tables})",
+    }[sharded]
+    _log.info(
+        "embedding tables with their optimizer state: %s whole, %s per trainer when sharded over "
+        "%d; they will live %s",
+        _gib(whole),
+        _gib(share),
+        workers,
+        where,
+    )
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.2f} GiB"

@@ -36,7 +36,17 @@ class FeatureSpec:
 
     @classmethod
     def of(cls, value: FeatureSpec | Mapping[str, Any]) -> FeatureSpec:
-        """A spec from itself or a dict with the same keys; checked as the engine would."""
+        """A spec from itself or a dict with the same keys; checked as the engine would.
+
+        >>> from sparktrain.training import FeatureSpec
+        >>> spec = FeatureSpec.of({"dense": ["x"], "categorical": {"shop": 1000}, "multi_hot": {"tags": 100}})
+        >>> spec.categorical, spec.multi_hot
+        ((('shop', 1000),), (('tags', 100, 'mean'),))
+        >>> FeatureSpec.of({"dense": "x"})
+        Traceback (most recent call last):
+          ...
+        sparktrain.errors.InvalidArgumentError: features['dense']='x': give a list of columns
+        """
         if isinstance(value, FeatureSpec):
             spec = value
         else:

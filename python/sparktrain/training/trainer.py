@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from sparktrain import _checks, _native
 from sparktrain.errors import InvalidArgumentError
-from sparktrain.training.results import FeatureSpec, FitResult, Metrics
+from sparktrain.training import callbacks as _callbacks
+from sparktrain.training.results import FeatureSpec, FitResult, Metrics, log_line
 
 if TYPE_CHECKING:
+    from sparktrain.cluster.callbacks import JobCallback
     from sparktrain.cluster.trainer.context import TrainerContext
 
 #: The engine's configuration with every default.
@@ -142,9 +144,23 @@ class Trainer:
     from the latest checkpoint there. ``tensorboard_dir`` receives event files; progress lines
     come every ``log_every`` steps and go to the driver through ``ctx.report``.
 
+    Embedding tables too large for one trainer are sharded: each trainer holds the rows (and
+    their optimizer state) of a fixed share of the ids, and a step sends ids, rows and
+    gradients to and from their owners. ``shard_tables`` is ``"auto"`` (shard when the tables
+    with their optimizer state exceed ``table_budget_bytes`` on one trainer), ``"on"`` /
+    ``True`` or ``"off"`` / ``False``; ``table_budget_bytes`` defaults to half the memory a
+    trainer may use. Tables over the budget where they would live are refused before training
+    (:class:`~sparktrain.errors.InvalidArgumentError` naming the size, the budget and the
+    setting). With sharded tables every trainer takes part in ``save_checkpoint`` and
+    ``export``, and writes its own rows.
+
     ``device="cuda"`` (or ``"cuda:<n>"``) computes on a GPU the trainer sees (Spark's GPU
     resources set ``CUDA_VISIBLE_DEVICES``); it needs a build with the ``cuda`` feature.
     ``threads`` splits large optimizer updates across threads.
+
+    ``callbacks`` (:class:`~sparktrain.training.Callback`, such as
+    :class:`sparktrain.tracking.MLflowCallback`) follow ``fit`` and ``export`` on the chief;
+    ``ctx.trainer(...)`` gives the job's (``Cluster.run(..., callbacks=...)``).
     """
 
     def __init__(
@@ -181,6 +197,9 @@ class Trainer:
         clip_norm: float | None = None,
         regularization: Mapping[str, Any] | None = None,
         cross_layers: int | None = None,
+        shard_tables: bool | str = DEFAULTS.shard_tables,
+        table_budget_bytes: int | None = DEFAULTS.table_budget_bytes,
+        callbacks: Sequence[JobCallback] | None = None,
         **hyperparameters: float,
     ) -> None:
         unknown = set(hyperparameters) - set(_native.HYPERPARAMETERS)
@@ -205,6 +224,7 @@ class Trainer:
         _checks.optional_integer("checkpoint_every", checkpoint_every, minimum=1)
         _checks.optional_integer("dim", dim, minimum=1)
         _checks.optional_integer("cross_layers", cross_layers, minimum=1)
+        _checks.optional_integer("table_budget_bytes", table_budget_bytes, minimum=1)
         if clip_norm is not None:
             _checks.positive_number("clip_norm", clip_norm)
         shape: object = hidden  # typed as a sequence, but users pass anything
@@ -244,6 +264,8 @@ class Trainer:
                 clip_norm=None if clip_norm is None else float(clip_norm),
                 regularization=_json("regularization", regularization),
                 cross_layers=cross_layers,
+                shard_tables=shard_tables,
+                table_budget_bytes=table_budget_bytes,
             )
         except (OverflowError, TypeError) as e:
             # pyo3 refuses a negative count or a wrong type before the engine sees it.
@@ -251,6 +273,7 @@ class Trainer:
         self._native: _native.Trainer | None = None
         #: (``time.monotonic()``, the ring's send-busy seconds) at the last progress report.
         self._busy_mark: tuple[float, float] | None = None
+        self._callbacks = _callbacks.training_callbacks(callbacks)
 
     @property
     def config(self) -> _native.TrainerConfig:
@@ -297,7 +320,12 @@ class Trainer:
                 inferred = _native.infer_features(input.schema, self._label, self._buckets)
                 self._features = FeatureSpec.from_native(inferred)
             ring = self._ctx.communicator() if self._ctx is not None and self.num_workers > 1 else None
-            self._native = _native.Trainer(self._config, self._features.to_native(), ring)
+            # The job and its generation fence the checkpoints: once a restart's trainers write
+            # model_dir, an older generation's chief cut off from the driver can no longer.
+            job, generation = (self._ctx.job_id, self._ctx.generation) if self._ctx is not None else ("", 0)
+            self._native = _native.Trainer(
+                self._config, self._features.to_native(), ring, job=job, generation=generation
+            )
             self._link_busy()  # the first mark
             self._after_restart(self._native)
         return self._native
@@ -327,7 +355,23 @@ class Trainer:
             return None
         return min(1.0, max(0.0, (busy - mark[1]) / (now - mark[0])))
 
+    @property
+    def step(self) -> int:
+        """The steps trained so far (a trainer that resumed counts its checkpoint's)."""
+        return self._native.progress.step if self._native is not None else 0
+
+    @property
+    def callbacks(self) -> tuple[_callbacks.Callback, ...]:
+        """The training callbacks that follow ``fit`` and ``export`` on the chief."""
+        return self._callbacks
+
+    def _hook(self, hook: str, *args: Any) -> None:
+        """Runs a training hook of every callback, on the chief."""
+        if self.is_chief:
+            _callbacks.call(self._callbacks, hook, self, *args)
+
     def _report(self, line: _native.LogLine) -> None:
+        self._hook("on_log", log_line(line))
         if self._ctx is not None:
             busy = self._link_busy()
             extra = {} if busy is None else {"link_busy": busy}
@@ -368,9 +412,14 @@ class Trainer:
         input = self._input(data, sharding)
         trainer = self._trainer(input)
         evaluation = self._input(eval_data) if eval_data is not None else None
+        arguments: dict[str, Any] = {"data": data, "epochs": epochs, "steps": steps, "eval_data": eval_data}
+        arguments.update(eval_every=eval_every, sharding=sharding, early_stopping=early_stopping)
+        self._hook("on_fit_start", arguments)
 
         def chief_sees(line: _native.EvalLine) -> object:
-            return on_eval(line.step, Metrics.from_native(line.metrics)) if on_eval is not None else False
+            metrics = Metrics.from_native(line.metrics)
+            self._hook("on_evaluation", line.step, metrics)
+            return on_eval(line.step, metrics) if on_eval is not None else False
 
         summary = trainer.fit(
             input,
@@ -380,9 +429,11 @@ class Trainer:
             eval=evaluation,
             on_log=self._report,
             early_stopping=early_stopping_json(early_stopping, self._config),
-            on_eval=chief_sees if on_eval is not None else None,
+            on_eval=chief_sees if on_eval is not None or self._callbacks else None,
         )
-        return FitResult.from_native(summary)
+        result = FitResult.from_native(summary)
+        self._hook("on_fit_end", result)
+        return result
 
     def evaluate(self, data: str | None = None) -> Metrics:
         """Loss, accuracy and AUC over ``data``, every trainer evaluating its share."""
@@ -391,21 +442,26 @@ class Trainer:
 
     def export(self, export_dir: str) -> str:
         """The chief writes the model into ``export_dir`` (``model.json`` and
-        ``model.safetensors``), which :func:`sparktrain.predict` loads; returns the folder."""
+        ``model.safetensors``), which :func:`sparktrain.predict` loads; returns the folder.
+        Sharded tables stay sharded (``tables.json`` lists each trainer's files), and every
+        trainer must call it."""
         if self._native is None:
             raise InvalidArgumentError("export() needs a trained model: call fit() first")
         path = self._ctx.absolute_path(export_dir) if self._ctx is not None else export_dir
         self._native.export(path)
+        self._hook("on_export", path)
         return path
 
     def save_checkpoint(self) -> str | None:
-        """The chief writes a checkpoint now; its folder (None on other trainers)."""
+        """The chief writes a checkpoint now; its folder (None on other trainers). With
+        sharded tables every trainer must call it: each writes its rows and gets the folder."""
         if self._native is None:
             raise InvalidArgumentError("save_checkpoint() needs a model: call fit() first")
         return self._native.save_checkpoint()
 
     def weights(self) -> Any:
-        """The weights, flat in parameter-name order, as a NumPy float32 array."""
+        """The weights, flat in parameter-name order, as a NumPy float32 array (without the
+        embedding tables when they are sharded)."""
         if self._native is None:
             raise InvalidArgumentError("weights() needs a model: call fit() first")
         return self._native.weights().to_numpy(zero_copy_only=False)

@@ -14,12 +14,15 @@
 //! - [`link`]: what the kernel says of a connection (how long it was busy sending);
 //! - [`ring`]: the [`Communicator`]: all-reduce (of one buffer or a fused list), broadcast,
 //!   all-gather and barrier, over one or several parallel rings;
+//! - [`all_to_all`]: every rank's buffer for every other rank, over direct connections (or
+//!   forwarded along the ring);
 //! - [`untrusted`]: arbitrary bytes from a peer through the real collectives, for the fuzz
 //!   target and the tests.
 
 #[cfg(target_endian = "big")]
 compile_error!("the data plane sends values as their in-memory bytes and assumes little-endian hosts");
 
+pub mod all_to_all;
 pub mod element;
 pub mod error;
 pub mod handshake;
@@ -29,6 +32,7 @@ pub mod seal;
 pub mod untrusted;
 pub mod wire;
 
+pub use all_to_all::Route;
 pub use element::{Element, ReduceOp};
 pub use error::{CollectiveError, Result};
 pub use ring::{Communicator, Config, DEFAULT_CHUNK_BYTES, MAX_GATHER_BYTES, MAX_STREAMS};

@@ -15,12 +15,15 @@
 //!   around the ring, so no rank waits for its time-out when a peer is gone.
 //! - Every message is sealed ([`crate::seal`]): a frame that was altered on the way breaks
 //!   the ring like a lost peer does.
+//! - All-to-all ([`crate::all_to_all`]) runs over direct connections to every rank, made
+//!   from the same listener with the same handshake the first time a job needs them.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::thread;
 use std::time::Duration;
 
+use crate::all_to_all::{self, Mesh, Route};
 use crate::element::{Element, ReduceOp};
 use crate::error::{CollectiveError, Result};
 use crate::handshake;
@@ -70,11 +73,15 @@ pub struct Config {
     pub chunk_bytes: usize,
     /// Parallel rings (TCP connection pairs); large all-reduces are split across them.
     pub streams: usize,
-    /// The most bytes a peer may announce for its item of an all-gather.
+    /// The most bytes a peer may announce for its item of an all-gather or its buffer of an
+    /// all-to-all.
     pub max_gather_bytes: u64,
     /// Whether frames are sealed (encrypted and authenticated, see [`crate::seal`]); every
     /// rank must agree. Only a job on a network it trusts should turn it off.
     pub sealed: bool,
+    /// How all-to-all buffers travel: over direct connections between every pair of ranks
+    /// (the default), or forwarded along the ring.
+    pub all_to_all: Route,
 }
 
 impl Config {
@@ -89,6 +96,7 @@ impl Config {
             streams: 1,
             max_gather_bytes: MAX_GATHER_BYTES,
             sealed: true,
+            all_to_all: Route::Mesh,
         }
     }
 }
@@ -120,14 +128,14 @@ const SPLIT_BYTES: usize = 1 << 20;
 
 /// Messages this small are written before reading, on the calling thread: the sockets'
 /// buffers take them whole, and a thread costs more than the transfer.
-const INLINE_BYTES: usize = 8 << 10;
+pub(crate) const INLINE_BYTES: usize = 8 << 10;
 
 const HEADER: usize = 24;
 
 /// One ring's pair of connections, each with its frame key.
 pub(crate) struct Link<C: Connection> {
-    next: Sealer<C>,
-    prev: Opener<C>,
+    pub(crate) next: Sealer<C>,
+    pub(crate) prev: Opener<C>,
 }
 
 impl<C: Connection> Link<C> {
@@ -148,19 +156,19 @@ impl<C: Connection> Link<C> {
 }
 
 #[derive(Clone, Copy)]
-enum Side {
+pub(crate) enum Side {
     Next,
     Prev,
 }
 
 /// What errors need to know about this rank's place in the ring.
-struct Place<'a> {
-    rank: usize,
-    size: usize,
-    peers: &'a [String],
-    timeout: Duration,
-    chunk_bytes: usize,
-    max_gather_bytes: u64,
+pub(crate) struct Place<'a> {
+    pub(crate) rank: usize,
+    pub(crate) size: usize,
+    pub(crate) peers: &'a [String],
+    pub(crate) timeout: Duration,
+    pub(crate) chunk_bytes: usize,
+    pub(crate) max_gather_bytes: u64,
 }
 
 impl Place<'_> {
@@ -171,8 +179,12 @@ impl Place<'_> {
         }
     }
 
-    fn error(&self, op: &str, side: Side, e: io::Error) -> CollectiveError {
-        let peer = self.peer(side);
+    pub(crate) fn error(&self, op: &str, side: Side, e: io::Error) -> CollectiveError {
+        self.error_with(op, self.peer(side), e)
+    }
+
+    /// The error of `op` when the connection to or from `peer` failed with `e`.
+    pub(crate) fn error_with(&self, op: &str, peer: usize, e: io::Error) -> CollectiveError {
         let address = self.peers[peer].clone();
         match e.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
@@ -197,6 +209,8 @@ pub const MAX_GATHER_BYTES: u64 = 1 << 30;
 pub struct Communicator<C: Connection = TcpStream> {
     config: Config,
     links: Vec<Link<C>>,
+    /// The direct connections of all-to-all, made when first needed.
+    mesh: Mesh<C>,
     broken: bool,
     calls: u64,
     /// Connections refused while setting up (wrong secret, wrong rank).
@@ -245,7 +259,8 @@ impl Communicator {
                 }
             }
         }
-        Ok(Communicator { config, links, broken: false, calls: 0, refused })
+        let mesh = Mesh::dialled_later(all_to_all::tcp_dialer(listener));
+        Ok(Communicator { config, links, mesh, broken: false, calls: 0, refused })
     }
 }
 
@@ -278,9 +293,9 @@ fn check(config: &Config) -> Result<()> {
 impl<C: Connection> Communicator<C> {
     /// A communicator over links already connected and keyed: how the untrusted-input
     /// exercises run the real collectives over scripted connections.
-    pub(crate) fn over(config: Config, links: Vec<Link<C>>) -> Result<Self> {
+    pub(crate) fn over(config: Config, links: Vec<Link<C>>, mesh: Mesh<C>) -> Result<Self> {
         check(&config)?;
-        Ok(Communicator { config, links, broken: false, calls: 0, refused: Vec::new() })
+        Ok(Communicator { config, links, mesh, broken: false, calls: 0, refused: Vec::new() })
     }
 
     /// This rank.
@@ -305,6 +320,13 @@ impl<C: Connection> Communicator<C> {
         self.links.iter().filter_map(|link| link.next.stream().busy_time()).max()
     }
 
+    /// Bytes this rank has written to its connections so far, frames' tags included: what
+    /// its collectives cost on the wire.
+    pub fn bytes_sent(&self) -> u64 {
+        let ring: u64 = self.links.iter().map(|l| l.next.bytes_sent()).sum();
+        ring + self.mesh.bytes_sent()
+    }
+
     /// Runs one collective: checks that the previous rank called the same thing, then `body`.
     /// Any failure breaks the ring for good, so the neighbours fail at once.
     fn call<R>(
@@ -312,7 +334,7 @@ impl<C: Connection> Communicator<C> {
         op: &str,
         signature: [u8; 4],
         len: u64,
-        body: impl FnOnce(&Place<'_>, &mut [Link<C>]) -> Result<R>,
+        body: impl FnOnce(&Place<'_>, &mut [Link<C>], &mut Mesh<C>) -> Result<R>,
     ) -> Result<R> {
         if self.broken {
             return Err(CollectiveError::InvalidArgument(format!(
@@ -338,13 +360,15 @@ impl<C: Connection> Communicator<C> {
         // caller) leaves the ring unusable rather than out of step.
         self.broken = !self.links.is_empty();
         let outcome = if self.links.is_empty() {
-            body(&place, &mut [])
+            body(&place, &mut [], &mut self.mesh)
         } else {
             exchange_header(&place, &mut self.links[0], op, &header)
-                .and_then(|_| body(&place, &mut self.links))
+                .and_then(|_| body(&place, &mut self.links, &mut self.mesh))
         };
+        self.refused.append(&mut self.mesh.refused);
         if outcome.is_err() && !self.links.is_empty() {
             self.links.iter().for_each(Link::shutdown);
+            self.mesh.shutdown();
         } else {
             self.broken = false;
         }
@@ -371,7 +395,7 @@ impl<C: Connection> Communicator<C> {
             _ => format!("all_reduce({}, {op:?}, {wire:?} wire)", T::NAME),
         };
         let bytes = std::mem::size_of_val(data);
-        self.call(&name, [1, T::CODE, op.code(), wire.code()], data.len() as u64, |place, links| {
+        self.call(&name, [1, T::CODE, op.code(), wire.code()], data.len() as u64, |place, links, _| {
             // Parts only for buffers worth it, decided the same way on every rank.
             let parts = if bytes >= SPLIT_BYTES { links.len() } else { links.len().min(1) };
             match parts {
@@ -445,7 +469,7 @@ impl<C: Connection> Communicator<C> {
             )));
         }
         let name = format!("broadcast(root {root})");
-        self.call(&name, [2, 0, root as u8, 0], data.len() as u64, |place, links| {
+        self.call(&name, [2, 0, root as u8, 0], data.len() as u64, |place, links, _| {
             let Some(link) = links.first_mut() else { return Ok(()) };
             let last = (root + place.size - 1) % place.size;
             for piece in data.chunks_mut(place.chunk_bytes) {
@@ -468,7 +492,7 @@ impl<C: Connection> Communicator<C> {
     /// rather than as a peer that broke off.
     pub fn all_gather(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         let name = "all_gather";
-        self.call(name, [3, 0, 0, 0], 0, |place, links| {
+        self.call(name, [3, 0, 0, 0], 0, |place, links, _| {
             let (n, rank) = (place.size, place.rank);
             let mut items: Vec<Vec<u8>> = vec![Vec::new(); n];
             items[rank] = data.to_vec();
@@ -498,6 +522,30 @@ impl<C: Connection> Communicator<C> {
         })
     }
 
+    /// Sends `items[r]` to rank `r`, for every rank, and returns what each rank sent this
+    /// one, by rank (this rank's own item comes back as it is). Items may differ in size and
+    /// be empty; every rank must call it at the same time. See [`crate::all_to_all`].
+    pub fn all_to_all<T: AsRef<[u8]> + Sync>(&mut self, items: &[T]) -> Result<Vec<Vec<u8>>> {
+        let n = self.size();
+        if items.len() != n {
+            return Err(CollectiveError::InvalidArgument(format!(
+                "all_to_all takes one item per rank: {} items for {n} ranks",
+                items.len()
+            )));
+        }
+        let route = self.config.all_to_all;
+        let name = "all_to_all";
+        let config = self.config.clone();
+        self.call(name, [4, 0, 0, route.code()], n as u64, |place, links, mesh| match (route, links) {
+            (_, []) => Ok(items.iter().map(|i| i.as_ref().to_vec()).collect()),
+            (Route::Ring, [link, ..]) => all_to_all::along_ring(place, link, name, items),
+            (Route::Mesh, [link, ..]) => {
+                mesh.dial(&config, &mut || barrier_over(place, link))?;
+                mesh.exchange(place, name, items)
+            }
+        })
+    }
+
     /// Returns once every rank has called it.
     pub fn barrier(&mut self) -> Result<()> {
         let mut token = [0i64];
@@ -523,6 +571,7 @@ impl<C: Connection> Communicator<C> {
                     .map_err(|e| CollectiveError::io("setting the ring's time-out", e))?;
             }
         }
+        self.mesh.set_timeout(timeout)?;
         self.config.timeout = timeout;
         Ok(())
     }
@@ -531,7 +580,14 @@ impl<C: Connection> Communicator<C> {
 impl<C: Connection> Drop for Communicator<C> {
     fn drop(&mut self) {
         self.links.iter().for_each(Link::shutdown);
+        self.mesh.shutdown();
     }
+}
+
+/// A barrier inside another collective's call: a one-value all-reduce over `link`, which ends
+/// on a rank only once every rank has reached it.
+fn barrier_over<C: Connection>(place: &Place<'_>, link: &mut Link<C>) -> Result<()> {
+    ring_all_reduce(place, link, "barrier", &mut [0i64], ReduceOp::Sum, Wire::Native)
 }
 
 fn exchange_header<C: Connection>(
@@ -551,6 +607,7 @@ fn exchange_header<C: Connection>(
                     1 => "all_reduce",
                     2 => "broadcast",
                     3 => "all_gather",
+                    4 => "all_to_all",
                     _ => "unknown",
                 },
                 h[1],
@@ -571,7 +628,7 @@ fn exchange_header<C: Connection>(
 }
 
 /// Sends `out` to the next rank while receiving `into` from the previous one.
-fn send_recv<C: Connection>(
+pub(crate) fn send_recv<C: Connection>(
     place: &Place<'_>,
     link: &mut Link<C>,
     op: &str,

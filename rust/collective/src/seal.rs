@@ -76,17 +76,27 @@ pub struct Sealer<S> {
     /// The frame being sealed: the message's bytes are copied here, since the caller's may
     /// not be changed.
     frame: Vec<u8>,
+    /// Bytes written to the connection so far.
+    sent: u64,
 }
 
 impl<S: Write> Sealer<S> {
     /// Seals what is written to `stream` with `key`; without one, writes in the clear.
     pub fn new(stream: S, key: Option<&[u8; KEY_BYTES]>) -> Self {
-        Sealer { stream, keyed: key.map(Keyed::new), frame: Vec::new() }
+        Sealer { stream, keyed: key.map(Keyed::new), frame: Vec::new(), sent: 0 }
+    }
+
+    /// Bytes written to the connection so far, tags included.
+    pub fn bytes_sent(&self) -> u64 {
+        self.sent
     }
 
     /// Sends `message`, frame by frame.
     pub fn send(&mut self, message: &[u8]) -> io::Result<()> {
-        let Some(keyed) = &mut self.keyed else { return self.stream.write_all(message) };
+        let Some(keyed) = &mut self.keyed else {
+            self.sent += message.len() as u64;
+            return self.stream.write_all(message);
+        };
         for piece in message.chunks(FRAME_BYTES) {
             let nonce = keyed.next_nonce()?;
             self.frame.clear();
@@ -96,6 +106,7 @@ impl<S: Write> Sealer<S> {
                 .seal_in_place_separate_tag(nonce, Aad::empty(), &mut self.frame)
                 .map_err(|_| io::Error::other("a frame could not be sealed"))?;
             self.frame.extend_from_slice(tag.as_ref());
+            self.sent += self.frame.len() as u64;
             self.stream.write_all(&self.frame)?;
         }
         Ok(())

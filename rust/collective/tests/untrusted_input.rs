@@ -2,7 +2,7 @@
 //! never panic, hang or allocate what a peer asks for (the same routine the fuzz target in
 //! `rust/collective/fuzz` runs).
 
-use sparktrain_collective::untrusted::{exercise, honest_peer};
+use sparktrain_collective::untrusted::{exercise, honest_peer, honest_peer_along_ring};
 
 struct Rng(u64);
 
@@ -24,7 +24,8 @@ fn messages(script: &[u8]) -> Vec<(usize, usize)> {
     let mut at = 1;
     let mut out = Vec::new();
     while at + 2 <= script.len() {
-        let len = usize::from(u16::from_le_bytes([script[at], script[at + 1]]));
+        // The top bit sends the message on the all-to-all's direct connection.
+        let len = usize::from(u16::from_le_bytes([script[at], script[at + 1]]) & 0x7fff);
         out.push((at + 2, len));
         at += 2 + len;
     }
@@ -33,7 +34,8 @@ fn messages(script: &[u8]) -> Vec<(usize, usize)> {
 
 #[test]
 fn an_honest_peer_completes_every_collective() {
-    assert_eq!(exercise(&honest_peer()), 6);
+    assert_eq!(exercise(&honest_peer()), 7);
+    assert_eq!(exercise(&honest_peer_along_ring()), 7);
 }
 
 #[test]
@@ -50,25 +52,32 @@ fn an_outsider_without_the_key_gets_nothing_through() {
 
 #[test]
 fn a_peer_with_the_key_cannot_break_the_parsers() {
-    let honest = honest_peer();
+    for honest in [honest_peer(), honest_peer_along_ring()] {
+        a_peer_with_the_key_cannot_break_the_parsers_of(honest);
+    }
+}
+
+fn a_peer_with_the_key_cannot_break_the_parsers_of(honest: Vec<u8>) {
     let mut rng = Rng(42);
     for (start, len) in messages(&honest) {
         // Every byte of every message, changed: a header out of step, a huge gather length,
-        // values of any bits.
+        // an all-to-all bundle that lies, values of any bits.
         for i in start..start + len {
             for value in [0u8, 0xff, honest[i] ^ 0x80] {
                 let mut mutated = honest.clone();
                 mutated[i] = value;
-                assert!(exercise(&mutated) <= 6);
+                assert!(exercise(&mutated) <= 7);
             }
         }
     }
-    // An all-gather length past the limit, and one past the address space.
-    for claim in [(1u64 << 16) + 1, u64::MAX] {
-        let mut mutated = honest.clone();
-        let (start, _) = messages(&honest)[12];
-        mutated[start..start + 8].copy_from_slice(&claim.to_le_bytes());
-        assert_eq!(exercise(&mutated), 3, "the gather is refused and the ring stays broken");
+    // An all-gather or all-to-all length past the limit, and one past the address space.
+    for (message, succeeding) in [(12, 3), (18, 5)] {
+        for claim in [(1u64 << 16) + 1, u64::MAX] {
+            let mut mutated = honest.clone();
+            let (start, _) = messages(&honest)[message];
+            mutated[start..start + 8].copy_from_slice(&claim.to_le_bytes());
+            assert_eq!(exercise(&mutated), succeeding, "refused, and the ring stays broken");
+        }
     }
     for _ in 0..2000 {
         let mut mutated = honest.clone();
@@ -82,6 +91,6 @@ fn a_peer_with_the_key_cannot_break_the_parsers() {
                 _ => mutated.insert(i, rng.next() as u8),
             }
         }
-        assert!(exercise(&mutated) <= 6);
+        assert!(exercise(&mutated) <= 7);
     }
 }

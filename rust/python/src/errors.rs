@@ -43,6 +43,7 @@ mod py {
     import_exception!(sparktrain.errors, TrainingError);
     import_exception!(sparktrain.errors, InputError);
     import_exception!(sparktrain.errors, CheckpointError);
+    import_exception!(sparktrain.errors, GenerationSuperseded);
 }
 
 /// An error of any core crate, or of the binding itself.
@@ -157,7 +158,8 @@ fn storage<'py>(py: Python<'py>, e: StorageError, attrs: &Attrs<'py>) -> PyResul
         | StorageError::InvalidUrl { url, .. }
         | StorageError::Io { url, .. }
         | StorageError::Hdfs { url, .. }
-        | StorageError::ObjectStore { url, .. } => Some(url.clone()),
+        | StorageError::ObjectStore { url, .. }
+        | StorageError::Commit { url, .. } => Some(url.clone()),
         // A wrong setting, not a failed operation: the message names the key.
         StorageError::Config { .. } => return Ok(py::InvalidArgumentError::type_object(py)),
         _ => None,
@@ -244,7 +246,23 @@ fn train<'py>(py: Python<'py>, e: TrainError, attrs: &Attrs<'py>) -> PyResult<Bo
             attrs.set_item("path", None::<String>)?;
             Ok(py::CheckpointError::type_object(py))
         }
+        TrainError::Superseded { model_dir, generation, by_job, by_generation } => {
+            attrs.set_item("path", model_dir)?;
+            attrs.set_item("generation", generation)?;
+            attrs.set_item("by_job", by_job)?;
+            attrs.set_item("by_generation", by_generation)?;
+            Ok(py::GenerationSuperseded::type_object(py))
+        }
         TrainError::Tensor(_) => Ok(py::TrainingError::type_object(py)),
+        // A setting to change, which no restart cures.
+        TrainError::TablesOverBudget { needed, budget, workers, sharded } => {
+            attrs.set_item("parameter", "table_budget_bytes")?;
+            attrs.set_item("needed", needed)?;
+            attrs.set_item("budget", budget)?;
+            attrs.set_item("workers", workers)?;
+            attrs.set_item("sharded", sharded)?;
+            Ok(py::InvalidArgumentError::type_object(py))
+        }
     }
 }
 

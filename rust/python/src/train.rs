@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
-use arrow::array::{Array, BooleanArray, Float32Array, Int64Array, RecordBatch};
+use arrow::array::{Array, ArrayData, BooleanArray, Float32Array, Int64Array, RecordBatch, UInt32Array};
 use arrow::datatypes::Schema;
 use arrow::pyarrow::{FromPyArrow, ToPyArrow};
 use pyo3::prelude::*;
@@ -17,9 +17,9 @@ use sparktrain_train::features::DEFAULT_BUCKETS;
 use sparktrain_train::features::{MultiHot, Pooling};
 use sparktrain_train::named::{HYPERPARAMETERS, LEARNING_RATES, LOSSES, MODELS};
 use sparktrain_train::{
-    Categorical, Crossed, EarlyStopping, EvalLine as RustEvalLine, Exported, FitOptions, Hooks,
+    Categorical, Crossed, EarlyStopping, EvalLine as RustEvalLine, Exported, Fence, FitOptions, Hooks,
     Input as RustInput, LogLine as RustLogLine, Loss, ModelKind, OptimizerConfig, Regularization, Rule,
-    Schedule, TrainError, Trainer as RustTrainer, WorkQueue,
+    Schedule, ShardTables, TrainError, Trainer as RustTrainer, WorkQueue,
 };
 
 use crate::cluster::ControlClient;
@@ -223,6 +223,23 @@ pub struct TrainerConfig {
 /// `(name, learning rate, settings)` of an update rule as Python gives it.
 type RuleArgs = (String, Option<f64>, BTreeMap<String, f64>);
 
+/// `shard_tables` as Python gives it: True or False, or `"auto"`, `"on"` or `"off"`.
+#[derive(FromPyObject)]
+enum ShardArg {
+    Flag(bool),
+    Name(String),
+}
+
+impl ShardArg {
+    fn parse(self) -> Result<ShardTables> {
+        match self {
+            ShardArg::Flag(true) => Ok(ShardTables::On),
+            ShardArg::Flag(false) => Ok(ShardTables::Off),
+            ShardArg::Name(name) => Ok(name.parse()?),
+        }
+    }
+}
+
 /// A setting given as JSON by the Python layer (a dict there), read into the engine's own
 /// type, which holds its defaults and refuses unknown keys; `parameter` names it in errors.
 fn from_json<T: serde::de::DeserializeOwned>(parameter: &str, json: &str) -> Result<T> {
@@ -239,6 +256,7 @@ impl TrainerConfig {
         prefetch=None, seed=None, model_dir=None, checkpoint_every=None, keep_checkpoints=None,
         max_shard_bytes=None, tensorboard_dir=None, log_every=None, device=None, loss=None,
         class_weight=None, lr_schedule=None, clip_norm=None, regularization=None, cross_layers=None,
+        shard_tables=None, table_budget_bytes=None,
     ))]
     fn new(
         model: &str,
@@ -266,6 +284,8 @@ impl TrainerConfig {
         clip_norm: Option<f32>,
         regularization: Option<&str>,
         cross_layers: Option<usize>,
+        shard_tables: Option<ShardArg>,
+        table_budget_bytes: Option<u64>,
     ) -> Result<Self> {
         let rule = |(name, lr, settings): &RuleArgs| Rule::named(name, *lr, settings);
         let mut optimizers = OptimizerConfig::new(rule(&optimizer)?);
@@ -303,6 +323,10 @@ impl TrainerConfig {
         config.model_dir = model_dir;
         config.checkpoint_every = checkpoint_every;
         config.tensorboard_dir = tensorboard_dir;
+        if let Some(shard) = shard_tables {
+            config.shard_tables = shard.parse()?;
+        }
+        config.table_budget_bytes = table_budget_bytes;
         config.validate()?;
         Ok(TrainerConfig { inner: config, classes, optimizer: optimizer.0 })
     }
@@ -431,6 +455,26 @@ impl TrainerConfig {
     #[getter]
     fn device(&self) -> String {
         self.inner.device.clone()
+    }
+
+    /// Whether embedding tables are sharded across the trainers: `auto` (when they do not fit
+    /// `table_budget_bytes`), `on` or `off`.
+    #[getter]
+    fn shard_tables(&self) -> &'static str {
+        self.inner.shard_tables.name()
+    }
+
+    /// The most bytes one trainer's embedding tables (with their optimizer state) may take;
+    /// None: half the memory the trainer may use.
+    #[getter]
+    fn table_budget_bytes(&self) -> Option<u64> {
+        self.inner.table_budget_bytes
+    }
+
+    /// The whole configuration as the engine resolved it, as JSON: every default filled in
+    /// (each rule's settings, the model's shape), for experiment trackers to record.
+    fn to_json(&self) -> String {
+        serde_json::to_string(&self.inner).expect("a configuration serializes")
     }
 }
 
@@ -649,19 +693,24 @@ struct Trainer {
 impl Trainer {
     /// A trainer for `config` and `features`, joined to the other workers through
     /// `communicator` (None: alone). Resumes from the latest checkpoint in the
-    /// configuration's `model_dir`.
+    /// configuration's `model_dir`. `job` and `generation` name the job (the same id in every
+    /// generation) and its generation, which fence its checkpoints: once a later generation
+    /// writes `model_dir`, this trainer's saves raise `GenerationSuperseded`.
     #[new]
-    #[pyo3(signature = (config, features, communicator=None))]
+    #[pyo3(signature = (config, features, communicator=None, *, job="", generation=0))]
     fn new(
         py: Python<'_>,
         config: &TrainerConfig,
         features: &FeatureSpec,
         communicator: Option<&Communicator>,
+        job: &str,
+        generation: u64,
     ) -> Result<Self> {
         tune_allocator();
         let (config, features) = (config.inner.clone(), features.inner.clone());
         let ring = communicator.map(Communicator::shared);
-        let trainer = detach(py, || RustTrainer::new(config, features, ring))?;
+        let fence = Fence { job: job.to_string(), generation };
+        let trainer = detach(py, || RustTrainer::with_fence(config, features, ring, fence))?;
         Ok(Trainer { inner: Mutex::new(trainer) })
     }
 
@@ -741,11 +790,13 @@ impl Trainer {
     }
 
     /// The chief writes the exported model into `dir`; returns whether this worker wrote it.
+    /// With sharded tables every trainer calls it and writes its rows.
     fn export(&self, py: Python<'_>, dir: String) -> Result<bool> {
         Ok(detach(py, || lock(&self.inner).export(&dir))?)
     }
 
-    /// The chief writes a checkpoint; its folder, or None on other workers.
+    /// The chief writes a checkpoint; its folder, or None on other workers. With sharded
+    /// tables every trainer calls it, writes its rows and gets the folder.
     fn save_checkpoint(&self, py: Python<'_>) -> Result<Option<String>> {
         Ok(detach(py, || lock(&self.inner).save_checkpoint())?)
     }
@@ -761,7 +812,8 @@ impl Trainer {
         Ok(detach(py, || lock(&self.inner).close())?)
     }
 
-    /// The weights, flat in parameter-name order, as a `pyarrow.Float32Array`.
+    /// The weights, flat in parameter-name order, as a `pyarrow.Float32Array` (the variables
+    /// alone when the tables are sharded).
     fn weights<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyAny>> {
         let values = Float32Array::from(lock(&self.inner).weights().to_vec());
         Ok(values.to_data().to_pyarrow(py)?)
@@ -785,9 +837,16 @@ impl Trainer {
     fn features(&self) -> FeatureSpec {
         FeatureSpec { inner: lock(&self.inner).features().clone() }
     }
+
+    /// Whether the embedding tables are sharded across the trainers.
+    #[getter]
+    fn sharded_tables(&self) -> bool {
+        lock(&self.inner).is_sharded()
+    }
 }
 
-/// An exported model, loaded to score Arrow batches.
+/// An exported model, loaded to score Arrow batches: whole, or without its embedding tables,
+/// to score with rows looked up elsewhere (`predict_with_rows`).
 #[pyclass(module = "sparktrain._native", frozen)]
 struct ExportedModel {
     inner: Exported,
@@ -795,11 +854,14 @@ struct ExportedModel {
 
 #[pymethods]
 impl ExportedModel {
-    /// Loads the export folder `dir` (any storage URL).
+    /// Loads the export folder `dir` (any storage URL); with `tables=False` its embedding
+    /// tables are left where they are (their files are not read).
     #[new]
-    fn new(py: Python<'_>, dir: String) -> Result<Self> {
+    #[pyo3(signature = (dir, tables = true))]
+    fn new(py: Python<'_>, dir: String, tables: bool) -> Result<Self> {
         tune_allocator();
-        let inner = detach(py, || Exported::load(&dir))?;
+        let inner =
+            detach(py, || if tables { Exported::load(&dir) } else { Exported::load_without_tables(&dir) })?;
         Ok(ExportedModel { inner })
     }
 
@@ -808,6 +870,48 @@ impl ExportedModel {
     fn predict<'py>(&self, py: Python<'py>, batch: &Bound<'py, PyAny>) -> Result<Bound<'py, PyAny>> {
         let batch = RecordBatch::from_pyarrow_bound(batch)?;
         let scores = detach(py, || self.inner.predict(&batch))?;
+        Ok(Float32Array::from(scores).to_data().to_pyarrow(py)?)
+    }
+
+    /// The distinct embedding ids the rows of `batch` use, ascending, as a
+    /// `pyarrow.UInt32Array`: the rows `predict_with_rows` needs.
+    fn ids<'py>(&self, py: Python<'py>, batch: &Bound<'py, PyAny>) -> Result<Bound<'py, PyAny>> {
+        let batch = RecordBatch::from_pyarrow_bound(batch)?;
+        let ids = detach(py, || self.inner.ids(&batch))?;
+        Ok(UInt32Array::from(ids).to_data().to_pyarrow(py)?)
+    }
+
+    /// Scores `batch` as `predict` does, given the tables' rows: `ids` (a `pyarrow.UInt32Array`,
+    /// distinct and ascending, holding at least the batch's `ids`) and, for every table by
+    /// name, a `pyarrow.Float32Array` of its rows of those ids, row after row.
+    fn predict_with_rows<'py>(
+        &self,
+        py: Python<'py>,
+        batch: &Bound<'py, PyAny>,
+        ids: &Bound<'py, PyAny>,
+        rows: BTreeMap<String, Bound<'py, PyAny>>,
+    ) -> Result<Bound<'py, PyAny>> {
+        let batch = RecordBatch::from_pyarrow_bound(batch)?;
+        let ids = arrow::array::make_array(ArrayData::from_pyarrow_bound(ids)?);
+        let ids = ids.as_any().downcast_ref::<UInt32Array>().ok_or_else(|| {
+            Error::invalid(format!("ids must be a pyarrow.UInt32Array, not {}", ids.data_type()))
+        })?;
+        let mut tables = Vec::with_capacity(rows.len());
+        for (name, values) in &rows {
+            let values = arrow::array::make_array(ArrayData::from_pyarrow_bound(values)?);
+            let values = values.as_any().downcast_ref::<Float32Array>().cloned().ok_or_else(|| {
+                Error::invalid(format!(
+                    "rows['{name}'] must be a pyarrow.Float32Array, not {}",
+                    values.data_type()
+                ))
+            })?;
+            tables.push((name.as_str(), values));
+        }
+        let ids: Vec<u32> = ids.values().to_vec();
+        let scores = detach(py, || {
+            let given: Vec<(&str, &[f32])> = tables.iter().map(|(n, v)| (*n, v.values().as_ref())).collect();
+            self.inner.predict_with_rows(&batch, &ids, &given)
+        })?;
         Ok(Float32Array::from(scores).to_data().to_pyarrow(py)?)
     }
 
@@ -822,6 +926,24 @@ impl ExportedModel {
     fn loss(&self) -> &'static str {
         self.inner.loss().name()
     }
+
+    /// The embedding tables: `(name, rows, width)` each, held or not.
+    #[getter]
+    fn tables(&self) -> Vec<(String, usize, usize)> {
+        self.inner.tables().iter().map(|e| (e.name.clone(), e.shape[0], e.row_width())).collect()
+    }
+
+    /// The bytes of the embedding tables, whole.
+    #[getter]
+    fn table_bytes(&self) -> u64 {
+        self.inner.table_bytes()
+    }
+
+    /// Whether the export keeps its tables sharded across its owners' files.
+    #[getter]
+    fn sharded_tables(&self) -> bool {
+        self.inner.sharded()
+    }
 }
 
 /// Checks early stopping's settings (JSON of the engine's `EarlyStopping`) against the
@@ -830,6 +952,22 @@ impl ExportedModel {
 fn check_early_stopping(json: &str, config: &TrainerConfig) -> Result<()> {
     from_json::<EarlyStopping>("early_stopping", json)?.validate(config.inner.loss)?;
     Ok(())
+}
+
+/// How large the embedding tables of `config`'s model over `features` are, and where they
+/// would live among `workers` trainers each allowed `budget_bytes` (the configuration's own
+/// budget first; None: not known): `(whole_bytes, shard_bytes, sharded)`, `sharded` None when
+/// no budget is known. Raises the error training would raise for tables over the budget.
+#[pyfunction]
+#[pyo3(signature = (config, features, workers, budget_bytes = None))]
+fn table_plan(
+    config: &TrainerConfig,
+    features: &FeatureSpec,
+    workers: usize,
+    budget_bytes: Option<u64>,
+) -> Result<(u64, u64, Option<bool>)> {
+    let plan = sparktrain_train::table_plan(&config.inner, &features.inner, workers, budget_bytes)?;
+    Ok((plan.whole_bytes, plan.shard_bytes, plan.placement.map(|p| p.sharded)))
 }
 
 /// Writes the ONNX model of the export folder `export_dir` to the file `out` (both any
@@ -854,6 +992,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Input>()?;
     m.add_class::<Trainer>()?;
     m.add_class::<ExportedModel>()?;
+    m.add_function(wrap_pyfunction!(table_plan, m)?)?;
     m.add_class::<LogLine>()?;
     m.add_class::<Metrics>()?;
     m.add_class::<EvalLine>()?;

@@ -64,6 +64,16 @@ pub enum StorageError {
         source: Box<object_store::Error>,
     },
 
+    /// An output folder's commit found its own records inconsistent: a task manifest that
+    /// cannot be read, or a file one lists that is missing or of another size.
+    #[error("commit failed at {url}: {reason}")]
+    Commit {
+        /// The manifest, or the file it lists.
+        url: String,
+        /// What is wrong.
+        reason: String,
+    },
+
     /// A setting of the storage backends is wrong (an object-store key's value, or its file).
     #[error("storage setting {key}: {reason}")]
     Config {

@@ -49,6 +49,7 @@
 //! ```
 
 mod error;
+pub mod faults;
 mod hdfs;
 mod local;
 mod location;
@@ -156,6 +157,14 @@ pub fn local_path(url: &str) -> Result<Option<String>> {
         Location::Local { path, .. } => Some(path),
         _ => None,
     })
+}
+
+/// Whether [`rename`] on `url`'s file system moves a folder in one step that refuses to replace
+/// an existing destination: true for local files and HDFS; false for object stores, where a
+/// rename copies object by object (a writer that needs a folder to appear whole writes it in
+/// place there instead).
+pub fn renames_atomically(url: &str) -> Result<bool> {
+    Ok(!matches!(Location::parse(url)?, Location::Object { .. }))
 }
 
 /// The status of one file or folder; [`StorageError::NotFound`] if there is none.

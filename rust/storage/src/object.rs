@@ -9,9 +9,11 @@
 //!   without `overwrite` it asks the store to refuse an existing key where the store can
 //!   (S3's `If-None-Match`, GCS and Azure preconditions);
 //! - there is no rename: [`rename`] copies each object and deletes the original, so renaming a
-//!   folder (a job commit, a checkpoint replacing the last one) is neither atomic nor cheap, and
-//!   a rename without `overwrite` checks for the destination before copying (a writer racing in
-//!   between is not detected).
+//!   folder (a checkpoint replacing the last one) is neither atomic nor cheap, and a rename
+//!   without `overwrite` checks for the destination before copying (a writer racing in between
+//!   is not detected). The output commit (the `output` module) therefore renames nothing here:
+//!   a task commits with a conditional upload of its manifest, and the job commit copies the
+//!   files the manifests list ([`copy_new`]).
 
 use std::io::Read;
 use std::sync::Arc;
@@ -157,6 +159,40 @@ pub(crate) fn rename(from: &Location, to: &Location, overwrite: bool) -> Result<
         Ok::<(), object_store::Error>(())
     })?
     .map_err(|e| StorageError::object(&from.url(), e))
+}
+
+/// Copies at once: a job commit's copies are independent, and each waits mostly on the store.
+const COPIES_IN_FLIGHT: usize = 8;
+
+/// Copies each `(from, to)` object, several at a time, refusing a destination that exists
+/// (checked before each copy, so a writer racing in between is not detected). The sources
+/// stay: the output commit deletes them with their staging folder.
+pub(crate) fn copy_new(pairs: &[(Location, Location)]) -> Result<()> {
+    let copies = pairs
+        .iter()
+        .map(|(from, to)| {
+            let (store, src) = store_for(from)?;
+            let (_, dst) = store_for(to)?;
+            Ok((store, src, dst, from.url(), to.url()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    block_on(
+        futures::stream::iter(copies)
+            .map(|(store, src, dst, from, to)| async move {
+                match store.head(&dst).await {
+                    Ok(_) => return Err(StorageError::AlreadyExists { url: to }),
+                    Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(StorageError::object(&to, e)),
+                }
+                store.copy(&src, &dst).await.map_err(|e| match e {
+                    object_store::Error::NotFound { .. } => StorageError::NotFound { url: from },
+                    e => StorageError::object(&to, e),
+                })
+            })
+            .buffer_unordered(COPIES_IN_FLIGHT)
+            .try_collect::<Vec<()>>(),
+    )?
+    .map(drop)
 }
 
 /// Deletes an object, or every object under a prefix (`recursive`); whether anything was there.

@@ -141,7 +141,7 @@ pub(crate) fn object_store(scheme: &str, bucket: &str) -> Result<Arc<dyn ObjectS
     if let Some(store) = state.stores.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(&key) {
         return Ok(Arc::clone(store));
     }
-    let built = crate::object_config::build_store(scheme, bucket)?;
+    let built = crate::faults::wrap(crate::object_config::build_store(scheme, bucket)?)?;
     let mut stores = state.stores.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     Ok(Arc::clone(stores.entry(key).or_insert(built)))
 }

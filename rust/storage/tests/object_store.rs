@@ -193,3 +193,149 @@ fn s3_an_endpoint_that_does_not_answer_fails_within_the_retry_limit() {
     assert!(err.to_string().contains("s3://unreachable/x"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(61), "took {:?}", started.elapsed());
 }
+
+/// Writes `body` as the one file of a task attempt, as a Spark task's writer does.
+fn write_attempt(job: &storage::OutputJob, task: u32, attempt: u32, body: &[u8]) {
+    let folder = job.setup_task(task, attempt).unwrap();
+    storage::write(&format!("{folder}/part-{task:05}"), body, false).unwrap();
+}
+
+/// Commits an attempt as the Python writer's task does: on an error it aborts the attempt and
+/// fails, and Spark runs the task again.
+fn commit_or_abort(job: &storage::OutputJob, task: u32, attempt: u32) -> Option<bool> {
+    match job.commit_task(task, attempt) {
+        Ok(committed) => Some(committed),
+        Err(_) => {
+            job.abort_task(task, attempt).unwrap();
+            None
+        }
+    }
+}
+
+#[test]
+fn s3_a_task_retried_after_its_commit_failed_half_way_publishes_its_file_once() {
+    // Attempt 0 of task 0 dies in its commit: the store fails the second copy out of its folder.
+    let dir = s3_dir("retry-after-copy");
+    storage::faults::inject("copy 2 retry-after-copy/out/_temporary/*/_attempt_00000_0").unwrap();
+    let out = format!("{dir}/out");
+    let job = storage::OutputJob::new(&out, "job-1").unwrap();
+    write_attempt(&job, 0, 0, b"rows of task 0");
+    commit_or_abort(&job, 0, 0);
+    // Spark runs the task again (after the failure, or because the executor was lost after the
+    // commit); the retry writes the same rows. The driver counts the task whatever the retry's
+    // commit said, as Spark hands it the retry's result.
+    write_attempt(&job, 0, 1, b"rows of task 0");
+    commit_or_abort(&job, 0, 1);
+    write_attempt(&job, 1, 0, b"rows of task 1");
+    assert_eq!(commit_or_abort(&job, 1, 0), Some(true));
+
+    let done = job.commit_job(&[0, 1], false).unwrap();
+    assert_eq!(done.files, [format!("{out}/part-00000"), format!("{out}/part-00001")]);
+    assert_eq!(storage::read(&done.files[0]).unwrap(), b"rows of task 0");
+    assert_eq!(storage::read(&done.files[1]).unwrap(), b"rows of task 1");
+    assert!(storage::exists(&format!("{out}/_SUCCESS")).unwrap());
+    assert!(!storage::exists(&format!("{out}/_temporary")).unwrap());
+}
+
+#[test]
+fn s3_two_attempts_committing_at_once_publish_one_of_them() {
+    // A zombie attempt and its retry (or a speculative copy) reach the task commit together.
+    let dir = s3_dir("commit-race");
+    let out = format!("{dir}/out");
+    let job = storage::OutputJob::new(&out, "job-1").unwrap();
+    for attempt in [0, 1] {
+        let folder = job.setup_task(0, attempt).unwrap();
+        // Two files each, so that a copy-based commit takes a while.
+        for name in ["a/part-00000", "part-00000"] {
+            storage::write(&format!("{folder}/{name}"), format!("{attempt}").as_bytes(), false).unwrap();
+        }
+    }
+    let start = std::sync::Barrier::new(2);
+    let won: Vec<bool> = std::thread::scope(|s| {
+        let racers: Vec<_> = [0, 1]
+            .map(|attempt| {
+                let (job, start) = (&job, &start);
+                s.spawn(move || {
+                    start.wait();
+                    job.commit_task(0, attempt).unwrap()
+                })
+            })
+            .into_iter()
+            .collect();
+        racers.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    assert_eq!(won.iter().filter(|w| **w).count(), 1, "exactly one attempt commits: {won:?}");
+    let winner = if won[0] { "0" } else { "1" };
+    let done = job.commit_job(&[0], false).unwrap();
+    assert_eq!(done.files, [format!("{out}/a/part-00000"), format!("{out}/part-00000")]);
+    for file in &done.files {
+        assert_eq!(storage::read(file).unwrap(), winner.as_bytes(), "{file} mixes attempts");
+    }
+}
+
+#[test]
+fn s3_a_commit_whose_answer_was_lost_stands_and_its_retry_gives_way() {
+    // Attempt 0's manifest lands, but the attempt sees an error, aborts and fails.
+    let dir = s3_dir("lost-answer");
+    storage::faults::inject("put 1 lost-answer/out/_temporary/*/task_00000.manifest landed").unwrap();
+    let out = format!("{dir}/out");
+    let job = storage::OutputJob::new(&out, "job-1").unwrap();
+    write_attempt(&job, 0, 0, b"rows of attempt 0");
+    assert_eq!(commit_or_abort(&job, 0, 0), None, "the injected failure reached the attempt");
+    assert!(storage::exists(&job.attempt_url(0, 0)).unwrap(), "abort kept a committed attempt's files");
+    assert!(job.commit_task(0, 0).unwrap(), "committing again says what happened");
+    // The retry finds the task committed, drops its own output and says so.
+    write_attempt(&job, 0, 1, b"rows of attempt 1");
+    assert_eq!(commit_or_abort(&job, 0, 1), Some(false));
+    assert!(!storage::exists(&job.attempt_url(0, 1)).unwrap());
+    let done = job.commit_job(&[0], false).unwrap();
+    assert_eq!(done.files, [format!("{out}/part-00000")]);
+    assert_eq!(storage::read(&done.files[0]).unwrap(), b"rows of attempt 0");
+}
+
+#[test]
+fn s3_the_job_commit_publishes_what_the_manifests_list_and_checks_it_first() {
+    let dir = s3_dir("manifest-check");
+    let out = format!("{dir}/out");
+    let job = storage::OutputJob::new(&out, "job-1").unwrap();
+    // An attempt that was aborted cannot commit: it would publish an empty task.
+    job.setup_task(2, 0).unwrap();
+    job.abort_task(2, 0).unwrap();
+    assert!(job.commit_task(2, 0).unwrap_err().is_not_found());
+    for task in [0, 1] {
+        write_attempt(&job, task, 0, format!("task {task}").as_bytes());
+        assert!(job.commit_task(task, 0).unwrap());
+    }
+    // A file that appears in a committed attempt's folder afterwards is not the task's.
+    storage::write(&format!("{}/late", job.attempt_url(0, 0)), b"late", false).unwrap();
+    // A listed file whose size changed: the job commit refuses before publishing anything.
+    let changed = format!("{}/part-00001", job.attempt_url(1, 0));
+    storage::write(&changed, b"task 1, longer", true).unwrap();
+    match job.commit_job(&[0, 1], false) {
+        Err(StorageError::Commit { url, reason }) => {
+            assert_eq!(url, changed);
+            assert!(reason.contains("14 bytes") && reason.contains("says 6"), "{reason}");
+        }
+        other => panic!("expected a commit error, got {other:?}"),
+    }
+    assert!(storage::expand_inputs(&out).unwrap().is_empty(), "nothing published");
+    storage::write(&changed, b"task 1", true).unwrap();
+    let done = job.commit_job(&[0, 1], false).unwrap();
+    assert_eq!(done.files, [format!("{out}/part-00000"), format!("{out}/part-00001")]);
+    assert_eq!(names(&storage::list(&out).unwrap()), ["_SUCCESS", "part-00000", "part-00001"]);
+}
+
+#[test]
+fn s3_a_commit_refused_by_the_store_leaves_the_task_to_its_retry() {
+    let dir = s3_dir("refused");
+    storage::faults::inject("put 1 refused/out/_temporary/*/task_00000.manifest").unwrap();
+    let out = format!("{dir}/out");
+    let job = storage::OutputJob::new(&out, "job-1").unwrap();
+    write_attempt(&job, 0, 0, b"rows of attempt 0");
+    assert_eq!(commit_or_abort(&job, 0, 0), None, "the injected failure reached the attempt");
+    assert!(!storage::exists(&job.attempt_url(0, 0)).unwrap(), "an attempt that did not commit is dropped");
+    write_attempt(&job, 0, 1, b"rows of attempt 1");
+    assert_eq!(commit_or_abort(&job, 0, 1), Some(true));
+    let done = job.commit_job(&[0], false).unwrap();
+    assert_eq!(storage::read(&done.files[0]).unwrap(), b"rows of attempt 1");
+}

@@ -101,48 +101,74 @@ struct PooledBags {
 }
 
 impl Lookup {
+    /// The batch's distinct ids (single and multi-hot), ascending; None when it has none.
+    pub fn distinct_ids(batch: &Batch) -> Option<Vec<u32>> {
+        if batch.ids.is_none() && batch.bags.is_none() {
+            return None;
+        }
+        let no_ids = Vec::new();
+        let ids = batch.ids.as_ref().unwrap_or(&no_ids);
+        let bag_ids = batch.bags.as_ref().map_or(&no_ids, |b| &b.ids);
+        let mut unique: Vec<u32> = ids.iter().chain(bag_ids).copied().collect();
+        unique.sort_unstable();
+        unique.dedup();
+        Some(unique)
+    }
+
     /// Gathers the rows of `batch`'s ids from every table among `entries`, whose values are
     /// in `weights`, onto the batch's device; None when the batch has no ids.
     pub fn gather(batch: &Batch, entries: &[Entry], weights: &[f32]) -> Result<Option<Lookup>> {
-        if batch.ids.is_none() && batch.bags.is_none() {
-            return Ok(None);
+        let Some(unique) = Self::distinct_ids(batch) else { return Ok(None) };
+        let mut tables = Vec::new();
+        for entry in entries.iter().filter(|e| e.table) {
+            check_ids(&unique, entry)?;
+            let width = entry.row_width();
+            let starts: Vec<usize> = unique.iter().map(|&id| entry.offset + id as usize * width).collect();
+            tables.push((entry.name.clone(), width, gather_rows(weights, &starts, width)));
         }
+        Self::with_rows(batch, unique, tables).map(Some)
+    }
+
+    /// The lookup of `batch` whose distinct ids ([`Lookup::distinct_ids`]) are `unique`,
+    /// given every table's rows of them: `(name, width, values)`, row after row.
+    pub fn with_rows(
+        batch: &Batch,
+        unique: Vec<u32>,
+        tables: Vec<(String, usize, Vec<f32>)>,
+    ) -> Result<Lookup> {
         let no_ids = Vec::new();
         let ids = batch.ids.as_ref().unwrap_or(&no_ids);
         let bag_ids = batch.bags.as_ref().map_or(&no_ids, |b| &b.ids);
         let device = batch.dense.device();
         let rows = batch.rows()?;
-        let mut unique: Vec<u32> = ids.iter().chain(bag_ids).copied().collect();
-        unique.sort_unstable();
-        unique.dedup();
-        let position =
-            |id: &u32| unique.binary_search(id).expect("every id is among the distinct ids") as u32;
-        let local: Vec<u32> = ids.iter().map(position).collect();
+        let position = |id: &u32| {
+            unique.binary_search(id).map(|p| p as u32).map_err(|_| {
+                TrainError::InvalidArgument(format!("id {id} of the batch is not among the looked-up ids"))
+            })
+        };
+        let local: Vec<u32> = ids.iter().map(position).collect::<Result<_>>()?;
         let bags = batch
             .bags
             .as_ref()
-            .map(|b| PooledBags::new(b, rows, bag_ids.iter().map(position).collect(), device))
+            .map(|b| -> Result<PooledBags> {
+                let local = bag_ids.iter().map(position).collect::<Result<_>>()?;
+                PooledBags::new(b, rows, local, device)
+            })
             .transpose()?;
-        let mut tables = BTreeMap::new();
-        for entry in entries.iter().filter(|e| e.table) {
-            let (size, width) = (entry.shape[0], entry.row_width());
-            if let Some(&top) = unique.last()
-                && top as usize >= size
-            {
+        let mut vars = BTreeMap::new();
+        for (name, width, values) in tables {
+            if values.len() != unique.len() * width {
                 return Err(TrainError::InvalidArgument(format!(
-                    "id {top} is outside the embedding table '{}' of {size} rows: the data does not \
-                     match the feature spec",
-                    entry.name
+                    "{} values of table '{name}' for {} ids of {width} values",
+                    values.len(),
+                    unique.len()
                 )));
             }
-            let starts: Vec<usize> = unique.iter().map(|&id| entry.offset + id as usize * width).collect();
-            let values = gather_rows(weights, &starts, width);
-            let var = Var::from_vec(values, (unique.len(), width), device)?;
-            tables.insert(entry.name.clone(), var);
+            vars.insert(name, Var::from_vec(values, (unique.len(), width), device)?);
         }
         let id_width = if batch.ids.is_some() { batch.id_width } else { 0 };
         let local = Tensor::from_vec(local, (rows, id_width), device)?;
-        Ok(Some(Lookup { unique, local, rows: tables, bags }))
+        Ok(Lookup { unique, local, rows: vars, bags })
     }
 
     /// `[rows, fields, dim]`: each of the batch's ids looked up in `table`, then each
@@ -166,6 +192,21 @@ impl Lookup {
             (None, None) => Tensor::zeros((rows, 0, dim), DType::F32, var.device())?,
         })
     }
+}
+
+/// Refuses ids beyond the rows of the table `entry`: the data does not match the spec.
+pub(crate) fn check_ids(unique: &[u32], entry: &Entry) -> Result<()> {
+    let size = entry.shape[0];
+    if let Some(&top) = unique.last()
+        && top as usize >= size
+    {
+        return Err(TrainError::InvalidArgument(format!(
+            "id {top} is outside the embedding table '{}' of {size} rows: the data does not match the \
+             feature spec",
+            entry.name
+        )));
+    }
+    Ok(())
 }
 
 impl PooledBags {

@@ -14,7 +14,6 @@ use crate::error::{Result, TrainError};
 use crate::features::FeatureSpec;
 use crate::model::{Dense, Model, Tower, check_inputs};
 use crate::params::Parameters;
-use crate::rng::SplitMix;
 
 /// The shape of an embedding model.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,17 +34,16 @@ impl Default for EmbeddingConfig {
     }
 }
 
-/// Adds a table of `rows × dim` values drawn uniformly from `[-scale, scale)`.
+/// Adds a table of `rows × dim` values drawn uniformly from `[-scale, scale)`, made only
+/// when rows are asked for (a sharded table's owner makes only its own).
 fn table(params: &mut Parameters, name: &str, rows: usize, dim: usize, scale: f32, seed: u64) -> Result<()> {
-    let mut rng = SplitMix::new(seed);
-    let values = (0..rows * dim).map(|_| ((rng.unit() * 2.0 - 1.0) as f32) * scale).collect();
-    params.add_table(name, rows, dim, values)
+    params.add_table_uniform(name, rows, dim, scale, seed)
 }
 
 /// The table of one weight per id.
-const FIRST_ORDER: &str = "wide/ids";
+pub const FIRST_ORDER: &str = "wide/ids";
 /// The table of embeddings.
-const EMBEDDINGS: &str = "deep/embeddings";
+pub const EMBEDDINGS: &str = "deep/embeddings";
 
 /// The parts both models share.
 struct Parts {

@@ -44,12 +44,78 @@ pub enum TrainError {
         #[source]
         source: BoxError,
     },
+    /// A newer writer owns `model_dir`: a later generation of this job, or another job that
+    /// took the folder over. This trainer's generation is lost and may no longer write there;
+    /// no restart of it can.
+    #[error("{model_dir}: {}", superseded(*generation, by_job.as_deref(), *by_generation))]
+    Superseded {
+        /// The checkpoint folder.
+        model_dir: String,
+        /// The generation of the trainer that was refused.
+        generation: u64,
+        /// The job that now writes there, when it is another job (None: this job).
+        by_job: Option<String>,
+        /// The generation that now writes there.
+        by_generation: u64,
+    },
     /// The tensor engine failed.
     #[error("tensor engine: {0}")]
     Tensor(#[from] candle_core::Error),
     /// A collective with the other workers failed (it names the peer).
     #[error(transparent)]
     Collective(#[from] CollectiveError),
+    /// The embedding tables, with their optimizer state, do not fit a trainer's table memory
+    /// budget where they would live: whole on every trainer, or as each trainer's share.
+    #[error("{}", over_budget(*needed, *budget, *workers, *sharded))]
+    TablesOverBudget {
+        /// The bytes one trainer's tables would take.
+        needed: u64,
+        /// The budget per trainer (`table_budget_bytes`).
+        budget: u64,
+        /// The trainers.
+        workers: usize,
+        /// Whether `needed` is a sharded trainer's share rather than the whole tables.
+        sharded: bool,
+    },
+}
+
+fn superseded(generation: u64, by_job: Option<&str>, by_generation: u64) -> String {
+    match by_job {
+        None => format!(
+            "generation {generation} of this job may no longer write checkpoints here: generation \
+             {by_generation} does (the job was restarted without this trainer)"
+        ),
+        Some("") => format!(
+            "this job (generation {generation}) may no longer write checkpoints here: a trainer \
+             outside any job has taken the folder over"
+        ),
+        Some(job) => format!(
+            "this job (generation {generation}) may no longer write checkpoints here: another job \
+             ('{job}', generation {by_generation}) has taken the folder over"
+        ),
+    }
+}
+
+fn over_budget(needed: u64, budget: u64, workers: usize, sharded: bool) -> String {
+    let (needed, budget) = (crate::shard::human(needed), crate::shard::human(budget));
+    if sharded {
+        format!(
+            "each trainer's share of the embedding tables, sharded across {workers} trainers, needs \
+             {needed} with its optimizer state, over the table memory budget of {budget} per trainer \
+             (table_budget_bytes): train on more trainers or raise table_budget_bytes"
+        )
+    } else {
+        let advice = if workers > 1 {
+            format!("shard them across the {workers} trainers with shard_tables='auto' or 'on'")
+        } else {
+            "train on several trainers with shard_tables='auto' or 'on'".to_string()
+        };
+        format!(
+            "the embedding tables need {needed} with their optimizer state on every trainer, over the \
+             table memory budget of {budget} per trainer (table_budget_bytes) with shard_tables='off': \
+             {advice}, or raise table_budget_bytes"
+        )
+    }
 }
 
 impl TrainError {

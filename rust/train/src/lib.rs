@@ -1,7 +1,8 @@
 //! Synchronous data-parallel training on candle, as pure Rust.
 //!
 //! - [`batch`]: a batch as tensors, and the embedding rows it touches;
-//! - [`checkpoint`]: the chief's sharded, atomic checkpoints on any storage URL;
+//! - [`checkpoint`]: the chief's sharded, atomic checkpoints on any storage URL, fenced by
+//!   generation;
 //! - [`export`]: the self-contained model folder, and scoring Arrow batches with it;
 //! - [`features`]: the feature spec and the encoding of Arrow batches for a model;
 //! - [`groups`]: which optimizer trains which parameters (FTRL for the wide part);
@@ -19,7 +20,10 @@
 //! - [`schedule`]: learning-rate warm-up and decay, a factor on every rule's step size;
 //! - [`regularize`]: L1/L2 penalties on kernels, biases and embedding tables;
 //! - [`tensorboard`]: scalar event files TensorBoard reads, rolled on HDFS;
-//! - [`step`]: [`DataParallel`], the all-reduced step every worker takes together;
+//! - [`shard`]: row-wise sharded embedding tables: the owner of a row, the owner's side
+//!   ([`TableShard`]) and when tables are sharded ([`TableOptions`]);
+//! - [`step`]: [`DataParallel`], the all-reduced step every worker takes together (and, with
+//!   sharded tables, the all-to-all exchange of ids, rows and gradients with their owners);
 //! - [`trainer`]: [`Trainer`], the training loop with the chief's checkpoints, event files,
 //!   evaluation and export.
 
@@ -43,12 +47,14 @@ pub mod regularize;
 mod rng;
 mod rows;
 pub mod schedule;
+pub mod shard;
+mod sharded;
 pub mod step;
 pub mod tensorboard;
 pub mod trainer;
 
 pub use batch::{Batch, Lookup};
-pub use checkpoint::{Best, CheckpointOptions, Progress, Restored};
+pub use checkpoint::{Best, CheckpointOptions, Fence, Progress, Restored};
 pub use embedding::{Dcn, DeepFm, EmbeddingConfig, WideDeep};
 pub use error::{Result, TrainError};
 pub use export::{Exported, ModelKind};
@@ -59,11 +65,13 @@ pub use loss::Loss;
 pub use metrics::{Evaluation, Metrics};
 pub use model::{LogisticRegression, Mlp, Model};
 pub use optim::{Optimizer, OptimizerState, Rule, Segment};
-pub use params::{Entry, Parameters};
+pub use params::{Entry, Parameters, TableInit};
 pub use regularize::{Penalty, Regularization};
 pub use schedule::{Decay, Schedule};
+pub use shard::{FixedShard, Placement, RowId, ShardTables, TableOptions, TableShard};
 pub use step::{DataParallel, SharedRing, StepStats, shared};
 pub use tensorboard::EventWriter;
 pub use trainer::{
-    EarlyStopping, EvalLine, FitOptions, FitSummary, Hooks, LogLine, Monitor, Trainer, TrainerConfig,
+    EarlyStopping, EvalLine, FitOptions, FitSummary, Hooks, LogLine, Monitor, TablePlan, Trainer,
+    TrainerConfig, table_plan,
 };

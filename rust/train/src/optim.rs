@@ -129,7 +129,8 @@ impl Rule {
         }
     }
 
-    fn buffer_names(&self) -> &'static [&'static str] {
+    /// The names of the rule's per-parameter state buffers.
+    pub(crate) fn buffer_names(&self) -> &'static [&'static str] {
         match self {
             Rule::Sgd { momentum, .. } if *momentum == 0.0 => &[],
             Rule::Sgd { .. } => &["velocity"],
@@ -209,6 +210,21 @@ impl Optimizer {
     /// Updates applied so far.
     pub fn steps(&self) -> u64 {
         self.step
+    }
+
+    /// Sets the updates applied so far (a restored share of a table takes its group's count).
+    pub(crate) fn set_steps(&mut self, step: u64) {
+        self.step = step;
+    }
+
+    /// The state buffers by name, without copying them.
+    pub(crate) fn buffers(&self) -> Vec<(&'static str, &[f32])> {
+        self.rule.buffer_names().iter().copied().zip(self.buffers.iter().map(Vec::as_slice)).collect()
+    }
+
+    /// The state buffers, to write restored values into.
+    pub(crate) fn state_mut(&mut self) -> &mut [Vec<f32>] {
+        &mut self.buffers
     }
 
     /// Applies one update to `params` with `grads`.

@@ -13,7 +13,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{Device, Shape, Tensor, Var};
 
 use crate::error::{Result, TrainError};
-use crate::rng::SplitMix;
+use crate::rng::{GOLDEN, SplitMix, mix};
 
 /// Where one parameter lives in the flat buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,13 +45,56 @@ impl Entry {
     }
 }
 
+/// How an embedding table's rows start.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TableInit {
+    /// Uniform in `[-scale, scale)`, value `k` of the table (row after row) drawn as the
+    /// `k`-th of a SplitMix64 stream from `seed`. Any row can be made alone, so the owner of
+    /// a share of a sharded table makes its rows without the rest.
+    Uniform {
+        /// Half the range.
+        scale: f32,
+        /// The stream's seed.
+        seed: u64,
+    },
+    /// Given values, row after row (emptied once a flat buffer holds them).
+    Values(Vec<f32>),
+}
+
+impl TableInit {
+    /// Writes row `id` of a table of rows of `dim` values into `out`.
+    pub fn row(&self, id: usize, dim: usize, out: &mut [f32]) -> Result<()> {
+        match self {
+            TableInit::Uniform { scale, seed } => {
+                let first = (id * dim) as u64;
+                for (k, v) in out.iter_mut().enumerate() {
+                    // The stream's value number `first + k`, as SplitMix::unit draws it.
+                    let bits = mix(seed.wrapping_add((first + k as u64).wrapping_mul(GOLDEN)));
+                    let unit = (bits >> 11) as f64 / (1u64 << 53) as f64;
+                    *v = ((unit * 2.0 - 1.0) as f32) * scale;
+                }
+                Ok(())
+            }
+            TableInit::Values(values) => {
+                let row = values.get(id * dim..(id + 1) * dim).ok_or_else(|| {
+                    TrainError::InvalidArgument(format!(
+                        "the table's initial values were released or hold no row {id}"
+                    ))
+                })?;
+                out.copy_from_slice(row);
+                Ok(())
+            }
+        }
+    }
+}
+
 enum Param {
     Var(Var),
-    /// A table's shape and, until the buffer takes them over, its initial values.
+    /// A table's shape and how its rows start.
     Table {
         rows: usize,
         dim: usize,
-        initial: Vec<f32>,
+        init: TableInit,
     },
 }
 
@@ -107,8 +150,33 @@ impl Parameters {
                 values.len()
             )));
         }
-        self.params.insert(name.to_string(), Param::Table { rows, dim, initial: values });
+        self.params.insert(name.to_string(), Param::Table { rows, dim, init: TableInit::Values(values) });
         Ok(())
+    }
+
+    /// Adds an embedding table of `rows × dim` values drawn uniformly from `[-scale, scale)`
+    /// by a stream seeded with `seed` (see [`TableInit::Uniform`]): no value is made until a
+    /// row is asked for.
+    pub fn add_table_uniform(
+        &mut self,
+        name: &str,
+        rows: usize,
+        dim: usize,
+        scale: f32,
+        seed: u64,
+    ) -> Result<()> {
+        self.check_new(name)?;
+        self.params
+            .insert(name.to_string(), Param::Table { rows, dim, init: TableInit::Uniform { scale, seed } });
+        Ok(())
+    }
+
+    /// How the table called `name` starts.
+    pub fn table_init(&self, name: &str) -> Option<&TableInit> {
+        match self.params.get(name) {
+            Some(Param::Table { init, .. }) => Some(init),
+            _ => None,
+        }
     }
 
     /// The variable called `name`.
@@ -144,6 +212,26 @@ impl Parameters {
             .collect()
     }
 
+    /// The variables' places in a flat buffer of the variables alone (tables left out), in
+    /// name order: the layout of [`Parameters::flat_vars`].
+    pub fn var_entries(&self) -> Vec<Entry> {
+        let mut offset = 0;
+        self.entries()
+            .into_iter()
+            .filter(|e| !e.table)
+            .map(|mut e| {
+                e.offset = offset;
+                offset += e.len();
+                e
+            })
+            .collect()
+    }
+
+    /// Every table's entry (its offset in the layout of [`Parameters::flat`]).
+    pub fn table_entries(&self) -> Vec<Entry> {
+        self.entries().into_iter().filter(|e| e.table).collect()
+    }
+
     /// Names and shapes, in name order: how [`Parameters::flat`] lays values out.
     pub fn layout(&self) -> Vec<(String, Vec<usize>)> {
         self.entries().into_iter().map(|e| (e.name, e.shape)).collect()
@@ -166,19 +254,52 @@ impl Parameters {
         for p in self.params.values() {
             match p {
                 Param::Var(var) => out.extend(var.flatten_all()?.to_vec1::<f32>()?),
-                Param::Table { initial, .. } => out.extend_from_slice(initial),
+                Param::Table { init: TableInit::Values(values), .. } => out.extend_from_slice(values),
+                Param::Table { rows, dim, init } => {
+                    let start = out.len();
+                    out.resize(start + rows * dim, 0.0);
+                    for (id, row) in out[start..].chunks_exact_mut((*dim).max(1)).enumerate() {
+                        init.row(id, *dim, row)?;
+                    }
+                }
             }
         }
         Ok(out)
     }
 
-    /// Frees the tables' initial values, once a flat buffer holds the tables.
+    /// The variables' current values alone, variable after variable in name order (the
+    /// layout of [`Parameters::var_entries`]).
+    pub fn flat_vars(&self) -> Result<Vec<f32>> {
+        let mut out = Vec::new();
+        for (_, var) in self.vars() {
+            out.extend(var.flatten_all()?.to_vec1::<f32>()?);
+        }
+        Ok(out)
+    }
+
+    /// Frees the tables' given initial values, once a flat buffer holds the tables.
     pub fn release_tables(&mut self) {
         for p in self.params.values_mut() {
-            if let Param::Table { initial, .. } = p {
-                *initial = Vec::new();
+            if let Param::Table { init: TableInit::Values(values), .. } = p {
+                *values = Vec::new();
             }
         }
+    }
+
+    /// Overwrites every variable from `values`, laid out as [`Parameters::flat_vars`] returns
+    /// them.
+    pub fn set_flat_vars(&self, values: &[f32]) -> Result<()> {
+        let total: usize = self.vars().map(|(_, v)| v.elem_count()).sum();
+        if values.len() != total {
+            return Err(TrainError::StateMismatch(format!("{} values for {total} variables", values.len())));
+        }
+        let mut offset = 0;
+        for (_, var) in self.vars() {
+            let n = var.elem_count();
+            var.set(&Tensor::from_slice(&values[offset..offset + n], var.shape(), var.device())?)?;
+            offset += n;
+        }
+        Ok(())
     }
 
     /// Overwrites every variable from `values`, laid out as [`Parameters::flat`] returns them
@@ -232,4 +353,25 @@ pub fn glorot_uniform(fan_in: usize, fan_out: usize, seed: u64) -> Vec<f32> {
     let limit = (6.0 / (fan_in + fan_out) as f64).sqrt();
     let mut rng = SplitMix::new(seed);
     (0..fan_in * fan_out).map(|_| ((rng.unit() * 2.0 - 1.0) * limit) as f32).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_uniform_tables_rows_are_its_stream_drawn_in_order() {
+        let (rows, dim, scale, seed) = (7, 3, 0.05f32, 42);
+        let mut rng = SplitMix::new(seed);
+        let eager: Vec<f32> = (0..rows * dim).map(|_| ((rng.unit() * 2.0 - 1.0) as f32) * scale).collect();
+        let init = TableInit::Uniform { scale, seed };
+        let mut row = vec![0.0; dim];
+        for id in 0..rows {
+            init.row(id, dim, &mut row).unwrap();
+            assert_eq!(row, eager[id * dim..(id + 1) * dim], "row {id}");
+        }
+        let mut params = Parameters::new();
+        params.add_table_uniform("t", rows, dim, scale, seed).unwrap();
+        assert_eq!(params.flat().unwrap(), eager);
+    }
 }

@@ -13,6 +13,10 @@
 //!   start at zero; the "lazy"
 //!   form of momentum and Adam); with `sparse_tables` off, every row is, as a dense model
 //!   would.
+//! - With sharded tables ([`crate::shard`]), each worker holds its share of every table and
+//!   exchanges ids, rows and gradients with their owners (all-to-all, `sharded.rs`);
+//!   owners sum and apply the tables' updates, the variables go as above. The tables' part of
+//!   the gradient's norm is one more scalar all-reduce.
 //! - A worker with no batch left contributes zeros and a count of zero; the step returns None
 //!   on every worker at once when the total count is zero, so uneven shards never hang.
 //! - Every worker computes bit-identical updates, so weights never drift apart.
@@ -25,7 +29,7 @@ use candle_core::backprop::GradStore;
 use sparktrain_collective::{Communicator, ReduceOp};
 
 use crate::batch::{Batch, Lookup};
-use crate::checkpoint::{self, CheckpointOptions, Progress, Restored};
+use crate::checkpoint::{self, CheckpointOptions, Progress, Restored, TableFiles};
 use crate::error::{Result, TrainError};
 use crate::groups::{OptimizerConfig, Optimizers};
 use crate::loss::Loss;
@@ -35,6 +39,8 @@ use crate::optim::Segment;
 use crate::params::Entry;
 use crate::regularize::Regularization;
 use crate::schedule::Schedule;
+use crate::shard::{Placement, TableOptions, default_table_budget};
+use crate::sharded::{Fetched, OwnedGrads, ShardedTables, rule_of};
 
 /// A worker's end of the ring, shared with other users of it (the Python API's collectives).
 pub type SharedRing = Arc<Mutex<Communicator>>;
@@ -76,7 +82,13 @@ pub struct DataParallel<M: Model> {
     loss: Loss,
     optimizers: Optimizers,
     ring: Option<SharedRing>,
+    /// The flat weights' layout: every parameter, or the variables alone with sharded tables.
     entries: Vec<Entry>,
+    /// Every table's entry in the layout of all parameters.
+    tables: Vec<Entry>,
+    /// This worker's shares of the tables, when they are sharded.
+    sharded: Option<ShardedTables>,
+    placement: Placement,
     sparse_tables: bool,
     schedule: Schedule,
     clip_norm: Option<f32>,
@@ -91,21 +103,52 @@ pub struct DataParallel<M: Model> {
 
 impl<M: Model> DataParallel<M> {
     /// Joins the model to the ring (None: training alone) and makes every worker's weights
-    /// the chief's (rank 0).
-    pub fn new(
+    /// the chief's (rank 0); tables are placed by the default [`TableOptions`].
+    pub fn new(model: M, loss: Loss, optimizer: &OptimizerConfig, ring: Option<SharedRing>) -> Result<Self> {
+        Self::with_tables(model, loss, optimizer, ring, &TableOptions::default())
+    }
+
+    /// [`DataParallel::new`], with the embedding tables placed as `tables` says: whole on
+    /// every worker, or sharded across them. Tables that do not fit the budget where they
+    /// would live are refused here, before their memory is taken.
+    pub fn with_tables(
         mut model: M,
         loss: Loss,
         optimizer: &OptimizerConfig,
         ring: Option<SharedRing>,
+        tables: &TableOptions,
     ) -> Result<Self> {
-        let mut weights = model.parameters().flat()?;
-        model.parameters_mut().release_tables();
+        optimizer.validate()?;
+        let table_entries = model.parameters().table_entries();
+        let workers = ring.as_ref().map_or(1, |r| lock(r).size());
+        // Every worker must place the tables alike, and machines differ: the tightest
+        // worker's budget holds for all.
+        let mut budget =
+            [tables.budget_bytes.unwrap_or_else(default_table_budget).min(i64::MAX as u64) as i64];
+        if let Some(ring) = &ring {
+            lock(ring).all_reduce(&mut budget, ReduceOp::Min)?;
+        }
+        let tables = TableOptions { budget_bytes: Some(budget[0] as u64), ..*tables };
+        let placement =
+            tables.plan(&table_entries, |e| rule_of(optimizer, e), !optimizer.sparse_tables, workers)?;
+        let (mut weights, entries) = if placement.sharded {
+            (model.parameters().flat_vars()?, model.parameters().var_entries())
+        } else {
+            (model.parameters().flat()?, model.parameters().entries())
+        };
         if let Some(ring) = &ring {
             lock(ring).broadcast(bytemuck::cast_slice_mut(&mut weights), 0)?;
+        }
+        if placement.sharded {
+            model.parameters().set_flat_vars(&weights)?;
+        } else {
             model.parameters().set_flat(&weights)?;
         }
-        optimizer.validate()?;
-        let entries = model.parameters().entries();
+        let sharded = placement
+            .sharded
+            .then(|| ShardedTables::new(model.parameters(), table_entries.clone(), optimizer, ring.as_ref()))
+            .transpose()?;
+        model.parameters_mut().release_tables();
         let optimizers = Optimizers::new(optimizer, &entries)?;
         let vars: usize = entries.iter().filter(|e| !e.table).map(Entry::len).sum();
         Ok(DataParallel {
@@ -114,6 +157,9 @@ impl<M: Model> DataParallel<M> {
             optimizers,
             ring,
             entries,
+            tables: table_entries,
+            sharded,
+            placement,
             sparse_tables: optimizer.sparse_tables,
             schedule: optimizer.schedule,
             clip_norm: optimizer.clip_norm,
@@ -123,6 +169,46 @@ impl<M: Model> DataParallel<M> {
             reduced: vec![0.0; vars + 3],
             table_dense: Vec::new(),
         })
+    }
+
+    /// Whether the embedding tables are sharded across the workers.
+    pub fn is_sharded(&self) -> bool {
+        self.sharded.is_some()
+    }
+
+    /// This worker's shares of the tables, when they are sharded.
+    pub(crate) fn sharded(&self) -> Option<&ShardedTables> {
+        self.sharded.as_ref()
+    }
+
+    /// Where the tables live and the memory they take on this worker.
+    pub fn placement(&self) -> Placement {
+        self.placement
+    }
+
+    /// Every table's entry in the layout of all parameters ([`crate::Parameters::entries`]).
+    pub fn table_entries(&self) -> &[Entry] {
+        &self.tables
+    }
+
+    /// Every parameter's values, flat in the layout of all parameters, tables whole: with
+    /// sharded tables, gathered from every worker (all call it together), so only for models
+    /// that fit one worker.
+    pub fn full_weights(&self) -> Result<Vec<f32>> {
+        let Some(sharded) = &self.sharded else { return Ok(self.weights.clone()) };
+        let mut tables = sharded.gather(self.ring.as_ref())?.into_iter();
+        let all = self.model.parameters().entries();
+        let mut out = Vec::with_capacity(all.iter().map(Entry::len).sum());
+        let mut vars = self.entries.iter();
+        for e in &all {
+            if e.table {
+                out.extend(tables.next().expect("a table per table entry"));
+            } else {
+                let v = vars.next().expect("a variable per variable entry");
+                out.extend_from_slice(&self.weights[v.offset..v.offset + v.len()]);
+            }
+        }
+        Ok(out)
     }
 
     /// Weighs each example's loss by its class (`weights[c]` for class `c`, as Keras's
@@ -168,7 +254,8 @@ impl<M: Model> DataParallel<M> {
         &self.optimizers
     }
 
-    /// The weights, flat in parameter-name order.
+    /// The weights, flat in parameter-name order (the variables alone when the tables are
+    /// sharded: see [`DataParallel::full_weights`]).
     pub fn weights(&self) -> &[f32] {
         &self.weights
     }
@@ -188,10 +275,37 @@ impl<M: Model> DataParallel<M> {
         self.ring.as_ref()
     }
 
-    /// The logits of `batch` with the current weights.
+    /// The logits of `batch` with the current weights. With sharded tables every worker
+    /// calls it together (each with its own batch), since the rows come from their owners.
     pub fn logits(&self, batch: &Batch) -> Result<Tensor> {
-        let lookup = Lookup::gather(batch, &self.entries, &self.weights)?;
+        let (lookup, _) = self.lookup(Some(batch))?;
         self.model.forward(batch, lookup.as_ref())
+    }
+
+    /// The batch's embedding rows: gathered from the weights, or with sharded tables asked of
+    /// their owners (a collective: every worker calls it, with None when it has no batch).
+    fn lookup(&self, batch: Option<&Batch>) -> Result<(Option<Lookup>, Fetched)> {
+        let Some(sharded) = &self.sharded else {
+            let lookup =
+                batch.map(|b| Lookup::gather(b, &self.entries, &self.weights)).transpose()?.flatten();
+            return Ok((lookup, Fetched::default()));
+        };
+        let unique = batch.and_then(Lookup::distinct_ids);
+        let mut fetched =
+            sharded.fetch(self.ring.as_ref(), batch.is_some(), unique.as_deref().unwrap_or_default())?;
+        let lookup = match (batch, unique) {
+            (Some(batch), Some(unique)) => {
+                let tables = self
+                    .tables
+                    .iter()
+                    .zip(std::mem::take(&mut fetched.rows))
+                    .map(|(e, rows)| (e.name.clone(), e.row_width(), rows))
+                    .collect();
+                Some(Lookup::with_rows(batch, unique, tables)?)
+            }
+            _ => None,
+        };
+        Ok((lookup, fetched))
     }
 
     /// Evaluates the model on this worker's `batches`, together with every other worker
@@ -202,11 +316,26 @@ impl<M: Model> DataParallel<M> {
         I: IntoIterator<Item = Result<B>>,
     {
         let mut evaluation = Evaluation::new(self.loss);
-        for batch in batches {
-            let batch = batch?;
-            let batch = batch.borrow();
-            if batch.rows()? > 0 {
+        let mut batches = batches.into_iter().fuse();
+        loop {
+            let batch = batches.next().transpose()?;
+            let batch = batch.as_ref().map(Borrow::borrow);
+            let batch = match batch {
+                Some(b) if b.rows()? == 0 => continue,
+                other => other,
+            };
+            if self.sharded.is_none() {
+                let Some(batch) = batch else { break };
                 evaluation.add(&self.logits(batch)?, &batch.labels)?;
+                continue;
+            }
+            // Owners answer for rows until no worker has a batch left.
+            let (lookup, fetched) = self.lookup(batch)?;
+            if !fetched.anyone {
+                break;
+            }
+            if let Some(batch) = batch {
+                evaluation.add(&self.model.forward(batch, lookup.as_ref())?, &batch.labels)?;
             }
         }
         match &self.ring {
@@ -215,18 +344,128 @@ impl<M: Model> DataParallel<M> {
         }
     }
 
-    /// Writes a checkpoint under `model_dir` (the chief's job); returns its folder.
+    /// Writes a checkpoint under `model_dir`; returns its folder. With tables whole on every
+    /// worker this is the chief's job alone. With sharded tables every worker calls it
+    /// together: the chief stages the checkpoint's folder, each worker writes its rows there,
+    /// then the chief, once every worker's rows are written, writes the rest and publishes the
+    /// folder and the index; a worker that fails to write fails every worker's call.
+    /// `options.fence` names the writer (see [`checkpoint::Fence`]).
     pub fn save_checkpoint(
         &self,
         model_dir: &str,
         progress: Progress,
         options: &CheckpointOptions,
     ) -> Result<String> {
-        let layout = self.model.parameters().layout();
-        checkpoint::save(model_dir, &layout, &self.weights, &self.optimizers.state(), progress, options)
+        let Some(sharded) = &self.sharded else {
+            let layout = self.model.parameters().layout();
+            return checkpoint::save(
+                model_dir,
+                &layout,
+                &self.weights,
+                &self.optimizers.state(),
+                progress,
+                options,
+            );
+        };
+        let (rank, workers) = sharded.place();
+        // The chief's staging folder, for everyone.
+        let staged = match rank {
+            0 => checkpoint::stage(model_dir, progress.step, &options.fence).map(Some),
+            _ => Ok(None),
+        };
+        let staged = self.together(staged, model_dir, "stage the checkpoint")?;
+        let staged = staged.into_iter().flatten().next().expect("the chief's staging folder");
+        let written = checkpoint::save_rows(
+            &staged.staging,
+            rank,
+            workers,
+            &sharded.owned_tables(),
+            options.max_shard_bytes,
+        );
+        let owners = self.together(written, &staged.folder, "write its rows of the embedding tables")?;
+        let published = if rank == 0 {
+            let files = TableFiles { workers, tables: sharded.saved_tables(), owners };
+            let groups = sharded.group_states(self.optimizers.state());
+            let layout = self.entries.iter().map(|e| (e.name.clone(), e.shape.clone())).collect();
+            checkpoint::save_with(
+                model_dir,
+                &staged,
+                &layout,
+                &self.weights,
+                &groups,
+                progress,
+                options,
+                Some(&files),
+            )
+        } else {
+            Ok(staged.folder.clone())
+        };
+        self.together(published, &staged.folder, "publish the checkpoint")?;
+        Ok(staged.folder)
     }
 
-    /// Loads a restored checkpoint into the weights and the optimizers.
+    /// Every worker's `mine`, once every worker has one (a ring barrier that waits up to
+    /// [`crate::trainer::CHECKPOINT_WAIT`], for workers writing files): a worker's failure
+    /// fails every worker, the others with an error naming it and `what` it could not do, or,
+    /// when a newer writer superseded it, with that same [`TrainError::Superseded`] (so that
+    /// no trainer of a lost generation fails as if a restart could help).
+    pub(crate) fn together<T: serde::Serialize + serde::de::DeserializeOwned>(
+        &self,
+        mine: Result<T>,
+        path: &str,
+        what: &str,
+    ) -> Result<Vec<T>> {
+        let report = match &mine {
+            Ok(value) => serde_json::json!({ "ok": value }),
+            Err(TrainError::Superseded { model_dir, generation, by_job, by_generation }) => {
+                serde_json::json!({
+                    "superseded": {
+                        "model_dir": model_dir,
+                        "generation": generation,
+                        "by_job": by_job,
+                        "by_generation": by_generation,
+                    }
+                })
+            }
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        };
+        let bytes = serde_json::to_vec(&report).expect("a report serializes");
+        let all = match &self.ring {
+            Some(ring) => {
+                let mut ring = lock(ring);
+                ring.barrier_within(crate::trainer::CHECKPOINT_WAIT)?;
+                ring.all_gather(&bytes)?
+            }
+            None => vec![bytes],
+        };
+        let mine = mine?;
+        let mut out = Vec::with_capacity(all.len());
+        for (worker, bytes) in all.iter().enumerate() {
+            #[derive(serde::Deserialize)]
+            #[serde(rename_all = "snake_case")]
+            enum Report<T> {
+                Ok(T),
+                Error(String),
+                Superseded { model_dir: String, generation: u64, by_job: Option<String>, by_generation: u64 },
+            }
+            let report: Report<T> = serde_json::from_slice(bytes)
+                .map_err(|e| TrainError::format(path, format!("worker {worker}'s report: {e}")))?;
+            match report {
+                Report::Ok(value) => out.push(value),
+                Report::Error(e) => {
+                    return Err(TrainError::format(path, format!("worker {worker} could not {what}: {e}")));
+                }
+                Report::Superseded { model_dir, generation, by_job, by_generation } => {
+                    return Err(TrainError::Superseded { model_dir, generation, by_job, by_generation });
+                }
+            }
+        }
+        drop(mine);
+        Ok(out)
+    }
+
+    /// Loads a restored checkpoint into the weights and the optimizers (with sharded tables,
+    /// the variables'; see [`DataParallel::load_table_rows`] for the tables).
     pub fn load(&mut self, restored: Restored) -> Result<Progress> {
         if restored.weights.len() != self.weights.len() {
             return Err(TrainError::StateMismatch(format!(
@@ -236,9 +475,34 @@ impl<M: Model> DataParallel<M> {
             )));
         }
         self.optimizers.load_state(restored.optimizer)?;
-        self.model.parameters().set_flat(&restored.weights)?;
+        if self.sharded.is_some() {
+            self.model.parameters().set_flat_vars(&restored.weights)?;
+        } else {
+            self.model.parameters().set_flat(&restored.weights)?;
+        }
         self.weights = restored.weights;
         Ok(restored.progress)
+    }
+
+    /// With sharded tables: reads this worker's rows (and their optimizer state) from the
+    /// checkpoint folder `folder`, whoever owned them when it was written.
+    pub fn load_table_rows(&mut self, folder: &str) -> Result<()> {
+        match &mut self.sharded {
+            Some(sharded) => sharded.load(folder),
+            None => Ok(()),
+        }
+    }
+
+    /// The layout [`checkpoint::restore_except`] restores for this model, and the tables it
+    /// leaves to their owners.
+    pub(crate) fn restore_layout(&self) -> (checkpoint::Layout, Vec<String>) {
+        match &self.sharded {
+            None => (self.model.parameters().layout(), Vec::new()),
+            Some(_) => (
+                self.entries.iter().map(|e| (e.name.clone(), e.shape.clone())).collect(),
+                self.tables.iter().map(|e| e.name.clone()).collect(),
+            ),
+        }
     }
 
     /// Resumes from the latest checkpoint under `model_dir`, if any: what an interrupted save
@@ -246,10 +510,41 @@ impl<M: Model> DataParallel<M> {
     /// returns how far that training had come. For a single worker, which writes as well.
     pub fn restore(&mut self, model_dir: &str) -> Result<Option<Progress>> {
         checkpoint::remove_partial(model_dir)?;
-        match checkpoint::restore(model_dir, &self.model.parameters().layout())? {
-            Some(restored) => self.load(restored).map(Some),
+        let (layout, sharded) = self.restore_layout();
+        match checkpoint::restore_except(model_dir, &layout, &sharded)? {
+            Some(restored) => {
+                let folder = restored.folder.clone();
+                let progress = self.load(restored)?;
+                self.load_table_rows(&folder)?;
+                Ok(Some(progress))
+            }
             None => Ok(None),
         }
+    }
+
+    /// The weights that [`DataParallel::put_snapshot`] puts back: the variables' and this
+    /// worker's rows of sharded tables.
+    pub fn snapshot(&self) -> (Vec<f32>, Vec<Vec<f32>>) {
+        (self.weights.clone(), self.sharded.as_ref().map(ShardedTables::values).unwrap_or_default())
+    }
+
+    /// Puts back weights taken by [`DataParallel::snapshot`]; the optimizers' state stays.
+    pub fn put_snapshot(&mut self, snapshot: (Vec<f32>, Vec<Vec<f32>>)) -> Result<()> {
+        let (weights, tables) = snapshot;
+        if let Some(sharded) = &mut self.sharded {
+            sharded.put_values(tables)?;
+            if weights.len() != self.weights.len() {
+                return Err(TrainError::StateMismatch(format!(
+                    "{} weights given for {} variables",
+                    weights.len(),
+                    self.weights.len()
+                )));
+            }
+            self.model.parameters().set_flat_vars(&weights)?;
+            self.weights = weights;
+            return Ok(());
+        }
+        self.set_weights(weights)
     }
 
     /// One synchronous step with this worker's `batch` (None once its data has run out).
@@ -261,8 +556,9 @@ impl<M: Model> DataParallel<M> {
             None => 0,
         };
         let mut local = TableGrads::default();
-        if let (Some(batch), true) = (batch, rows > 0) {
-            let lookup = Lookup::gather(batch, &self.entries, &self.weights)?;
+        let batch = batch.filter(|_| rows > 0);
+        let (lookup, fetched) = self.lookup(batch)?;
+        if let Some(batch) = batch {
             let logits = self.model.forward(batch, lookup.as_ref())?;
             let loss = self.loss.compute_weighted(&logits, &batch.labels, self.class_weights.as_deref())?;
             let grads = loss.backward()?;
@@ -288,12 +584,25 @@ impl<M: Model> DataParallel<M> {
         if !total.is_finite() || total.fract() != 0.0 {
             return Err(TrainError::InvalidArgument(format!("the workers' example count summed to {total}")));
         }
-        let distinct_ids = self.reduced[vars + 2];
-        let mut tables = self.exchange_tables(local, distinct_ids)?;
-        let grad_norm = self.finish_gradients(&mut tables, total);
-        self.optimizers.set_scale(self.schedule.factor(self.optimizers.steps() + 1));
-        self.apply(tables)?;
-        self.model.parameters().set_flat(&self.weights)?;
+        let factor = self.schedule.factor(self.optimizers.steps() + 1);
+        let grad_norm = if let Some(sharded) = &self.sharded {
+            let mut owned = sharded.push_grads(self.ring.as_ref(), &fetched, &local.rows)?;
+            let norm = self.finish_sharded(&mut owned, total)?;
+            self.optimizers.set_scale(factor);
+            self.apply(Some(TableGrads::default()))?;
+            let sharded = self.sharded.as_mut().expect("sharded tables");
+            sharded.apply(&owned, factor, self.sparse_tables)?;
+            self.model.parameters().set_flat_vars(&self.weights)?;
+            norm
+        } else {
+            let distinct_ids = self.reduced[vars + 2];
+            let mut tables = self.exchange_tables(local, distinct_ids)?;
+            let norm = self.finish_gradients(&mut tables, total);
+            self.optimizers.set_scale(factor);
+            self.apply(tables)?;
+            self.model.parameters().set_flat(&self.weights)?;
+            norm
+        };
         Ok(Some(StepStats {
             step: self.optimizers.steps(),
             loss: self.reduced[vars + 1] / total,
@@ -357,10 +666,44 @@ impl<M: Model> DataParallel<M> {
         norm
     }
 
+    /// With sharded tables: the variables' gradient made the step's as
+    /// [`Self::finish_gradients`] does, and this worker's rows' (`owned`) by their owner's
+    /// rules; the global norm adds up every owner's part with one scalar all-reduce.
+    fn finish_sharded(&mut self, owned: &mut OwnedGrads, total: f32) -> Result<f32> {
+        let vars = self.reduced.len() - 3;
+        let grads = &mut self.reduced[..vars];
+        grads.iter_mut().for_each(|g| *g /= total);
+        if !self.regularization.is_zero() {
+            for e in &self.entries {
+                let penalty = self.regularization.of(e);
+                penalty.add_gradient(
+                    &self.weights[e.offset..e.offset + e.len()],
+                    &mut grads[e.offset..e.offset + e.len()],
+                );
+            }
+        }
+        let sharded = self.sharded.as_ref().expect("sharded tables");
+        let mut table_squares =
+            [sharded.finish(owned, total, !self.sparse_tables, !self.regularization.is_zero())?];
+        if let Some(ring) = &self.ring {
+            lock(ring).all_reduce(&mut table_squares, ReduceOp::Sum)?;
+        }
+        let squares: f64 = grads.iter().map(|&g| (g as f64) * (g as f64)).sum::<f64>() + table_squares[0];
+        let norm = squares.sqrt() as f32;
+        if let Some(clip) = self.clip_norm
+            && norm > clip
+        {
+            let factor = clip / norm;
+            grads.iter_mut().for_each(|g| *g *= factor);
+            owned.rows.iter_mut().flatten().for_each(|g| *g *= factor);
+        }
+        Ok(norm)
+    }
+
     /// The tables' gradient rows for the lookup's ids, times `scale`.
     fn table_grads(&self, grads: &GradStore, lookup: Lookup, scale: f32) -> Result<TableGrads> {
         let mut rows = Vec::new();
-        for entry in self.entries.iter().filter(|e| e.table) {
+        for entry in &self.tables {
             let var = &lookup.rows[&entry.name];
             let values = match grads.get(var.as_tensor()) {
                 Some(g) => g.flatten_all()?.to_vec1::<f32>()?.into_iter().map(|v| v * scale).collect(),

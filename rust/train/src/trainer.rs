@@ -21,7 +21,7 @@ use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
 use crate::batch::Batch;
-use crate::checkpoint::{self, Best, CheckpointOptions, MAX_SHARD_BYTES, Progress, Restored};
+use crate::checkpoint::{self, Best, CheckpointOptions, Fence, MAX_SHARD_BYTES, Progress, Restored};
 use crate::error::{Result, TrainError};
 use crate::export::{self, ModelKind};
 use crate::features::FeatureSpec;
@@ -31,6 +31,7 @@ use crate::loss::Loss;
 use crate::metrics::Metrics;
 use crate::model::Model;
 use crate::optim::OptimizerState;
+use crate::shard::{ShardTables, TableOptions};
 use crate::step::{DataParallel, SharedRing, lock};
 use crate::tensorboard::EventWriter;
 
@@ -93,6 +94,14 @@ pub struct TrainerConfig {
     /// feature; `n` counts the GPUs the process sees, as `CUDA_VISIBLE_DEVICES` sets them).
     #[serde(default = "defaults::device")]
     pub device: String,
+    /// Whether the embedding tables are sharded across the trainers (`auto`: when they do not
+    /// fit `table_budget_bytes`).
+    #[serde(default)]
+    pub shard_tables: ShardTables,
+    /// The most bytes one trainer's embedding tables, with their optimizer state, may take;
+    /// None: half the memory the trainer may use ([`crate::shard::default_table_budget`]).
+    #[serde(default)]
+    pub table_budget_bytes: Option<u64>,
 }
 
 mod defaults {
@@ -147,6 +156,7 @@ impl TrainerConfig {
             ("max_shard_bytes", self.max_shard_bytes),
             ("threads", self.optimizer.threads as u64),
             ("checkpoint_every", self.checkpoint_every.unwrap_or(1)),
+            ("table_budget_bytes", self.table_budget_bytes.unwrap_or(1)),
         ];
         if let Some((name, value)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(TrainError::InvalidArgument(format!("{name}={value} must be at least 1")));
@@ -386,21 +396,88 @@ pub struct Trainer {
     resumed_from: Option<u64>,
     events: Option<EventWriter>,
     last_checkpoint: Option<(u64, String)>,
-    /// The best evaluation's weights, when early stopping restores them.
-    best_weights: Option<Vec<f32>>,
+    /// Who writes checkpoints: this trainer's job and generation.
+    fence: Fence,
+    /// The checkpoint folders (`model_dir`, the best model's) this trainer claimed before its
+    /// first save there.
+    claimed: Vec<String>,
+    /// The best evaluation's weights (the variables' and this worker's rows of sharded
+    /// tables), when early stopping restores them from memory.
+    best_weights: Option<(Vec<f32>, Vec<Vec<f32>>)>,
+}
+
+/// How large a model's embedding tables are, and where they would live among some number of
+/// trainers: what [`Trainer::new`] decides, worked out without allocating a table, so that
+/// the driver can report it, or refuse a job that would fail, before any trainer starts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TablePlan {
+    /// The bytes of the tables with their optimizer state, whole on one trainer.
+    pub whole_bytes: u64,
+    /// The bytes of the largest trainer's share when the tables are sharded.
+    pub shard_bytes: u64,
+    /// Where they would live under the budget given: None when no budget is known.
+    pub placement: Option<crate::shard::Placement>,
+}
+
+/// The [`TablePlan`] of `config`'s model over `features` among `workers` trainers, each
+/// allowed `config.table_budget_bytes`, else `budget` (what the driver knows of the trainers'
+/// memory), else nothing known. Raises the error [`Trainer::new`] would for tables that do not
+/// fit where they would live.
+pub fn table_plan(
+    config: &TrainerConfig,
+    features: &FeatureSpec,
+    workers: usize,
+    budget: Option<u64>,
+) -> Result<TablePlan> {
+    config.validate()?;
+    features.validate()?;
+    let model = config.model.build(features, config.seed)?;
+    let tables = model.parameters().table_entries();
+    let rule = |e: &crate::params::Entry| crate::sharded::rule_of(&config.optimizer, e);
+    let dense = !config.optimizer.sparse_tables;
+    let unbounded = |shard| TableOptions { shard, budget_bytes: Some(u64::MAX) };
+    let whole_bytes = unbounded(ShardTables::Off).plan(&tables, rule, dense, workers.max(1))?.bytes;
+    let shard_bytes = unbounded(ShardTables::On).plan(&tables, rule, dense, workers.max(1))?.bytes;
+    let placement = config
+        .table_budget_bytes
+        .or(budget)
+        .map(|budget| {
+            TableOptions { shard: config.shard_tables, budget_bytes: Some(budget) }.plan(
+                &tables,
+                rule,
+                dense,
+                workers.max(1),
+            )
+        })
+        .transpose()?;
+    Ok(TablePlan { whole_bytes, shard_bytes, placement })
 }
 
 impl Trainer {
     /// Builds the model for `features`, joins the ring (None: training alone), and resumes
-    /// from the latest checkpoint in `model_dir` if there is one.
+    /// from the latest checkpoint in `model_dir` if there is one. Its checkpoints are written
+    /// as a trainer outside any job ([`Fence::default`]).
     pub fn new(config: TrainerConfig, features: FeatureSpec, ring: Option<SharedRing>) -> Result<Self> {
+        Self::with_fence(config, features, ring, Fence::default())
+    }
+
+    /// [`Trainer::new`] for a trainer of a job's generation, as `fence` says: its checkpoints
+    /// carry the generation, and once a later generation (or another job) writes `model_dir`,
+    /// its saves fail with [`TrainError::Superseded`].
+    pub fn with_fence(
+        config: TrainerConfig,
+        features: FeatureSpec,
+        ring: Option<SharedRing>,
+        fence: Fence,
+    ) -> Result<Self> {
         config.validate()?;
         features.validate()?;
         let rank = ring.as_ref().map_or(0, |r| lock(r).rank());
         let workers = ring.as_ref().map_or(1, |r| lock(r).size()) as u64;
         let device = device(&config.device)?;
         let model = config.model.build_on(&device, &features, config.seed)?;
-        let mut dp = DataParallel::new(model, config.loss, &config.optimizer, ring)?;
+        let tables = TableOptions { shard: config.shard_tables, budget_bytes: config.table_budget_bytes };
+        let mut dp = DataParallel::with_tables(model, config.loss, &config.optimizer, ring, &tables)?;
         dp.set_class_weights(config.class_weights.clone())?;
         let mut trainer = Trainer {
             config,
@@ -413,13 +490,17 @@ impl Trainer {
             resumed_from: None,
             events: None,
             last_checkpoint: None,
+            fence,
+            claimed: Vec::new(),
             best_weights: None,
         };
         if let Some(dir) = trainer.config.model_dir.clone()
-            && let Some(progress) = trainer.restore(&dir)?
+            && let Some((progress, folder)) = trainer.restore(&dir)?
         {
             trainer.resumed_from = Some(progress.step);
             trainer.progress = progress;
+            // The state of this step is saved already: saving it again would only copy it.
+            trainer.last_checkpoint = Some((progress.step, folder));
         }
         if let (0, Some(dir)) = (rank, &trainer.config.tensorboard_dir) {
             let roll = Duration::try_from_secs_f64(trainer.config.tensorboard_roll_seconds.max(0.0))
@@ -454,9 +535,20 @@ impl Trainer {
         self.resumed_from
     }
 
-    /// The weights, flat in parameter-name order.
+    /// The weights, flat in parameter-name order (the variables alone when the tables are
+    /// sharded).
     pub fn weights(&self) -> &[f32] {
         self.dp.weights()
+    }
+
+    /// Whether the embedding tables are sharded across the trainers.
+    pub fn is_sharded(&self) -> bool {
+        self.dp.is_sharded()
+    }
+
+    /// The engine's data-parallel step, with the model and its weights.
+    pub fn data_parallel(&self) -> &DataParallel<Box<dyn Model>> {
+        &self.dp
     }
 
     /// Trains on `input` (this worker's share) together with every other worker: call on all
@@ -656,16 +748,27 @@ impl Trainer {
         }
         self.progress.best = Some(Best { step: line.step, value });
         self.progress.evals_since_best = 0;
-        if es.restore_best {
-            self.best_weights = Some(self.dp.weights().to_vec());
+        // Sharded tables are restored from the best checkpoint rather than kept twice in
+        // memory, when there is one.
+        if es.restore_best && !(self.dp.is_sharded() && self.best_dir().is_some()) {
+            self.best_weights = Some(self.dp.snapshot());
         }
         if let Some(dir) = self.best_dir() {
-            if self.rank == 0 {
-                let options = CheckpointOptions { max_shard_bytes: self.config.max_shard_bytes, keep: 1 };
+            self.claim(&dir)?;
+            let options = CheckpointOptions {
+                max_shard_bytes: self.config.max_shard_bytes,
+                keep: 1,
+                fence: self.fence.clone(),
+            };
+            if self.dp.is_sharded() {
                 self.dp.save_checkpoint(&dir, self.progress, &options)?;
-            }
-            if let Some(ring) = self.dp.ring() {
-                lock(ring).barrier_within(CHECKPOINT_WAIT)?;
+            } else {
+                if self.rank == 0 {
+                    self.dp.save_checkpoint(&dir, self.progress, &options)?;
+                }
+                if let Some(ring) = self.dp.ring() {
+                    lock(ring).barrier_within(CHECKPOINT_WAIT)?;
+                }
             }
         }
         Ok(false)
@@ -684,14 +787,14 @@ impl Trainer {
             return Ok(());
         }
         if let Some(weights) = self.best_weights.take() {
-            return self.dp.set_weights(weights);
+            return self.dp.put_snapshot(weights);
         }
         let Some(dir) = self.best_dir() else { return Ok(()) };
         let progress = self.progress;
         let restored = self.restore(&dir)?;
         // A chief killed after saving a better model than its last checkpoint knew of leaves
         // that model in the folder: its own record of the best is the one to keep.
-        let best = restored.and_then(|r| r.best).or(progress.best);
+        let best = restored.and_then(|(r, _)| r.best).or(progress.best);
         self.progress = Progress { best, ..progress };
         Ok(())
     }
@@ -719,6 +822,7 @@ impl Trainer {
     fn checkpoint_together(&mut self) -> Result<Option<String>> {
         let folder = self.save_checkpoint()?;
         if self.config.model_dir.is_some()
+            && !self.dp.is_sharded()
             && let Some(ring) = self.dp.ring()
         {
             lock(ring).barrier_within(CHECKPOINT_WAIT)?;
@@ -727,30 +831,67 @@ impl Trainer {
     }
 
     /// The chief writes a checkpoint of the current state to `model_dir` (once per step);
-    /// returns its folder, or None on other workers or without `model_dir`.
+    /// returns its folder, or None on other workers or without `model_dir`. With sharded
+    /// tables every worker calls it together and writes its own rows (each gets the folder).
     pub fn save_checkpoint(&mut self) -> Result<Option<String>> {
-        let (0, Some(dir)) = (self.rank, self.config.model_dir.clone()) else { return Ok(None) };
+        let Some(dir) = self.config.model_dir.clone() else { return Ok(None) };
+        let sharded = self.dp.is_sharded();
+        if self.rank != 0 && !sharded {
+            return Ok(None);
+        }
         if let Some((step, folder)) = &self.last_checkpoint
             && *step == self.progress.step
         {
             return Ok(Some(folder.clone()));
         }
-        if self.last_checkpoint.is_none() {
-            // This chief's first save: clear what a chief killed midway left, now that no
-            // other writer can be under way (a trainer that only reads removes nothing).
-            checkpoint::remove_partial(&dir)?;
-        }
+        self.claim(&dir)?;
         let options = CheckpointOptions {
             max_shard_bytes: self.config.max_shard_bytes,
             keep: self.config.keep_checkpoints,
+            fence: self.fence.clone(),
         };
         let folder = self.dp.save_checkpoint(&dir, self.progress, &options)?;
         self.last_checkpoint = Some((self.progress.step, folder.clone()));
         Ok(Some(folder))
     }
 
+    /// Before this trainer's first save into `dir`: the chief claims it for this generation
+    /// ([`checkpoint::claim`]), which refuses a superseded generation and clears what a chief
+    /// killed midway left, now that no older generation can publish any more (a trainer that
+    /// only reads removes nothing). With sharded tables every worker calls it together, and no
+    /// owner writes its rows before the chief has claimed.
+    fn claim(&mut self, dir: &str) -> Result<()> {
+        if self.claimed.iter().any(|d| d == dir) {
+            return Ok(());
+        }
+        let sharded = self.dp.is_sharded();
+        if self.rank == 0 || sharded {
+            let claimed = if self.rank == 0 { checkpoint::claim(dir, &self.fence).map(drop) } else { Ok(()) };
+            if sharded {
+                self.dp.together(claimed, dir, "claim the checkpoint folder")?;
+            } else {
+                claimed?;
+            }
+        }
+        self.claimed.push(dir.to_string());
+        Ok(())
+    }
+
     /// The chief writes the exported model into `dir`; returns whether this worker wrote it.
+    /// With sharded tables every worker calls it together and writes its rows of the tables
+    /// ([`export::export_sharded`]).
     pub fn export(&self, dir: &str) -> Result<bool> {
+        if self.dp.is_sharded() {
+            export::export_sharded(
+                dir,
+                &self.config.model,
+                &self.features,
+                self.config.loss,
+                &self.dp,
+                self.config.max_shard_bytes,
+            )?;
+            return Ok(self.rank == 0);
+        }
         if self.rank != 0 {
             return Ok(false);
         }
@@ -784,19 +925,31 @@ impl Trainer {
         }
     }
 
-    /// Loads the latest checkpoint: the chief reads it and every other worker receives it.
-    fn restore(&mut self, model_dir: &str) -> Result<Option<Progress>> {
-        let layout = self.dp.model().parameters().layout();
+    /// Loads the latest checkpoint: the chief reads it and every other worker receives it;
+    /// with sharded tables, every worker then reads its own rows. Returns its progress and
+    /// folder.
+    fn restore(&mut self, model_dir: &str) -> Result<Option<(Progress, String)>> {
+        let Some(restored) = self.read_checkpoint(model_dir)? else { return Ok(None) };
+        let folder = restored.folder.clone();
+        let progress = self.dp.load(restored)?;
+        if self.dp.is_sharded() {
+            let loaded = self.dp.load_table_rows(&folder);
+            self.dp.together(loaded, &folder, "read its rows of the embedding tables")?;
+        }
+        Ok(Some((progress, folder)))
+    }
+
+    /// The latest checkpoint's weights, optimizer state and progress (sharded tables left to
+    /// their owners): the chief reads it and every other worker receives it.
+    fn read_checkpoint(&mut self, model_dir: &str) -> Result<Option<Restored>> {
+        let (layout, sharded) = self.dp.restore_layout();
         let Some(ring) = self.dp.ring().cloned() else {
-            return match checkpoint::restore(model_dir, &layout)? {
-                Some(restored) => self.dp.load(restored).map(Some),
-                None => Ok(None),
-            };
+            return checkpoint::restore_except(model_dir, &layout, &sharded);
         };
         let mut ring = lock(&ring);
         // [status][length] then the payload: 0 none, 1 a checkpoint, 2 the chief failed.
         let (mut head, payload, failure) = if self.rank == 0 {
-            match checkpoint::restore(model_dir, &layout) {
+            match checkpoint::restore_except(model_dir, &layout, &sharded) {
                 Ok(Some(r)) => {
                     let bytes = encode_restored(&r)?;
                     (head(1, bytes.len()), bytes, None)
@@ -821,8 +974,7 @@ impl Trainer {
         }
         ring.broadcast(&mut payload, 0)?;
         drop(ring);
-        let restored = decode_restored(&payload)?;
-        self.dp.load(restored).map(Some)
+        decode_restored(&payload).map(Some)
     }
 }
 
@@ -866,6 +1018,7 @@ struct RestoredHead {
     progress: Progress,
     weights: usize,
     groups: Vec<GroupHead>,
+    folder: String,
 }
 
 /// An optimizer group's name, parameters, step and buffers (name, length).
@@ -880,6 +1033,7 @@ struct GroupHead {
 fn encode_restored(r: &Restored) -> Result<Vec<u8>> {
     let head = RestoredHead {
         progress: r.progress,
+        folder: r.folder.clone(),
         weights: r.weights.len(),
         groups: r
             .optimizer
@@ -925,7 +1079,7 @@ fn decode_restored(bytes: &[u8]) -> Result<Restored> {
             state: OptimizerState { step: g.step, buffers },
         });
     }
-    Ok(Restored { progress: head.progress, weights, optimizer })
+    Ok(Restored { progress: head.progress, weights, optimizer, folder: head.folder })
 }
 
 /// Sums since the last progress line.

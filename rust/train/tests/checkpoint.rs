@@ -37,7 +37,7 @@ fn resume_matches_an_uninterrupted_run(model_dir: &str) {
         straight.step(Some(&batch(s))).unwrap();
     }
     // 256-byte shards: the 3x32 kernel (384 bytes) and Adam's moments are cut across files.
-    let options = CheckpointOptions { max_shard_bytes: 256, keep: 2 };
+    let options = CheckpointOptions { max_shard_bytes: 256, keep: 2, ..CheckpointOptions::default() };
     let mut first = trainer();
     for s in 0..6 {
         first.step(Some(&batch(s))).unwrap();
@@ -57,8 +57,12 @@ fn resume_matches_an_uninterrupted_run(model_dir: &str) {
         .into_iter()
         .map(|f| f.url.rsplit('/').next().unwrap().to_string())
         .collect();
-    assert_eq!(names, ["checkpoint.json", "ckpt-0000000004", "ckpt-0000000006"], "only the last 2 are kept");
-    let shards = sparktrain_storage::list(&format!("{model_dir}/ckpt-0000000006")).unwrap();
+    assert_eq!(
+        names,
+        ["_index", "checkpoint.json", "ckpt-0000000004-g0", "ckpt-0000000006-g0"],
+        "only the last 2 are kept"
+    );
+    let shards = sparktrain_storage::list(&format!("{model_dir}/ckpt-0000000006-g0")).unwrap();
     assert!(shards.len() > 10, "{} files", shards.len());
 
     let mut resumed = trainer();
@@ -113,13 +117,14 @@ fn an_index_naming_other_folders_is_refused_and_deletes_nothing() {
     let model_url = model_dir.to_string_lossy().into_owned();
     let t = trainer();
     t.save_checkpoint(&model_url, Progress::default(), &CheckpointOptions::default()).unwrap();
-    for bad in ["../victim", "/tmp", "ckpt-12/../../victim"] {
-        let index = format!(r#"{{"latest": "ckpt-0000000000", "kept": ["{bad}", "ckpt-0000000000"]}}"#);
-        std::fs::write(model_dir.join("checkpoint.json"), index).unwrap();
+    for bad in ["../victim", "/tmp", "ckpt-12/../../victim", "ckpt-1-g../../victim"] {
+        let index = format!(r#"{{"latest": "ckpt-0000000000-g0", "kept": ["{bad}", "ckpt-0000000000-g0"]}}"#);
+        // The index the engine reads is its newest version (`checkpoint.json` is a copy).
+        std::fs::write(model_dir.join("_index/00000000000000000001.json"), index).unwrap();
         let options = CheckpointOptions { keep: 1, ..CheckpointOptions::default() };
         match t.save_checkpoint(&model_url, Progress { step: 5, ..Progress::default() }, &options) {
             Err(TrainError::Format { path, source }) => {
-                assert!(path.ends_with("checkpoint.json"), "{path}");
+                assert!(path.ends_with("_index/00000000000000000001.json"), "{path}");
                 assert!(source.to_string().contains(bad), "{source}");
             }
             other => panic!("expected a format error naming {bad}, got {other:?}"),
@@ -154,7 +159,7 @@ fn a_manifest_naming_a_missing_shard_is_an_error() {
 fn what_a_save_killed_midway_left_is_removed_on_resume() {
     let dir = tempfile::tempdir().unwrap();
     let model_dir = dir.path().to_str().unwrap();
-    let options = CheckpointOptions { max_shard_bytes: 256, keep: 3 };
+    let options = CheckpointOptions { max_shard_bytes: 256, keep: 3, ..CheckpointOptions::default() };
     let mut first = trainer();
     first.step(Some(&batch(0))).unwrap();
     first
@@ -164,10 +169,15 @@ fn what_a_save_killed_midway_left_is_removed_on_resume() {
             &options,
         )
         .unwrap();
-    // A chief killed while writing step 2: some shards, no manifest, an index half written.
+    // Chiefs killed while writing step 2: one of an earlier version (its folder in place),
+    // one of this version (its staging folder) and one publishing the index.
     std::fs::create_dir(dir.path().join("ckpt-0000000002")).unwrap();
     std::fs::write(dir.path().join("ckpt-0000000002/shard-00000-of-00009.safetensors"), b"partial").unwrap();
+    let staging = dir.path().join(".ckpt-0000000002-g1.0f3a.tmp");
+    std::fs::create_dir(&staging).unwrap();
+    std::fs::write(staging.join("shard-00000-of-00009.safetensors"), b"partial").unwrap();
     std::fs::write(dir.path().join(".checkpoint.json.0f3a.tmp"), b"{\"lat").unwrap();
+    std::fs::write(dir.path().join("_index/.00000000000000000002.json.0f3a.tmp"), b"{\"lat").unwrap();
     std::fs::write(dir.path().join("notes.txt"), b"the user's own file stays").unwrap();
 
     let mut resumed = trainer();
@@ -178,5 +188,10 @@ fn what_a_save_killed_midway_left_is_removed_on_resume() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names, ["checkpoint.json", "ckpt-0000000001", "notes.txt"]);
+    assert_eq!(names, ["_index", "checkpoint.json", "ckpt-0000000001-g0", "notes.txt"]);
+    let versions: Vec<String> = std::fs::read_dir(dir.path().join("_index"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(versions, ["00000000000000000001.json"]);
 }

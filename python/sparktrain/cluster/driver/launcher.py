@@ -32,8 +32,10 @@ from typing import Any
 from sparktrain import _spark, storage_options
 from sparktrain._deps import SPARK_EXTRA, require, require_spark
 from sparktrain._native import Event
+from sparktrain.cluster.callbacks import JobCallback
 from sparktrain.cluster.driver.conf import read_conf
 from sparktrain.cluster.driver.console import Console
+from sparktrain.cluster.driver.hooks import JobHooks
 from sparktrain.cluster.driver.options import MAX_RESULT_BYTES, JobOptions
 from sparktrain.cluster.driver.preflight import check_conf, local_gpus
 from sparktrain.cluster.driver.restarts import (
@@ -146,6 +148,8 @@ class Cluster:
         local: bool = False,
         evaluator_roles: Sequence[str] | None = None,
         keep_results: bool = False,
+        release_tf_port: bool = True,
+        callbacks: Sequence[JobCallback] = (),
     ) -> Cluster:
         """Starts ``main_fun(args, ctx)`` on ``num_workers`` training tasks (task 0 is the
         chief) and ``num_evaluators`` evaluators, one per Spark task slot, and returns at once.
@@ -197,6 +201,16 @@ class Cluster:
         in the executors' block managers (memory, then local disk) while the RDD is referenced,
         and are lost with an executor that is lost.
 
+        The port reserved for TensorFlow (``ctx.tasks[ctx.rank].tf_port``) is released just
+        before ``main_fun`` starts. ``release_tf_port=False`` keeps it bound while
+        ``main_fun`` runs, held by ``ctx.tf_port_socket``, so that no other process can take
+        it meanwhile; ``main_fun`` calls ``ctx.release_tf_port()`` before its server binds it.
+
+        ``callbacks`` (:class:`~sparktrain.cluster.callbacks.JobCallback`, such as
+        :class:`sparktrain.tracking.MLflowCallback`) follow the job: their job hooks run on the
+        driver, and every trainer gets them as ``ctx.callbacks`` (``ctx.trainer(...)`` hands
+        them to the engine's ``fit``).
+
         Every argument is checked here, on the driver, before any Spark job starts:
         :class:`~sparktrain.errors.InvalidArgumentError` names the one at fault,
         :class:`~sparktrain.errors.MissingDependencyError` says when pyspark (or pandas, for
@@ -230,6 +244,8 @@ class Cluster:
             local=local,
             evaluator_roles=evaluator_roles,
             keep_results=keep_results,
+            release_tf_port=release_tf_port,
+            callbacks=tuple(callbacks),
         )
         return cls(_spark.context(sc), options)
 
@@ -300,7 +316,16 @@ class Cluster:
             barrier_timeout=options.barrier_timeout,
             storage=storage,
             evaluator_roles=tuple(options.evaluator_roles or ()),
+            job_id=uuid.uuid4().hex,
+            release_tf_port=options.release_tf_port,
         )
+        try:
+            # The callbacks' driver hooks run from here on; what they learn travels to the trainers.
+            self._hooks = JobHooks.start(options, sc)
+            self._settings = self._hooks.bind(self._settings, cloudpickle)
+        except BaseException:
+            self._server.close()
+            raise
         self._deadline = time.monotonic() + options.reservation_timeout
         self._console = Console(self._roles, enabled=options.log)
         self._lock = threading.Lock()
@@ -366,7 +391,14 @@ class Cluster:
                 return
         finally:
             self._stage_done.set()
+            self._hooks.on_job_end(self._outcome_error())
             self._finished.set()
+
+    def _outcome_error(self) -> BaseException | None:
+        """The job's failure as its callbacks are told it: None once it succeeded."""
+        if self._failure is None and self._state is State.SHUT_DOWN:
+            return ClusterError(f"{self.name} was shut down before it finished")
+        return self._failure
 
     def _run_stage(self, data: Any) -> Any:
         """Runs the current generation's stage; returns the tasks' results, or with
@@ -502,6 +534,7 @@ class Cluster:
             resubmitted_at=time.time(),
             last_step=step,
         )
+        self._hooks.on_restart(restart)
         with self._lock:
             self._restarts.append(restart)
             self._settings = dataclasses.replace(

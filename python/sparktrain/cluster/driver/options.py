@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from sparktrain import _checks
+from sparktrain.cluster.callbacks import JobCallback
 from sparktrain.cluster.driver.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF
 from sparktrain.cluster.scripts import Script, script_arguments
 from sparktrain.cluster.settings import DEFAULT_BARRIER_TIMEOUT
@@ -59,6 +60,9 @@ class JobOptions:
     local: bool = False
     evaluator_roles: Sequence[str] | None = None
     keep_results: bool = False
+    release_tf_port: bool = True
+    #: The job's callbacks (:class:`~sparktrain.cluster.callbacks.JobCallback`).
+    callbacks: tuple[JobCallback, ...] = ()
 
     def __post_init__(self) -> None:
         # Frozen: the checked, normalized values replace the given ones here, once.
@@ -111,15 +115,27 @@ class JobOptions:
             )
         put("evaluator_roles", _evaluator_roles(self.evaluator_roles, self.num_evaluators))
         put("keep_results", bool(self.keep_results))
+        put("release_tf_port", bool(self.release_tf_port))
         if self.local and self.keep_results:
             raise _checks.refuse(
                 "keep_results", self.keep_results, "results stay on Spark executors: not with local=True"
             )
+        put("callbacks", _callbacks(self.callbacks))
 
     @property
     def num_tasks(self) -> int:
         """Trainers in all: the chief, the workers and the evaluators."""
         return self.num_workers + self.num_evaluators
+
+
+def _callbacks(value: Any) -> tuple[JobCallback, ...]:
+    if isinstance(value, JobCallback):
+        return (value,)
+    given = tuple(value) if isinstance(value, Sequence) and not isinstance(value, str) else None
+    if given is None or not all(isinstance(c, JobCallback) for c in given):
+        need = "must be a list of JobCallback (sparktrain.cluster.callbacks), e.g. [MLflowCallback()]"
+        raise _checks.refuse("callbacks", value, need)
+    return given
 
 
 def _check_data(data: Any) -> None:

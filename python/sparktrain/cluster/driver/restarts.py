@@ -7,8 +7,9 @@ responding, a collective that broke or timed out, a user exception seen for the 
 retried up to ``max_restarts`` times, after a back-off that doubles each time. A failure that
 a restart cannot cure ends the job with the original error at once:
 
-- a trainer that raised one of sparktrain's errors about its input or its arguments (the
-  trainer exits with :data:`~sparktrain.cluster.failures.NOT_RETRYABLE`);
+- a trainer that raised one of sparktrain's errors about its input or its arguments, or
+  whose generation is lost to a newer writer of its ``model_dir`` (the trainer exits with
+  :data:`~sparktrain.cluster.failures.NOT_RETRYABLE`);
 - the same user exception at the same step as in the previous generation (or, for a failure
   of the Spark job that names no trainer, the same message): it is deterministic, and a third
   try would fail alike;

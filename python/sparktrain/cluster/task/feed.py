@@ -64,17 +64,21 @@ class FeedServer:
                 return  # closed
             live, first = first, False
             try:
-                # Closing flushes what is left for a reader that may be gone: inside the try.
                 with conn, conn.makefile("wb") as out:
-                    if live:
-                        self._serve_live(out)
-                    else:
-                        self._serve_spool(out)
+                    try:
+                        if live:
+                            self._serve_live(out)
+                        else:
+                            self._serve_spool(out)
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass  # the trainer stopped reading early (its choice)
+                    except Exception as e:
+                        # Before the connection closes: the reader looks for the error file
+                        # when its stream ends.
+                        self._fail(e)
+                        return
             except (BrokenPipeError, ConnectionResetError):
-                pass  # the trainer stopped reading early (its choice): serve the next pass
-            except Exception as e:
-                self._fail(e)
-                return
+                pass  # closing flushed what was left to a reader that had gone: serve the next pass
 
     def _fail(self, error: Exception) -> None:
         """Says why in the error file, then stops listening, so that readers raise it. The

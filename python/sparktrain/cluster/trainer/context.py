@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sparktrain.cluster.callbacks import JobCallback
 from sparktrain.cluster.settings import DEFAULT_BARRIER_TIMEOUT, EXIT_BARRIER, TaskInfo
 from sparktrain.errors import InvalidArgumentError
 
@@ -67,9 +68,24 @@ class TrainerContext:
     _ring: Communicator | None = field(default=None, repr=False)
     #: Whether a pass over the feed is being read (the task serves one at a time).
     _feed_open: bool = field(default=False, repr=False)
+    #: The bound socket that holds this task's TensorFlow port (``tasks[rank].tf_port``) when
+    #: the job was started with ``release_tf_port=False``, so that no other process takes the
+    #: port; None once :meth:`release_tf_port` closed it (or when the launcher did).
+    tf_port_socket: socket.socket | None = field(default=None, repr=False)
     #: The job's generation: 0, then one more after each restart.
     generation: int = 0
+    #: A random id of the job, the same in every generation.
+    job_id: str = ""
+    #: The job's callbacks (``Cluster.run(..., callbacks=...)``), which ``trainer()`` hands on.
+    callbacks: tuple[JobCallback, ...] = ()
     _barrier_timeout: float = field(default=DEFAULT_BARRIER_TIMEOUT, repr=False)
+
+    def release_tf_port(self) -> None:
+        """Closes :attr:`tf_port_socket`, so that a server can bind TensorFlow's port; nothing
+        to do when it is already released."""
+        if self.tf_port_socket is not None:
+            self.tf_port_socket.close()
+            self.tf_port_socket = None
 
     @property
     def restarts(self) -> int:
@@ -110,7 +126,7 @@ class TrainerContext:
 
     @property
     def worker_num(self) -> int:
-        """TensorFlowOnSpark's name for :attr:`rank`."""
+        """TensorFlowOnSpark's name for ``rank``."""
         return self.rank
 
     @property
@@ -175,13 +191,15 @@ class TrainerContext:
         """A :class:`~sparktrain.training.Trainer` on sparktrain's engine for this trainer:
         ``fit`` trains in sync with every other trainer (call it on all of them), the chief
         writes checkpoints, event files and the export. See :mod:`sparktrain.training` for
-        the options (``model``, ``features``, ``optimizer``, ``batch_size``, ``model_dir``...)."""
+        the options (``model``, ``features``, ``optimizer``, ``batch_size``, ``model_dir``...).
+        The job's :attr:`callbacks` follow its ``fit`` unless ``callbacks=`` says otherwise."""
         # The one import from the launcher up into the engine: the engine builds on the launcher,
         # and a trainer that never calls ctx.trainer() never loads it.
         from sparktrain.training.trainer import Trainer
 
         if self.job_name == "evaluator":
             raise InvalidArgumentError("evaluators do not train; give them their own work")
+        options.setdefault("callbacks", self.callbacks)
         return Trainer(self, **options)
 
     def communicator(self) -> Communicator:

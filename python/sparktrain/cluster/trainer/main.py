@@ -26,12 +26,14 @@ import traceback
 from typing import TYPE_CHECKING
 
 from sparktrain import fs
+from sparktrain.cluster.callbacks import JobCallback
 from sparktrain.cluster.failures import FAILED, NOT_RETRYABLE, ORPHANED, PEER_LOST
 from sparktrain.cluster.settings import EXIT_BARRIER, JobSettings, TrainerLaunch
 from sparktrain.cluster.trainer.context import TrainerContext
 from sparktrain.cluster.trainer.frameworks import framework_env, register_jax_cluster
 from sparktrain.errors import (
     CollectiveTimeout,
+    GenerationSuperseded,
     InvalidArgumentError,
     MissingDependencyError,
     PathNotFoundError,
@@ -46,8 +48,16 @@ if TYPE_CHECKING:
 _PR_SET_PDEATHSIG = 1
 
 #: sparktrain's errors that mean the job itself is wrong (its arguments, its input, its
-#: environment): a restart would fail alike, so the trainer says so with its exit code.
-_NOT_RETRYABLE = (InvalidArgumentError, MissingDependencyError, PathNotFoundError, SchemaError, TFRecordError)
+#: environment), or that its generation is lost (a newer one writes its model_dir): a restart
+#: would fail alike, so the trainer says so with its exit code.
+_NOT_RETRYABLE = (
+    GenerationSuperseded,
+    InvalidArgumentError,
+    MissingDependencyError,
+    PathNotFoundError,
+    SchemaError,
+    TFRecordError,
+)
 
 
 def exit_code_for(error: BaseException) -> int:
@@ -144,7 +154,9 @@ def _watch_stdin() -> None:
     os._exit(ORPHANED)
 
 
-def _context(job: JobSettings, launch: TrainerLaunch, client: ControlClient) -> TrainerContext:
+def _context(
+    job: JobSettings, launch: TrainerLaunch, client: ControlClient, callbacks: tuple[JobCallback, ...] = ()
+) -> TrainerContext:
     me = launch.tasks[launch.rank]
     return TrainerContext(
         job_name=me.role,
@@ -162,12 +174,14 @@ def _context(job: JobSettings, launch: TrainerLaunch, client: ControlClient) -> 
         feed_path=launch.feed_path,
         _client=client,
         generation=job.generation,
+        job_id=job.job_id,
         _barrier_timeout=job.barrier_timeout,
         _secret=job.secret,
         _collective_timeout=job.collective_timeout,
         _collective_streams=job.collective_streams,
         _collective_chunk_bytes=job.collective_chunk_bytes,
         _collective_sealed=job.collective_sealed,
+        callbacks=callbacks,
     )
 
 
@@ -182,6 +196,7 @@ def main() -> int:
     fs.configure(job.storage)
     try:
         main_fun, args = pickle.loads(job.function)
+        callbacks = pickle.loads(job.callbacks) if job.callbacks else ()
         client = ControlClient(job.address, job.secret, job.heartbeat_timeout, job.tls_ca)
     except BaseException:
         traceback.print_exc()
@@ -196,10 +211,15 @@ def main() -> int:
     os.environ.update(framework_env(launch.tasks, launch.rank, job.num_workers))
     os.environ["SPARKTRAIN_GENERATION"] = str(job.generation)  # ctx.generation, for scripts
     register_jax_cluster()
-    ctx = _context(job, launch, client)
+    ctx = _context(job, launch, client, callbacks)
     try:
-        # Release TensorFlow's port as late as possible: just before user code may start a server.
-        socket.socket(fileno=launch.tf_fd).close()
+        # Release TensorFlow's port as late as possible: just before user code may start a
+        # server; or, when the job says so, let user code release it (ctx.release_tf_port()).
+        tf_port = socket.socket(fileno=launch.tf_fd)
+        if job.release_tf_port:
+            tf_port.close()
+        else:
+            ctx.tf_port_socket = tf_port
         value = main_fun(args, ctx)
         result = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         if len(result) > job.max_result_bytes:

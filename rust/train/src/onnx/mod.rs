@@ -153,6 +153,20 @@ pub fn to_onnx(model: &Exported) -> Result<Vec<u8>> {
 /// Writes the ONNX model of the export folder `export_dir` to the file `out`; both may be
 /// any storage URL. The file appears whole or not at all.
 pub fn export_onnx(export_dir: &str, out: &str) -> Result<()> {
+    // An ONNX model is one protobuf message, its initializers included: refuse one whose
+    // parameters alone are over the limit before its tables are read (they may be larger
+    // than this process's memory).
+    let dense = Exported::load_without_tables(export_dir)?;
+    let parameters = dense.table_bytes() + dense.variable_bytes();
+    if parameters > PROTOBUF_LIMIT as u64 {
+        return Err(TrainError::InvalidArgument(format!(
+            "the {} model in {export_dir} holds {parameters} bytes of parameters, over the 2 GiB \
+             that one ONNX file (a protobuf message) holds, and ONNX's external data is not \
+             written: score it with sparktrain.predict, which looks up sharded tables' rows \
+             where they are, or train it with fewer buckets",
+            dense.kind().name()
+        )));
+    }
     let model = Exported::load(export_dir)?;
     let bytes = to_onnx(&model)?;
     sparktrain_storage::write(out, &bytes, true)?;

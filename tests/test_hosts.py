@@ -7,6 +7,8 @@ address Spark knows it by.
 - The README's main job (``examples/ctr_on_spark.py`` through ``sparktrain submit``) writes,
   trains on three hosts, evaluates, exports and scores.
 - The TFoS shim: TensorFlow's own collectives across the three hosts under ``TF_CONFIG``.
+- The PyTorch launcher (``sparktrain.torch.TorchDistributor``): gloo across the three hosts,
+  each rank on its host's own interface.
 - A trainer's host cut off mid-training: the other trainers' collectives fail within their
   time-out and name the unreachable peer, the driver restarts without that host
   (``min_workers``), and a later restart uses it again once its link is back.
@@ -155,6 +157,21 @@ def test_the_tfos_shim_runs_tensorflow_collectives_across_three_hosts(hosts: Hos
     addresses = [a.rsplit(":", 1)[0] for role in ("chief", "worker") for a in spec[role]]
     # TensorFlow was told every node's own host, and they are three.
     assert sorted(addresses) == sorted(h.address for h in hosts.hosts)
+
+
+def test_the_pytorch_launcher_runs_gloo_across_three_hosts(hosts: HostCluster) -> None:
+    from harness.torch_env import torch_python_for_tests
+
+    # Driver, executors and trainers all in the PyTorch environment, as a user's would be.
+    python = str(torch_python_for_tests())
+    driver = hosts.driver_process("harness.host_jobs", "torch_all_gather", {"workers": 3}, python=python)
+    result = driver.result(420)
+    assert result["sum"] == 6.0  # 1 + 2 + 3: every rank took part
+    ranks = sorted(result["ranks"], key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1, 2]
+    # gloo was pointed at each host's own interface, and the three ranks are the three hosts.
+    assert {r["interface"] for r in ranks} == {"eth0"}
+    assert sorted(r["address"] for r in ranks) == sorted(h.address for h in hosts.hosts)
 
 
 # --- the network failing --------------------------------------------------------------------------

@@ -156,12 +156,14 @@ def tfos_all_reduce(spark: Any, out: str, workers: int) -> dict[str, Any]:
 def torch_all_gather(spark: Any, workers: int) -> dict[str, Any]:
     """PySpark's ``TorchDistributor`` API on sparktrain's launcher (``sparktrain.torch``): each
     process forms the default gloo group with no arguments, sums a tensor with the others and
-    gathers every rank's network interface; rank 0's view comes back."""
+    gathers every rank's network interface and the address it reaches the master from; rank
+    0's view comes back."""
     from sparktrain.torch import TorchDistributor
 
     def train() -> dict[str, Any]:
         import datetime
         import os
+        import socket
 
         import torch
         import torch.distributed as dist
@@ -170,8 +172,13 @@ def torch_all_gather(spark: Any, workers: int) -> dict[str, Any]:
         rank = dist.get_rank()
         total = torch.tensor([float(rank + 1)])
         dist.all_reduce(total)
+        # The local end of a route to the master: this rank's own address on the network.
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])))
+            address = probe.getsockname()[0]
         seen: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(seen, {"rank": rank, "interface": os.environ.get("GLOO_SOCKET_IFNAME")})
+        mine = {"rank": rank, "interface": os.environ.get("GLOO_SOCKET_IFNAME"), "address": address}
+        dist.all_gather_object(seen, mine)
         dist.destroy_process_group()
         return {"sum": float(total.item()), "ranks": seen}
 

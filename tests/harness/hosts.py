@@ -360,8 +360,12 @@ class HostCluster:
         assert self.driver is not None
         interpreter = python or sys.executable
         spec = {"module": module, "function": function, "kwargs": kwargs, "conf": self.spark_conf(conf)}
+        env = dict(env or {})
         if python is not None:
             spec["conf"]["spark.pyspark.python"] = python
+            # A driver program that is not spark-submit takes its executors' interpreter from
+            # PYSPARK_PYTHON alone (PySpark's SparkContext ignores the conf).
+            env["PYSPARK_PYTHON"] = python
         log = self.work_dir / f"driver-{len(self._drivers)}.log"
         read, write = os.pipe()
         try:
@@ -371,7 +375,7 @@ class HostCluster:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
-                env={**self.driver_env(), **(env or {}), "HOSTS_PROTOCOL_FD": str(write)},
+                env={**self.driver_env(), **env, "HOSTS_PROTOCOL_FD": str(write)},
                 cwd=self.work_dir,
                 pass_fds=(write,),
             )

@@ -160,7 +160,8 @@ bash docs/build.sh
 
 step "Python tests"
 # loadgroup: the tests of one xdist_group (the YARN module) share one worker and one cluster.
-pytest -q -rs -n 2 --dist loadgroup -p no:cacheprovider -m "not chaos and not hosts" "$@"
+# The slowest tests are listed at the end: where this step's time goes.
+pytest -q -rs -n 2 --dist loadgroup -p no:cacheprovider --durations=30 -m "not chaos and not hosts" "$@"
 
 # A Spark cluster and HDFS over network-namespace hosts, whose links the tests cut and slow
 # down: alone, so that the other tests' load cannot stretch the time-outs they measure. Skipped,

@@ -104,7 +104,11 @@ def gloo_rank(spec: dict[str, Any]) -> dict[int, float]:
     def make(nbytes: int) -> Any:
         return torch.ones(nbytes // 4, dtype=torch.float32)
 
-    return _median_times(lambda t: dist.all_reduce(t), dist.barrier, spec["sizes"], spec["iters"], make)
+    times = _median_times(lambda t: dist.all_reduce(t), dist.barrier, spec["sizes"], spec["iters"], make)
+    # Left to the interpreter's exit, the process group's threads abort the process.
+    dist.barrier()
+    dist.destroy_process_group()
+    return times
 
 
 def tensorflow_rank(spec: dict[str, Any]) -> dict[int, float]:

@@ -160,7 +160,18 @@ bash docs/build.sh
 
 step "Python tests"
 # loadgroup: the tests of one xdist_group (the YARN module) share one worker and one cluster.
-pytest -q -rs -n 2 --dist loadgroup -p no:cacheprovider -m "not chaos" "$@"
+# The slowest tests are listed at the end: where this step's time goes.
+pytest -q -rs -n 2 --dist loadgroup -p no:cacheprovider --durations=30 -m "not chaos and not hosts" "$@"
+
+# A Spark cluster and HDFS over network-namespace hosts, whose links the tests cut and slow
+# down: alone, so that the other tests' load cannot stretch the time-outs they measure. Skipped,
+# with the reason, where namespaces cannot be made (not root, no iproute2).
+step "Many hosts (network namespaces: 3 hosts, a head and a driver)"
+status=0
+pytest -q -rs -p no:cacheprovider -m hosts tests/test_hosts.py "$@" || status=$?
+if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then # 5: extra arguments deselected them all
+    exit "$status"
+fi
 
 # A process holds one SparkContext: the chaos tests' is on a standalone master of their own.
 step "Chaos tests (Spark standalone master, 3 workers)"

@@ -22,7 +22,7 @@ import pytest
 import sparktrain as st
 from sparktrain.cluster.driver.options import JobOptions
 from sparktrain.cluster.settings import TaskInfo
-from sparktrain.cluster.trainer.frameworks import framework_env
+from sparktrain.cluster.trainer.frameworks import framework_env, interface_of
 from sparktrain.errors import InvalidArgumentError, WorkerFailed
 from sparktrain.torch import TorchDistributor
 
@@ -55,6 +55,23 @@ def test_every_trainer_gets_pytorchs_and_jaxs_variables() -> None:
     # An evaluator is not in the training world: no rank to join it with.
     assert "RANK" not in evaluator
     assert "SPARKTRAIN_JAX_PROCESS_ID" not in evaluator
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="interfaces are looked up with Linux's ioctl")
+def test_gloo_is_told_the_interface_of_the_tasks_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    # gloo would take the address the host name resolves to, loopback on many hosts, and its
+    # peers elsewhere could not reach it: it gets the interface that holds the task's address.
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    tasks = [TaskInfo(0, "chief", 0, "127.0.0.1", 40_000, 20_000, "0")]
+    assert interface_of("127.0.0.1") == "lo"
+    assert framework_env(tasks, 0, num_workers=1)["GLOO_SOCKET_IFNAME"] == "lo"
+    # An address no interface here holds (a documentation range): gloo is left to its choice.
+    elsewhere = [TaskInfo(0, "chief", 0, "198.51.100.7", 40_000, 20_000, "0")]
+    assert interface_of("198.51.100.7") is None
+    assert "GLOO_SOCKET_IFNAME" not in framework_env(elsewhere, 0, num_workers=1)
+    # The job's own choice wins.
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")
+    assert "GLOO_SOCKET_IFNAME" not in framework_env(tasks, 0, num_workers=1)
 
 
 def test_a_script_entry_point_is_checked_on_the_driver(tmp_path: Path) -> None:

@@ -211,7 +211,7 @@ def test_the_trainers_exit_codes_are_distinct_and_used_by_the_trainer():
     [
         (1, "exited with code 1"),
         (2, "exited with code 2"),
-        (PEER_LOST, "exited with code 3 (a collective with a peer failed)"),
+        (PEER_LOST, "exited with code 3 (a collective with a peer failed or timed out)"),
         (ORPHANED, "exited with code 70 (its Spark task went away)"),
         (-signal.SIGKILL, "was killed by SIGKILL"),
         (-signal.SIGTERM, "was killed by SIGTERM"),
@@ -827,11 +827,13 @@ def test_a_restart_is_described_in_one_line_and_backs_off_exponentially():
 
 def test_a_trainer_tells_errors_no_restart_fixes_by_its_exit_code():
     from sparktrain.cluster.trainer.main import exit_code_for
-    from sparktrain.errors import InvalidArgumentError, PeerFailed, TFRecordCorruptError
+    from sparktrain.errors import CollectiveTimeout, InvalidArgumentError, PeerFailed, TFRecordCorruptError
 
     assert exit_code_for(InvalidArgumentError("x")) == NOT_RETRYABLE
     assert exit_code_for(TFRecordCorruptError("bad", path="p", offset=3)) == NOT_RETRYABLE
     assert exit_code_for(PeerFailed("gone", op="allreduce", peer=1, address="a")) == PEER_LOST
+    # A peer that went silent (its host cut off) is as much the peer's failure as one that died.
+    assert exit_code_for(CollectiveTimeout("silent", op="allreduce", peer=1, address="a")) == PEER_LOST
     assert exit_code_for(ValueError("x")) == 1
 
 

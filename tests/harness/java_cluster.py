@@ -53,6 +53,11 @@ class JavaCluster:
         """The launcher's arguments; ``work_dir`` is a fresh folder removed after the stop."""
         raise NotImplementedError
 
+    def wrapper(self) -> list[str]:
+        """What the launcher's command line is run under, e.g. ``ip netns exec <host>`` for a
+        cluster inside a network namespace; nothing by default."""
+        return []
+
     @property
     def address(self) -> str:
         if self._address is None:
@@ -97,7 +102,7 @@ class JavaCluster:
         self._stderr_path = Path(stderr_name)
         self._stderr_file = os.fdopen(fd, "wb")
         self._proc = subprocess.Popen(
-            ["bash", str(self.start_sh), *self.arguments(self._work_dir)],
+            [*self.wrapper(), "bash", str(self.start_sh), *self.arguments(self._work_dir)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr_file,

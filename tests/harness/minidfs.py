@@ -85,6 +85,8 @@ class MiniDfs(JavaCluster):
     ask the server (hdfs-native does) use when they create files without explicit values.
     With ``kerberos`` the cluster is secured by a KDC of its own, with ``protection`` on RPC and
     data transfer (the launcher's default: privacy); :attr:`kerberos` then says how to reach it.
+    ``host`` runs it at that IPv4 address instead of 127.0.0.1, under ``wrapper`` (the command
+    that enters the host, as :meth:`harness.netns.Host.argv` gives it).
     """
 
     name = "MiniDFS"
@@ -102,6 +104,8 @@ class MiniDfs(JavaCluster):
         kerberos: bool = False,
         protection: str | None = None,
         extra_args: tuple[str, ...] = (),
+        host: str | None = None,
+        wrapper: tuple[str, ...] = (),
     ) -> None:
         super().__init__(ready_timeout)
         self.datanodes = datanodes
@@ -110,12 +114,19 @@ class MiniDfs(JavaCluster):
         self.secured = kerberos
         self.protection = protection
         self.extra_args = extra_args
+        self.host = host
+        self._wrapper = wrapper
+
+    def wrapper(self) -> list[str]:
+        return list(self._wrapper)
 
     def arguments(self, work_dir: Path) -> list[str]:
         args = ["--datanodes", str(self.datanodes), "--replication", str(self.replication)]
         args += ["--base-dir", str(work_dir / "dfs")]
         if self.block_size is not None:
             args += ["--block-size", str(self.block_size)]
+        if self.host is not None:
+            args += ["--host", self.host]
         if self.secured:
             args.append("--kerberos")
             if self.protection is not None:

@@ -21,7 +21,8 @@ from sparktrain.errors import WorkerFailed
 #: The trainer's exit code when ``main_fun`` (or loading it) raised; the traceback is on stderr.
 FAILED: Final = 1
 #: The trainer's exit code when ``main_fun`` raised because a data-plane peer broke its
-#: connection: most likely that peer failed first, and its failure is the one to report.
+#: connection or left it waiting past the collective time-out: most likely that peer failed
+#: first (or its host was cut off), and its failure is the one to report.
 PEER_LOST: Final = 3
 #: The trainer's exit code when it raised one of sparktrain's errors that no restart can fix
 #: (bad arguments, corrupt or unreadable input, a missing dependency, a generation whose
@@ -36,7 +37,7 @@ UNRESPONSIVE: Final = 71
 
 # Only codes that sparktrain's own trainer sets get a gloss; user code may exit with any.
 _MEANINGS: Final = {
-    PEER_LOST: "a collective with a peer failed",
+    PEER_LOST: "a collective with a peer failed or timed out",
     NOT_RETRYABLE: "an error that a restart cannot fix",
     ORPHANED: "its Spark task went away",
     UNRESPONSIVE: "it stopped responding (stopped or hung) and was killed",

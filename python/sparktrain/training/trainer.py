@@ -8,6 +8,7 @@ read from it when this module loads."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -270,6 +271,8 @@ class Trainer:
             # pyo3 refuses a negative count or a wrong type before the engine sees it.
             raise InvalidArgumentError(f"a training argument has the wrong type or sign: {e}") from e
         self._native: _native.Trainer | None = None
+        #: (``time.monotonic()``, the ring's send-busy seconds) at the last progress report.
+        self._busy_mark: tuple[float, float] | None = None
         self._callbacks = _callbacks.training_callbacks(callbacks)
 
     @property
@@ -323,6 +326,7 @@ class Trainer:
             self._native = _native.Trainer(
                 self._config, self._features.to_native(), ring, job=job, generation=generation
             )
+            self._link_busy()  # the first mark
             self._after_restart(self._native)
         return self._native
 
@@ -334,6 +338,22 @@ class Trainer:
         native.scalar("restarts", float(self._ctx.generation))
         if self.is_chief:
             self._ctx.report(resumed_from=float(native.resumed_from or 0))
+
+    def _link_busy(self) -> float | None:
+        """The share of the time since the last call that this trainer's connection to the
+        next rank had data in flight (None the first time, alone, or where the system does
+        not say): the driver's step-time report compares it across trainers to name a host
+        on a slow link (see :mod:`sparktrain.cluster.driver.stragglers`)."""
+        if self._ctx is None or self.num_workers < 2:
+            return None
+        busy = self._ctx.communicator().send_busy_seconds()
+        if busy is None:
+            return None
+        now = time.monotonic()
+        mark, self._busy_mark = self._busy_mark, (now, busy)
+        if mark is None or now <= mark[0]:
+            return None
+        return min(1.0, max(0.0, (busy - mark[1]) / (now - mark[0])))
 
     @property
     def step(self) -> int:
@@ -353,8 +373,14 @@ class Trainer:
     def _report(self, line: _native.LogLine) -> None:
         self._hook("on_log", log_line(line))
         if self._ctx is not None:
+            busy = self._link_busy()
+            extra = {} if busy is None else {"link_busy": busy}
             self._ctx.report(
-                step=line.step, loss=line.loss, examples_per_sec=line.examples_per_sec, epoch=line.epoch
+                step=line.step,
+                loss=line.loss,
+                examples_per_sec=line.examples_per_sec,
+                epoch=line.epoch,
+                **extra,
             )
 
     def fit(

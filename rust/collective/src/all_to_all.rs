@@ -263,6 +263,12 @@ pub(crate) fn tcp_dialer(listener: TcpListener) -> Dialer<TcpStream> {
             let (stream, key) = connected?;
             let incoming =
                 accepted?.pop().ok_or_else(|| CollectiveError::local("accept returned nothing"))?;
+            // Like the ring's: a partitioned peer host breaks the connection within the time-out.
+            for s in [&stream, &incoming.0] {
+                crate::link::bound_silence(s, config.timeout).map_err(|e| {
+                    CollectiveError::io(format!("bounding the silence of rank {to}'s mesh link"), e)
+                })?;
+            }
             let cut = stream.try_clone().map_err(|e| {
                 CollectiveError::io(format!("a second handle on the connection to rank {to}"), e)
             })?;

@@ -11,6 +11,7 @@
 //! - [`seal`]: every message after the handshake encrypted and authenticated (AES-256-GCM);
 //! - [`element`]: the element types (f32, f64, i64) and reductions (sum, mean, max, min);
 //! - [`wire`]: how values travel (as they are, or float32 as float16/bfloat16);
+//! - [`link`]: what the kernel says of a connection (how long it was busy sending);
 //! - [`ring`]: the [`Communicator`]: all-reduce (of one buffer or a fused list), broadcast,
 //!   all-gather and barrier, over one or several parallel rings;
 //! - [`all_to_all`]: every rank's buffer for every other rank, over direct connections (or
@@ -25,6 +26,7 @@ pub mod all_to_all;
 pub mod element;
 pub mod error;
 pub mod handshake;
+pub mod link;
 pub mod ring;
 pub mod seal;
 pub mod untrusted;

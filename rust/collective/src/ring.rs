@@ -36,6 +36,10 @@ pub trait Connection: Read + Write + Send {
     fn set_timeout(&self, timeout: Duration) -> io::Result<()>;
     /// Cuts the connection both ways, so the peer's next read or write fails at once.
     fn shutdown(&self);
+    /// How long the connection has had data in flight, where the system says ([`crate::link`]).
+    fn busy_time(&self) -> Option<Duration> {
+        None
+    }
 }
 
 impl Connection for TcpStream {
@@ -46,6 +50,10 @@ impl Connection for TcpStream {
 
     fn shutdown(&self) {
         let _ = TcpStream::shutdown(self, Shutdown::Both);
+    }
+
+    fn busy_time(&self) -> Option<Duration> {
+        crate::link::busy_time(self)
     }
 }
 
@@ -241,7 +249,15 @@ impl Communicator {
                 .into_iter()
                 .zip(prev?)
                 .map(|(next, prev)| Link::new(next, prev, config.sealed))
-                .collect();
+                .collect::<Vec<_>>();
+            // A peer host that vanishes must not hold a wait longer than the time-out (the
+            // engine's checkpoint barrier waits up to an hour for a live but slow chief).
+            for link in &links {
+                for stream in [link.next.stream(), link.prev.stream()] {
+                    crate::link::bound_silence(stream, config.timeout)
+                        .map_err(|e| CollectiveError::io("bounding a ring connection's silence", e))?;
+                }
+            }
         }
         let mesh = Mesh::dialled_later(all_to_all::tcp_dialer(listener));
         Ok(Communicator { config, links, mesh, broken: false, calls: 0, refused })
@@ -295,6 +311,13 @@ impl<C: Connection> Communicator<C> {
     /// Connections refused while connecting.
     pub fn refused(&self) -> &[CollectiveError] {
         &self.refused
+    }
+
+    /// How long this rank's busiest connection to the next rank has had data in flight since
+    /// the ring was connected: a rank on a slow link sees it grow faster than the others do
+    /// (see [`crate::link`]). None for a ring of one, or where the system does not say.
+    pub fn send_busy(&self) -> Option<Duration> {
+        self.links.iter().filter_map(|link| link.next.stream().busy_time()).max()
     }
 
     /// Bytes this rank has written to its connections so far, frames' tags included: what

@@ -193,6 +193,13 @@ impl Communicator {
     fn size(&self) -> usize {
         lock(&self.ring).size()
     }
+
+    /// Seconds this rank's connection to the next rank has had data in flight since the
+    /// ring was connected; None for a ring of one, or where the system does not say.
+    fn send_busy_seconds(&self, py: Python<'_>) -> Option<f64> {
+        // The lock waits for a collective under way on another thread: without the GIL.
+        detach(py, || lock(&self.ring).send_busy()).map(|d| d.as_secs_f64())
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

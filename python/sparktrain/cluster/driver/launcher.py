@@ -49,6 +49,8 @@ from sparktrain.cluster.driver.restarts import (
 )
 from sparktrain.cluster.driver.slots import ensure_slots
 from sparktrain.cluster.driver.stage import run_fed_stage, run_stage
+from sparktrain.cluster.driver.stragglers import METRIC as LINK_BUSY
+from sparktrain.cluster.driver.stragglers import Straggler, slow_link
 from sparktrain.cluster.failures import parse_task_failure, spark_error_summary, worker_failed
 from sparktrain.cluster.settings import DEFAULT_BARRIER_TIMEOUT, JobSettings, role_names
 from sparktrain.cluster.task.run import TaskIdentity, TaskResult, run_task
@@ -342,6 +344,8 @@ class Cluster:
         self._exits: dict[int, int] = {}
         self._exit_times: dict[int, float] = {}
         self._metrics: dict[int, dict[str, Any]] = {}
+        #: The task the step-time report last named as holding the ring back (logged once).
+        self._named_straggler: int | None = None
         self._finished = threading.Event()
         self._stage_done = threading.Event()
         self._shut_down = threading.Event()
@@ -540,6 +544,7 @@ class Cluster:
             self._roles = role_names(num_workers, options.num_evaluators, options.evaluator_roles or ())
             self._console.roles = self._roles
             self._hosts, self._exits, self._exit_times, self._metrics = {}, {}, {}, {}
+            self._named_straggler = None
             self._cause = None
             self._deadline = time.monotonic() + options.reservation_timeout
             self._state = State.STARTING
@@ -694,6 +699,8 @@ class Cluster:
                         return
                 self._metrics[rank] = {"step": step, **metrics}
                 self._console.metrics(rank, step, metrics)
+                if LINK_BUSY in metrics:
+                    self._log_straggler()
             case Event.Exited(task_index=rank, exit_code=code, stderr_tail=tail):
                 self._exits[rank] = code
                 self._exit_times[rank] = time.time()
@@ -702,6 +709,22 @@ class Cluster:
             case Event.Lost(task_index=rank, silent_for=silent):
                 what = f"stopped heart-beating ({silent:.1f} s without a word)"
                 self._fail(self._worker_failed(rank, None, "", what))
+
+    def _straggler(self) -> Straggler | None:
+        """The training task whose host holds the ring back, if one stands out (see
+        :mod:`sparktrain.cluster.driver.stragglers`)."""
+        reported = list(self._metrics.items())
+        busy = {rank: float(m[LINK_BUSY]) for rank, m in reported if LINK_BUSY in m}
+        return slow_link(busy, self._settings.num_workers)
+
+    def _log_straggler(self) -> None:
+        """Logs the straggler when the report first names it (or names another)."""
+        found = self._straggler()
+        if found is None or found.task_index == self._named_straggler:
+            return
+        self._named_straggler = found.task_index
+        host = self._hosts.get(found.task_index, "an unknown host")
+        _log.warning("%s: %s", self.name, found.describe(self._roles[found.task_index], host))
 
     def _resumed(self, step: int) -> None:
         """Records the step the current generation resumed from, on the restart before it."""
@@ -804,9 +827,12 @@ class Cluster:
 
     def status(self) -> dict[str, Any]:
         """The job's state and generation, its restarts, which tasks of the current generation
-        registered and exited, each task's latest metrics, and the calls the control plane
-        refused (the latest ones, and how many in all)."""
+        registered and exited, each task's latest metrics, the straggler (the trainer whose
+        host holds the ring back, when one stands out: its ``role``, ``host``, ``link_busy``
+        and the other hosts' ``others``; see :mod:`sparktrain.cluster.driver.stragglers`), and
+        the calls the control plane refused (the latest ones, and how many in all)."""
         with self._lock:
+            straggler = self._straggler()
             return {
                 "name": self.name,
                 "state": self._state.value,
@@ -819,6 +845,14 @@ class Cluster:
                 "exit_codes": dict(self._exits),
                 "exited_at": dict(self._exit_times),
                 "metrics": {self._roles[r]: dict(m) for r, m in self._metrics.items()},
+                "straggler": None
+                if straggler is None
+                else {
+                    "role": self._roles[straggler.task_index],
+                    "host": self._hosts.get(straggler.task_index),
+                    "link_busy": straggler.link_busy,
+                    "others": straggler.others,
+                },
                 "failure": str(self._failure) if self._failure else None,
                 "refused": self._refused(),
                 "refused_total": self._refused_total(),

@@ -16,13 +16,23 @@ work with no arguments in ``main_fun``, every trainer gets, before user code run
 The port is the one reserved for TensorFlow on the chief: a job uses one framework's
 collectives, and the chief's TensorFlow server, PyTorch's store and JAX's coordinator all bind
 there. Evaluators are not part of the training world: they get the addresses but no rank.
+
+PyTorch's gloo back-end picks the address it listens on and hands its peers from the host
+name, which on many hosts resolves to loopback (Debian's ``127.0.1.1``, a container's
+``127.0.0.1``): its peers then dial their own loopback and the process group never forms. So a
+trainer also gets ``GLOO_SOCKET_IFNAME``, the network interface that holds the address its task
+registered (the one Spark knows the executor by), unless the job's environment sets it.
 """
 
 from __future__ import annotations
 
+import array
+import fcntl
 import importlib.abc
 import importlib.machinery
 import os
+import socket
+import struct
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -55,7 +65,36 @@ def framework_env(tasks: Sequence[TaskInfo], rank: int, num_workers: int) -> dic
             LOCAL_WORLD_SIZE="1",
             **{JAX_PROCESS_ID: str(rank)},
         )
+    if "GLOO_SOCKET_IFNAME" not in os.environ:
+        interface = interface_of(tasks[rank].host)
+        if interface is not None:
+            env["GLOO_SOCKET_IFNAME"] = interface
     return env
+
+
+#: ``ioctl`` request for an interface's IPv4 address (``linux/sockios.h``).
+_SIOCGIFADDR = 0x8915
+
+
+def interface_of(host: str) -> str | None:
+    """The name of this machine's network interface that holds ``host``'s IPv4 address, or None
+    when none does (or the system cannot say: not Linux)."""
+    try:
+        address = socket.inet_aton(socket.gethostbyname(host))
+        names = [name for _, name in socket.if_nameindex()]
+    except (OSError, AttributeError):
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for name in names:
+            request = array.array("B", struct.pack("256s", name.encode()[:15]))
+            try:
+                fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, request, True)
+            except OSError:
+                continue  # no IPv4 address on it
+            # struct ifreq: the name (16 bytes), then a sockaddr_in: family, port, address.
+            if request.tobytes()[20:24] == address:
+                return name
+    return None
 
 
 def register_jax_cluster() -> None:
@@ -141,4 +180,4 @@ def _define_cluster(clusters: ModuleType) -> None:
     base._cluster_types.insert(0, SparktrainCluster)
 
 
-__all__ = ["framework_env", "register_jax_cluster"]
+__all__ = ["framework_env", "interface_of", "register_jax_cluster"]

@@ -32,6 +32,7 @@ from sparktrain.cluster.settings import EXIT_BARRIER, JobSettings, TrainerLaunch
 from sparktrain.cluster.trainer.context import TrainerContext
 from sparktrain.cluster.trainer.frameworks import framework_env, register_jax_cluster
 from sparktrain.errors import (
+    CollectiveTimeout,
     GenerationSuperseded,
     InvalidArgumentError,
     MissingDependencyError,
@@ -60,8 +61,10 @@ _NOT_RETRYABLE = (
 
 
 def exit_code_for(error: BaseException) -> int:
-    """The exit code of a trainer that failed with ``error``."""
-    if isinstance(error, PeerFailed):
+    """The exit code of a trainer that failed with ``error``. A collective that a peer broke
+    or left waiting is the peer's failure, not this trainer's: its task then gives the driver
+    time to hear of the peer first (see :data:`~sparktrain.cluster.failures.PEER_LOST`)."""
+    if isinstance(error, PeerFailed | CollectiveTimeout):
         return PEER_LOST
     if isinstance(error, _NOT_RETRYABLE):
         return NOT_RETRYABLE
@@ -230,6 +233,11 @@ def main() -> int:
         client.barrier(launch.rank, EXIT_BARRIER, job.barrier_timeout)
     except BaseException as e:
         traceback.print_exc()
+        code = exit_code_for(e)
+        if code == PEER_LOST and job.num_workers > 1:
+            from sparktrain.cluster.trainer.reach import describe_reach
+
+            print(describe_reach(launch.tasks, launch.rank, job.num_workers), file=sys.stderr)
         sys.stderr.flush()
-        return exit_code_for(e)
+        return code
     return 0

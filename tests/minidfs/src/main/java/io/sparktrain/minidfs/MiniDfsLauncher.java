@@ -1,6 +1,7 @@
 /*
  * Test-only launcher: runs Hadoop's MiniDFSCluster (a real NameNode plus
- * DataNodes in one JVM) on 127.0.0.1, prints one ready line on stdout, and
+ * DataNodes in one JVM) on 127.0.0.1 (or the address --host names), prints
+ * one ready line on stdout, and
  * lives until stdin closes or SIGTERM/SIGINT arrives. Started by
  * tests/minidfs/start.sh, which the Python harness (tests/harness/minidfs.py)
  * and the Rust tests use. With --kerberos the cluster is secured by a KDC in
@@ -41,6 +42,8 @@ public final class MiniDfsLauncher {
       "usage: start.sh [options]",
       "  --datanodes N        number of DataNodes (default 1)",
       "  --port P             NameNode RPC port, 0 = pick a free one (default 0)",
+      "  --host ADDR          the IPv4 address clients reach the cluster at (default",
+      "                       127.0.0.1); not with --kerberos",
       "  --base-dir DIR       cluster storage; must be absent or empty, deleted at exit",
       "                       (default: a fresh temp dir)",
       "  --keep-base-dir      do not delete the base dir at exit (debugging)",
@@ -55,7 +58,7 @@ public final class MiniDfsLauncher {
       "                       (default privacy)",
       "  --kerberos-user NAME with --kerberos: the user principal to create (default alice)",
       "  -h, --help           show this help",
-      "Prints '" + READY_PREFIX + "hdfs://127.0.0.1:<port>' on stdout once the cluster is up;",
+      "Prints '" + READY_PREFIX + "hdfs://<host>:<port>' on stdout once the cluster is up;",
       "with --kerberos the URL is followed by space-separated key=value fields: krb5_conf,",
       "principal, keytab (the user's), conf_dir (a client HADOOP_CONF_DIR), token_file (the",
       "user's HDFS delegation token, for HADOOP_TOKEN_FILE_LOCATION) and protection.");
@@ -64,6 +67,7 @@ public final class MiniDfsLauncher {
   static final class Options {
     int datanodes = 1;
     int port = 0;
+    String host = LOOPBACK;
     Path baseDir = null;
     boolean keepBaseDir = false;
     short replication = 1;
@@ -143,6 +147,7 @@ public final class MiniDfsLauncher {
           break;
         case "--datanodes":
         case "--port":
+        case "--host":
         case "--base-dir":
         case "--replication":
         case "--block-size":
@@ -163,6 +168,10 @@ public final class MiniDfsLauncher {
     if (!o.kerberos && (o.protection != null || o.kerberosUser != null)) {
       throw new UsageException("--protection and --kerberos-user need --kerberos");
     }
+    // The KDC and the service principals name loopback; a secured cluster stays there.
+    if (o.kerberos && !o.host.equals(LOOPBACK)) {
+      throw new UsageException("--host and --kerberos do not go together");
+    }
     return o;
   }
 
@@ -173,6 +182,12 @@ public final class MiniDfsLauncher {
         break;
       case "--port":
         o.port = (int) parseLong(name, value, 0, 65535);
+        break;
+      case "--host":
+        if (!value.matches("\\d{1,3}(\\.\\d{1,3}){3}")) {
+          throw new UsageException("--host must be an IPv4 address, got '" + value + "'");
+        }
+        o.host = value;
         break;
       case "--base-dir":
         if (value.isEmpty()) {
@@ -251,19 +266,40 @@ public final class MiniDfsLauncher {
     return dir;
   }
 
+  /** A port free on {@code host} now; the NameNode binds it a moment later. */
+  private static int freePort(String host) {
+    try (java.net.ServerSocket socket = new java.net.ServerSocket()) {
+      socket.bind(new java.net.InetSocketAddress(host, 0));
+      return socket.getLocalPort();
+    } catch (IOException e) {
+      throw new java.io.UncheckedIOException("no free port on " + host, e);
+    }
+  }
+
   private static Configuration buildConf(Options opts) {
     Configuration conf = new HdfsConfiguration();
-    // Every listener on loopback. MiniDFSCluster already defaults most of
-    // these, but we set them and ask it to keep ours so nothing binds to
-    // 0.0.0.0 and the NameNode hands clients DataNode addresses of 127.0.0.1.
-    conf.set(DFSConfigKeys.DFS_DATANODE_ADDRESS_KEY, LOOPBACK + ":0");
-    conf.set(DFSConfigKeys.DFS_DATANODE_IPC_ADDRESS_KEY, LOOPBACK + ":0");
-    conf.set(DFSConfigKeys.DFS_DATANODE_HTTP_ADDRESS_KEY, LOOPBACK + ":0");
-    conf.set(DFSConfigKeys.DFS_DATANODE_HTTPS_ADDRESS_KEY, LOOPBACK + ":0");
-    conf.set(DFSConfigKeys.DFS_DATANODE_HOST_NAME_KEY, LOOPBACK);
-    conf.set(DFSConfigKeys.DFS_NAMENODE_HTTPS_ADDRESS_KEY, LOOPBACK + ":0");
-    conf.set(DFSConfigKeys.DFS_NAMENODE_SECONDARY_HTTP_ADDRESS_KEY, LOOPBACK + ":0");
-    conf.set(DFSConfigKeys.DFS_NAMENODE_SECONDARY_HTTPS_ADDRESS_KEY, LOOPBACK + ":0");
+    // Every listener on loopback (or on --host). MiniDFSCluster already
+    // defaults most of these, but we set them and ask it to keep ours so
+    // nothing binds to 0.0.0.0 and the NameNode hands clients DataNode
+    // addresses of 127.0.0.1 (or --host).
+    String host = opts.host;
+    conf.set(DFSConfigKeys.DFS_DATANODE_ADDRESS_KEY, host + ":0");
+    conf.set(DFSConfigKeys.DFS_DATANODE_IPC_ADDRESS_KEY, host + ":0");
+    conf.set(DFSConfigKeys.DFS_DATANODE_HTTP_ADDRESS_KEY, host + ":0");
+    conf.set(DFSConfigKeys.DFS_DATANODE_HTTPS_ADDRESS_KEY, host + ":0");
+    conf.set(DFSConfigKeys.DFS_DATANODE_HOST_NAME_KEY, host);
+    conf.set(DFSConfigKeys.DFS_NAMENODE_HTTPS_ADDRESS_KEY, host + ":0");
+    conf.set(DFSConfigKeys.DFS_NAMENODE_SECONDARY_HTTP_ADDRESS_KEY, host + ":0");
+    conf.set(DFSConfigKeys.DFS_NAMENODE_SECONDARY_HTTPS_ADDRESS_KEY, host + ":0");
+    if (!host.equals(LOOPBACK)) {
+      // MiniDFSCluster puts the NameNode's client RPC on 127.0.0.1 whatever we
+      // say; bound to every address of its host, clients elsewhere reach it at
+      // --host. The DataNodes talk to it over a service RPC on --host, so the
+      // NameNode records (and hands clients) --host as their address, not the
+      // 127.0.0.1 a loopback connection would show.
+      conf.set(DFSConfigKeys.DFS_NAMENODE_RPC_BIND_HOST_KEY, "0.0.0.0");
+      conf.set(DFSConfigKeys.DFS_NAMENODE_SERVICE_RPC_ADDRESS_KEY, host + ":" + freePort(host));
+    }
 
     conf.setInt(DFSConfigKeys.DFS_REPLICATION_KEY, opts.replication);
     // A writer asks for its next block as soon as it has sent the last one; until the
@@ -331,7 +367,7 @@ public final class MiniDfsLauncher {
       cleanup.run();
       return 0;
     }
-    String url = "hdfs://" + LOOPBACK + ":" + cluster.getNameNodePort();
+    String url = "hdfs://" + opts.host + ":" + cluster.getNameNodePort();
     String fields = "";
     if (kerberos != null) {
       kerberos.prepareClient(cluster, conf, url);

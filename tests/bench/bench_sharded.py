@@ -58,6 +58,14 @@ tasks together, divided by ``n``, sampled every 0.25 s. ``peak RSS`` is the larg
 workers). The held-out loss is the mean log-loss on the 20,000 held-out rows after training
 (sparktrain: ``Trainer.evaluate``; the peer: its coordinator's model on the same rows).
 
+``--to-loss L`` measures time to a held-out loss instead: sharded and the peer each train from
+the start, at every learning rate of ``--lr-grid`` (a synchronous step of ``n`` batches and an
+asynchronous update of one may want different rates, so each contender gets its best), and
+evaluate on the held-out rows every ``--eval-every`` (50) steps (the peer: after every
+``n x --eval-every`` batches, on its coordinator), until the loss is at most ``L`` or
+``--max-steps``. The time to ``L`` is the training time up to that evaluation, the evaluations'
+own time left out; the table gives each contender's best over the grid and their ratio.
+
 The ratio tables check the targets: where both fit, sharded within 1.3x of replicated step
 time; sharded >= 3x the peer's examples/s at equal held-out loss; tables of at least 8x one
 trainer's budget (``--workers 8 --sizes 8``) trained to the held-out loss of the replicated
@@ -68,6 +76,7 @@ tests/requirements-nodeps.txt)::
     .venv/bin/python tests/bench/bench_sharded.py                  # quick: 7 min on 2 cores
     .venv/bin/python tests/bench/bench_sharded.py --workers 2,4,8 --sizes 1,2,4,8 --steps 300 \\
         --rows 1000000                                             # the full run
+    .venv/bin/python tests/bench/bench_sharded.py --to-loss 0.535 --workers 2,4   # time to a loss
 """
 
 from __future__ import annotations
@@ -126,6 +135,9 @@ class Job:
     train: str
     eval: str
     scratch: str
+    target_loss: float | None = None  # the time-to-loss mode: train until the held-out loss is this
+    eval_every: int = 0  # steps between held-out evaluations (the peer: n x that many batches)
+    max_steps: int = 0  # where the time-to-loss mode gives up
 
 
 # ---------------------------------------------------------------- measurements in the trainers
@@ -190,7 +202,7 @@ def sparktrain_main(job_fields: dict[str, Any], ctx: Any) -> dict[str, Any] | No
         "categorical": [(name, job["buckets"]) for name in SPARSE],
         "label": "label",
     }
-    trainer = ctx.trainer(
+    options = dict(
         model=job["model"],
         features=features,
         hidden=list(HIDDEN),
@@ -203,6 +215,9 @@ def sparktrain_main(job_fields: dict[str, Any], ctx: Any) -> dict[str, Any] | No
         shard_tables="on" if job["placement"] == "sharded" else "off",
         table_budget_bytes=job["budget"],
     )
+    if job["target_loss"] is not None:
+        return sparktrain_to_loss(options, job, ctx)
+    trainer = ctx.trainer(**options)
     ports = {task.data_port for task in ctx.tasks}
     trainer.fit(job["train"], epochs=1_000, steps=job["warmup"])  # the steps end the run
     sent = tcp_bytes_sent(ports)
@@ -227,6 +242,43 @@ def sparktrain_main(job_fields: dict[str, Any], ctx: Any) -> dict[str, Any] | No
         "eval_loss": metrics.loss,
         "eval_auc": metrics.auc,
     }
+
+
+def sparktrain_to_loss(options: dict[str, Any], job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
+    """Trains from the first step, evaluating on the held-out rows every ``eval_every`` steps,
+    until the held-out loss is at most ``target_loss`` (or ``max_steps``); the chief returns
+    each evaluation's step, loss and training seconds so far (evaluations' own time left out:
+    an evaluation starts right after the progress line of its step, ``log_every`` dividing
+    ``eval_every``, and ends when ``on_eval`` is called)."""
+    from sparktrain.training import Callback
+
+    clock = {"logged": 0.0, "evaluating": 0.0}
+    curve: list[dict[str, float]] = []
+
+    class Clock(Callback):
+        def on_log(self, trainer: Any, line: dict[str, float]) -> None:
+            clock["logged"] = line["wall_time"]
+
+    def on_eval(step: int, metrics: Any) -> bool:
+        now = time.time()
+        if step % LOG_EVERY == 0:
+            clock["evaluating"] += now - clock["logged"]
+        seconds = now - began - clock["evaluating"]
+        curve.append({"step": step, "loss": metrics.loss, "auc": metrics.auc, "seconds": seconds})
+        return bool(metrics.loss <= job["target_loss"])
+
+    trainer = ctx.trainer(**options, callbacks=[Clock()])
+    began = time.time()
+    trainer.fit(
+        job["train"],
+        epochs=1_000,
+        steps=job["max_steps"],
+        eval_data=job["eval"],
+        eval_every=job["eval_every"],
+        on_eval=on_eval,
+    )
+    trainer.close()
+    return {"curve": curve} if ctx.is_chief else None
 
 
 def keras_model(tf: Any, job: dict[str, Any]) -> Any:
@@ -276,6 +328,50 @@ def keras_dataset(tf: Any, folder: str, batch: int, shard: tuple[int, int] | Non
     records = tf.data.TFRecordDataset(files)
     records = records.repeat() if repeat else records
     return records.batch(batch, drop_remainder=repeat).map(parse).prefetch(tf.data.AUTOTUNE)
+
+
+def held_out(tf: Any, model: Any, job: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The model's logits on the held-out rows, and their labels."""
+    logits, labels = [], []
+    for features, label in keras_dataset(tf, job["eval"], 4096, None, repeat=False):
+        logits.append(model(features, training=False).numpy()[:, 0])
+        labels.append(label.numpy()[:, 0])
+    return np.concatenate(logits), np.concatenate(labels)
+
+
+def keras_to_loss(
+    tf: Any, model: Any, data: Any, workers: int, job: dict[str, Any]
+) -> list[dict[str, float]]:
+    """The peer's time-to-loss run, in one ``fit``: epochs of ``workers x eval_every`` batches
+    (the examples of ``eval_every`` synchronous steps), the held-out loss after each on the
+    coordinator, until it is at most ``target_loss`` or ``max_steps`` such steps have passed.
+    Each evaluation's step, loss and training seconds so far (epochs' time alone: the
+    coordinator has joined the workers at an epoch's end, before the evaluation)."""
+    import time
+
+    curve: list[dict[str, float]] = []
+    spent = {"seconds": 0.0, "began": 0.0}
+
+    class Evaluate(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            spent["began"] = time.time()
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            spent["seconds"] += time.time() - spent["began"]
+            logits, labels = held_out(tf, self.model, job)
+            loss = log_loss(labels, logits)
+            step = (epoch + 1) * job["eval_every"]
+            curve.append(
+                {"step": step, "loss": loss, "auc": auc(labels, logits), "seconds": spent["seconds"]}
+            )
+            if loss <= job["target_loss"]:
+                self.model.stop_training = True
+
+    epochs = -(-job["max_steps"] // job["eval_every"])
+    model.fit(
+        data, epochs=epochs, steps_per_epoch=workers * job["eval_every"], callbacks=[Evaluate()], verbose=0
+    )
+    return curve
 
 
 def ps_main(job_fields: dict[str, Any], ctx: Any) -> None:
@@ -348,19 +444,20 @@ def ps_main(job_fields: dict[str, Any], ctx: Any) -> None:
             stamps.append(time.time())
 
     data = tf.keras.utils.experimental.DatasetCreator(dataset_fn)
+    if job["target_loss"] is not None:
+        curve = keras_to_loss(tf, model, data, workers, job)
+        (scratch / "chief.json").write_text(json.dumps({"curve": curve, "shards": shards}))
+        return
     model.fit(data, epochs=1, steps_per_epoch=workers * job["warmup"], verbose=0)
     model.fit(data, epochs=1, steps_per_epoch=workers * job["steps"], callbacks=[Stamps()], verbose=0)
-    logits, labels = [], []
-    for features, label in keras_dataset(tf, job["eval"], 4096, None, repeat=False):
-        logits.append(model(features, training=False).numpy()[:, 0])
-        labels.append(label.numpy()[:, 0])
+    logits, labels = held_out(tf, model, job)
     (scratch / "chief.json").write_text(
         json.dumps(
             {
                 "began": stamps[0],
                 "ended": stamps[1],
-                "logits": np.concatenate(logits).tolist(),
-                "labels": np.concatenate(labels).tolist(),
+                "logits": logits.tolist(),
+                "labels": labels.tolist(),
                 "shards": shards,
             }
         )
@@ -448,6 +545,8 @@ def run_sparktrain(spark: Any, job: Job, timeout: float) -> dict[str, Any]:
     cluster = st.Cluster.run(spark, sparktrain_main, dataclasses.asdict(job), job.workers, log=False)
     with cluster:
         out = cluster.wait(timeout)
+    if job.target_loss is not None:
+        return to_loss_figures(job, out["curve"])
     steps_per_s = out["steps_per_s"]
     trainers = out["trainers"]
     return {
@@ -459,6 +558,24 @@ def run_sparktrain(spark: Any, job: Job, timeout: float) -> dict[str, Any]:
         "baseline_rss_mib": max(t["baseline_rss"] for t in trainers) / 2**20,
         "eval_loss": out["eval_loss"],
         "eval_auc": out["eval_auc"],
+    }
+
+
+def to_loss_figures(job: Job, curve: list[dict[str, float]]) -> dict[str, Any]:
+    """A time-to-loss run's figures: where the held-out loss first reached the target (None
+    where it did not within ``max_steps``), and the whole curve."""
+    reached = next((point for point in curve if point["loss"] <= (job.target_loss or 0.0)), None)
+    last = reached or curve[-1]
+    examples = last["step"] * job.batch * job.workers
+    return {
+        "reached": reached is not None,
+        "steps": last["step"],
+        "examples": examples,
+        "seconds": last["seconds"],
+        "examples_per_s": examples / last["seconds"],
+        "eval_loss": last["loss"],
+        "eval_auc": last["auc"],
+        "curve": curve,
     }
 
 
@@ -493,6 +610,8 @@ def run_ps(spark: Any, job: Job, timeout: float) -> dict[str, Any]:
     cluster.shutdown(timeout=timeout)
     scratch = Path(job.scratch)
     chief = json.loads((scratch / "chief.json").read_text())
+    if job.target_loss is not None:
+        return to_loss_figures(job, chief["curve"])
     seconds = chief["ended"] - chief["began"]
     batches = n * job.steps
     sent, hwm = {}, {}
@@ -591,6 +710,40 @@ def print_tables(results: list[tuple[Job, dict[str, Any]]], budget: int, refusal
     print(f"\nTable budget: {budget:,} bytes ({budget / 2**20:.1f} MiB) per trainer.")
 
 
+def print_to_loss(results: list[tuple[Job, dict[str, Any]]], target: float) -> None:
+    print(f"\n### Time to a held-out loss of {target}\n")
+    print(
+        "| model | trainers | tables (x budget) | learning rate | contender | reached | steps "
+        "| examples | training s | examples/s | held-out loss | AUC |"
+    )
+    print("|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|")
+    for job, r in results:
+        print(
+            f"| {job.model} | {job.workers} | {job.size} | {job.learning_rate:g} | {job.placement} | "
+            f"{'yes' if r['reached'] else 'no'} | {r['steps']:,} | {r['examples']:,} | "
+            f"{r['seconds']:.1f} | {fmt(r['examples_per_s'], 0)} | {r['eval_loss']:.4f} | "
+            f"{r['eval_auc']:.4f} |"
+        )
+    print(
+        "\n| model | trainers | sharded: best time (rate) | ps: best time (rate) "
+        "| ps / sharded (target >= 3) |"
+    )
+    print("|---|---:|---:|---:|---:|")
+    for model, workers in sorted({(j.model, j.workers) for j, _ in results}):
+        best: dict[str, tuple[float, float] | None] = {}
+        for placement in ("sharded", "ps"):
+            times = [
+                (r["seconds"], j.learning_rate)
+                for j, r in results
+                if (j.model, j.workers, j.placement) == (model, workers, placement) and r["reached"]
+            ]
+            best[placement] = min(times) if times else None
+        s, p = best["sharded"], best["ps"]
+        cell = {k: f"{v[0]:.1f} s ({v[1]:g})" if v else "not reached" for k, v in best.items()}
+        ratio = f"{p[0] / s[0]:.2f}x" if s and p else "-"
+        print(f"| {model} | {workers} | {cell['sharded']} | {cell['ps']} | {ratio} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -615,9 +768,18 @@ def main() -> None:
     parser.add_argument("--data", help="folder for the data files (default: a temporary one)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds one run may take")
     parser.add_argument("--json", help="also write every run's figures to this file")
+    parser.add_argument(
+        "--to-loss",
+        type=float,
+        help="time to a held-out loss instead: sharded and the peer train until their held-out "
+        "loss is at most this, at each learning rate of --lr-grid",
+    )
+    parser.add_argument("--lr-grid", default="0.05,0.1,0.2", help="learning rates of the --to-loss runs")
+    parser.add_argument("--eval-every", type=int, default=50, help="--to-loss: steps between evaluations")
+    parser.add_argument("--max-steps", type=int, default=1500, help="--to-loss: where a run gives up")
     args = parser.parse_args()
-    if args.steps % LOG_EVERY or args.warmup_steps % LOG_EVERY:
-        sys.exit(f"--steps and --warmup-steps must be multiples of {LOG_EVERY}")
+    if args.steps % LOG_EVERY or args.warmup_steps % LOG_EVERY or args.eval_every % LOG_EVERY:
+        sys.exit(f"--steps, --warmup-steps and --eval-every must be multiples of {LOG_EVERY}")
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # executors too, not the outward address
@@ -642,7 +804,9 @@ def main() -> None:
         data = Path(args.data or tmp)
         train, held_out = write_data(args.rows, data)
 
-        def job(model: str, workers: int, size: int, placement: str) -> Job:
+        def job(
+            model: str, workers: int, size: int, placement: str, learning_rate: float | None = None
+        ) -> Job:
             scratch = tempfile.mkdtemp(prefix=f"{placement}-{workers}-{size}-", dir=tmp)
             return Job(
                 model=model,
@@ -653,13 +817,16 @@ def main() -> None:
                 steps=args.steps,
                 warmup=args.warmup_steps,
                 batch=args.batch,
-                learning_rate=args.learning_rate,
+                learning_rate=args.learning_rate if learning_rate is None else learning_rate,
                 placement=placement,
                 budget=budget if placement == "sharded" else None,
                 ps_steps_per_execution=args.ps_steps_per_execution,
                 train=train,
                 eval=held_out,
                 scratch=scratch,
+                target_loss=args.to_loss,
+                eval_every=args.eval_every,
+                max_steps=args.max_steps,
             )
 
         def record(j: Job, run: Any, spark: Any) -> None:
@@ -674,7 +841,23 @@ def main() -> None:
             print(f"  {json.dumps(result)}", file=sys.stderr, flush=True)
             results.append((j, result))
 
-        for workers in (int(n) for n in args.workers.split(",")):
+        if args.to_loss is not None:
+            # Sharded against the peer, each at every learning rate of the grid, at the largest size.
+            rates = [float(r) for r in args.lr_grid.split(",")]
+            for workers in (int(n) for n in args.workers.split(",")):
+                size = max(k for k in sizes if k <= workers)
+                with spark_session(f"bench-sharded-{workers}", workers, cores=1) as spark:
+                    for model in models:
+                        for rate in rates:
+                            record(job(model, workers, size, "sharded", rate), run_sparktrain, spark)
+                if "ps" in contenders:
+                    cores = -(-(2 * workers + 1) // workers)
+                    with spark_session(f"bench-sharded-ps-{workers}", workers, cores, ps_conf) as spark:
+                        for model in models:
+                            for rate in rates:
+                                record(job(model, workers, size, "ps", rate), run_ps, spark)
+            print_to_loss(results, args.to_loss)
+        for workers in (int(n) for n in args.workers.split(",") if args.to_loss is None):
             fitting = [k for k in sizes if k <= workers]
             with spark_session(f"bench-sharded-{workers}", workers, cores=1) as spark:
                 for model in models:
@@ -696,7 +879,8 @@ def main() -> None:
                 with spark_session(f"bench-sharded-ps-{workers}", workers, cores, ps_conf) as spark:
                     for model in models:
                         record(job(model, workers, max(fitting), "ps"), run_ps, spark)
-    print_tables(results, budget, refusals)
+    if args.to_loss is None:
+        print_tables(results, budget, refusals)
     print(
         f"\n{args.rows:,} training rows and {EVAL_ROWS:,} held-out rows in {FILES} files each; "
         f"{args.warmup_steps} warm-up and {args.steps} measured steps of {args.batch} rows per trainer; "

@@ -128,6 +128,18 @@ class DriverProcess:
                 self._events.put((kind, value))
         self._events.put((_EXIT, None))
 
+    def _next_event(self, deadline: float, late: str) -> tuple[str, Any] | None:
+        """The program's next event, or None when a second passes without one; once
+        ``deadline`` (``time.monotonic()``) has passed, AssertionError: ``late`` and its output."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"{late}\n{self.tail()}")
+        try:
+            event: tuple[str, Any] = self._events.get(timeout=min(left, 1.0))
+        except queue.Empty:
+            return None
+        return event
+
     def tail(self, lines: int = _TAIL_LINES) -> str:
         return "\n".join(self.lines[-lines:])
 
@@ -142,13 +154,10 @@ class DriverProcess:
                 return status
         deadline = time.monotonic() + timeout
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"no {what} within {timeout:.0f} s; the driver printed:\n{self.tail()}")
-            try:
-                kind, value = self._events.get(timeout=min(left, 1.0))
-            except queue.Empty:
+            event = self._next_event(deadline, f"no {what} within {timeout:.0f} s; the driver printed:")
+            if event is None:
                 continue
+            kind, value = event
             if kind == _STATUS and condition(value):
                 return dict(value)
             if kind != _STATUS:
@@ -160,15 +169,9 @@ class DriverProcess:
         AssertionError with its output if it does not end within ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         while self._outcome is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"the driver did not finish within {timeout:.0f} s:\n{self.tail()}")
-            try:
-                kind, value = self._events.get(timeout=min(left, 1.0))
-            except queue.Empty:
-                continue
-            if kind != _STATUS:
-                self._outcome = (kind, value)
+            event = self._next_event(deadline, f"the driver did not finish within {timeout:.0f} s:")
+            if event is not None and event[0] != _STATUS:
+                self._outcome = event
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=max(1.0, deadline - time.monotonic()))
         kind, value = self._outcome

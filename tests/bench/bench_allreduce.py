@@ -101,9 +101,12 @@ def run_sparktrain(n: int, sizes: list[int], iters: int, streams: int, sealed: b
     return times
 
 
-def tensorflow_rank(rank: int, ports: list[int], sizes: list[int], iters: int, out: Any) -> None:
+def tensorflow_ring(workers: list[str], rank: int) -> tuple[Any, Any, Any]:
+    """TensorFlow (imported here, once its environment is set), ``MultiWorkerMirroredStrategy``
+    with the RING implementation as worker ``rank`` of ``workers`` (``host:port``), and a
+    function that makes a new ``tf.function`` summing a tensor over every worker."""
     os.environ["TF_CONFIG"] = json.dumps(
-        {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]}, "task": {"type": "worker", "index": rank}}
+        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}}
     )
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -113,11 +116,8 @@ def tensorflow_rank(rank: int, ports: list[int], sizes: list[int], iters: int, o
         implementation=tf.distribute.experimental.CommunicationImplementation.RING
     )
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-    times = {}
-    for nbytes in sizes:
-        with strategy.scope():
-            data = tf.ones([nbytes // 4], dtype=tf.float32)
 
+    def summing() -> Any:
         @tf.function
         def step(x: Any) -> Any:
             def replica(v: Any) -> Any:
@@ -127,6 +127,18 @@ def tensorflow_rank(rank: int, ports: list[int], sizes: list[int], iters: int, o
 
             return strategy.run(replica, args=(x,))
 
+        return step
+
+    return tf, strategy, summing
+
+
+def tensorflow_rank(rank: int, ports: list[int], sizes: list[int], iters: int, out: Any) -> None:
+    tf, strategy, summing = tensorflow_ring([f"127.0.0.1:{p}" for p in ports], rank)
+    times = {}
+    for nbytes in sizes:
+        with strategy.scope():
+            data = tf.ones([nbytes // 4], dtype=tf.float32)
+        step = summing()
         for _ in range(3):
             step(data).numpy()
         samples = []

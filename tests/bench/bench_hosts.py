@@ -112,46 +112,19 @@ def gloo_rank(spec: dict[str, Any]) -> dict[int, float]:
 
 
 def tensorflow_rank(spec: dict[str, Any]) -> dict[int, float]:
-    workers = [f"{a}:{PORT + 200}" for a in spec["peers"]]
-    os.environ["TF_CONFIG"] = json.dumps(
-        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": spec["rank"]}}
-    )
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    import tensorflow as tf
+    from bench_allreduce import tensorflow_ring  # beside this file, on the path of its ranks
 
-    options = tf.distribute.experimental.CommunicationOptions(
-        implementation=tf.distribute.experimental.CommunicationImplementation.RING
-    )
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    tf, strategy, summing = tensorflow_ring([f"{a}:{PORT + 200}" for a in spec["peers"]], spec["rank"])
     steps: dict[int, Any] = {}
 
     def make(nbytes: int) -> Any:
         with strategy.scope():
             data = tf.ones([nbytes // 4], dtype=tf.float32)
-
-        @tf.function
-        def step(x: Any) -> Any:
-            def replica(v: Any) -> Any:
-                # The identity gives the value a replica-local device, which the reduction needs.
-                context = tf.distribute.get_replica_context()
-                return context.all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(v))
-
-            return strategy.run(replica, args=(x,))
-
-        steps[id(data)] = step
+        steps[id(data)] = summing()
         return data
 
     one = tf.ones([1], dtype=tf.float32)
-
-    @tf.function
-    def tiny(x: Any) -> Any:
-        return strategy.run(
-            lambda v: tf.distribute.get_replica_context().all_reduce(
-                tf.distribute.ReduceOp.SUM, tf.identity(v)
-            ),
-            args=(x,),
-        )
+    tiny = summing()
 
     # TensorFlow has no barrier of its own outside a step: a one-float all-reduce serves.
     return _median_times(

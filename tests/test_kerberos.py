@@ -51,9 +51,9 @@ def base(secure_dfs: MiniDfs, kerberos: Kerberos, request: pytest.FixtureRequest
     return f"{secure_dfs.url}/user/{kerberos.user}/{request.node.originalname}-{uuid.uuid4().hex[:8]}"
 
 
-def client(env: dict[str, str], base: str, *steps: str) -> dict[str, Any]:
+def client(env: dict[str, str], base: str, *steps: str, timeout: float = CLIENT_TIMEOUT) -> dict[str, Any]:
     """Runs ``steps`` of harness/kerberos_client.py in a fresh process with ``env``."""
-    done = run_in_group([sys.executable, str(CLIENT), base, *steps], timeout=CLIENT_TIMEOUT, env=env)
+    done = run_in_group([sys.executable, str(CLIENT), base, *steps], timeout=timeout, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
@@ -156,3 +156,65 @@ def test_without_credentials_calls_fail_at_once_saying_how_to_get_them(kerberos:
     assert "no Kerberos credentials" in doctor["message"]
     assert "MEMORY:sparktrain-test" in doctor["message"]
     assert "kinit" in doctor["fix"]
+
+
+#: How long a delegation token stays valid on the cluster of the next test unless it is renewed
+#: (``dfs.namenode.delegation.token.renew-interval``). Nobody renews the trainers' tokens: the
+#: driver obtains new ones instead, as Spark does.
+TOKEN_LIFETIME_S = 20
+
+
+@pytest.fixture
+def short_lived_tokens() -> Iterator[MiniDfs]:
+    """A Kerberized MiniDFS whose delegation tokens expire :data:`TOKEN_LIFETIME_S` after they
+    were issued or last renewed and whose NameNode closes a connection idle for 2 s, so that a
+    client presents its tokens again at nearly every call. (Their maximum lifetime stays an
+    hour: hdfs-native does not present a token within a minute of it.)"""
+    settings = {
+        "dfs.namenode.delegation.token.renew-interval": TOKEN_LIFETIME_S * 1000,
+        "dfs.namenode.delegation.token.max-lifetime": 3600 * 1000,
+        # Idle connections are closed after twice this, checked every half second, however
+        # few connections there are.
+        "ipc.client.connection.maxidletime": 1000,
+        "ipc.client.connection.idle-scan-interval.ms": 500,
+        "ipc.client.idlethreshold": 0,
+    }
+    extra = tuple(f"--conf={key}={value}" for key, value in settings.items())
+    with MiniDfs(kerberos=True, extra_args=extra) as dfs:
+        yield dfs
+
+
+@pytest.mark.spark
+def test_trainers_outlive_their_first_delegation_tokens_on_the_drivers_renewed_ones(
+    short_lived_tokens: MiniDfs, tmp_path: Path
+) -> None:
+    """A week-long job, in a minute: the trainers have no Kerberos credentials of their own and
+    the tokens expire after 20 s, yet every trainer writes to HDFS for more than twice that,
+    because the driver (logged in with a ticket cache, as after ``kinit``) hands out new tokens before
+    the old expire. The first tokens alone, which is all a container's token file ever holds,
+    are refused by then."""
+    kerberos = short_lived_tokens.kerberos
+    assert kerberos is not None
+    base = f"{short_lived_tokens.url}/user/{kerberos.user}/renewed-{uuid.uuid4().hex[:8]}"
+    cache = tmp_path / "krb5cc"
+    client(kerberos.environment(keytab=True, ticket_cache=cache), base, "credentials")
+
+    # Spark's start, then 12 writes 4 s apart.
+    result = client(kerberos.environment(ticket_cache=cache), base, "renewed", timeout=300)["renewed"]
+    trainers = result["trainers"]
+    assert len(trainers) == 2
+    for trainer in trainers:
+        assert trainer["seconds"] > 2 * TOKEN_LIFETIME_S
+        # Renewed at three quarters of their life: new tokens reached the trainer each time.
+        assert trainer["token_sets"] >= 3, trainer
+    assert result["files"] == [f"rank{r}-{i:02d}" for r in range(2) for i in range(12)]
+
+    # What the trainers had at their start is dead by now: without the renewal (a container's
+    # token file), every write above after the first 20 s would have failed.
+    first = tmp_path / "first.tokens"
+    first.write_bytes(bytes.fromhex(trainers[0]["first_tokens"]))
+    env = kerberos.environment()
+    env["HADOOP_TOKEN_FILE_LOCATION"] = str(first)
+    failure = client(env, base, "fails")["fails"]["ls"]
+    assert failure["type"] == "StorageError", failure
+    assert "expired" in failure["message"], failure

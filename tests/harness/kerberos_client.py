@@ -10,16 +10,21 @@ against the folder ``BASE`` and prints one JSON object with each step's result:
 The steps: ``credentials`` (what GSSAPI finds, as ``kinit -kt`` would with a keytab),
 ``doctor`` (the doctor's Kerberos finding), ``files`` (TFRecords and file-system operations),
 ``train`` (a short training run with checkpoints and event files, then a resumed one),
-``denied`` (a write where the user may not write) and ``fails`` (calls expected to fail).
+``denied`` (a write where the user may not write), ``fails`` (calls expected to fail) and
+``renewed`` (a Spark job whose trainers have no credentials but the driver's delegation tokens,
+running for several of the tokens' lifetimes).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -151,6 +156,53 @@ def doctor(_: str) -> dict[str, Any] | None:
     return None if finding is None else dataclasses.asdict(finding)
 
 
+#: How many files each trainer writes in ``renewed``, and the pause between two.
+RENEWED_ROUNDS = 12
+RENEWED_PAUSE_S = 4.0
+
+
+def _write_now_and_then(args: tuple[str, int, float], ctx: Any) -> dict[str, Any]:
+    """A trainer that writes a file to HDFS every ``pause`` seconds: each write after a pause
+    opens a new NameNode connection (the cluster closes idle ones quickly), which presents the
+    tokens the trainer's token file holds at that moment."""
+    base, rounds, pause = args
+    path = os.environ["HADOOP_TOKEN_FILE_LOCATION"]
+    first = Path(path).read_bytes()
+    seen = {hashlib.sha256(first).hexdigest()}
+    start = time.monotonic()
+    for i in range(rounds):
+        if i:
+            time.sleep(pause)
+        fs.write_bytes(f"{base}/rank{ctx.rank}-{i:02d}", b"written with the driver's tokens")
+        seen.add(hashlib.sha256(Path(path).read_bytes()).hexdigest())
+    return {"seconds": time.monotonic() - start, "token_sets": len(seen), "first_tokens": first.hex()}
+
+
+def renewed(base: str) -> dict[str, Any]:
+    """Runs :func:`_write_now_and_then` on two executors whose trainers have no Kerberos
+    credentials (an empty ticket cache, no keytab, no token file): all they have is what the
+    driver, logged in through ``KRB5CCNAME``, hands them."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import sparktrain as st
+    from harness.spark import local_cluster_session
+
+    java = f"-Djava.security.krb5.conf={os.environ['KRB5_CONFIG']}"
+    conf = {
+        "spark.driver.extraJavaOptions": java,
+        "spark.executor.extraJavaOptions": java,
+        "spark.executorEnv.KRB5CCNAME": "MEMORY:sparktrain-trainer",
+    }
+    session = local_cluster_session("kerberos-renewed-tokens", conf=conf)
+    try:
+        args = (base, RENEWED_ROUNDS, RENEWED_PAUSE_S)
+        cluster = st.Cluster.run(session.sparkContext, _write_now_and_then, args, num_workers=2)
+        cluster.wait(timeout=300)
+        results = cluster.results()
+    finally:
+        session.stop()
+    return {"trainers": results, "files": sorted(_name(i.path) for i in fs.ls(base))}
+
+
 STEPS: dict[str, Callable[[str], Any]] = {
     "credentials": credentials,
     "doctor": doctor,
@@ -158,6 +210,7 @@ STEPS: dict[str, Callable[[str], Any]] = {
     "train": train,
     "denied": denied,
     "fails": fails,
+    "renewed": renewed,
 }
 
 

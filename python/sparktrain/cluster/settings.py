@@ -98,6 +98,9 @@ class JobSettings:
     #: Whether the trainer closes the socket holding TensorFlow's reserved port before
     #: ``main_fun`` starts; False leaves it to user code (``ctx.tf_port_socket``).
     release_tf_port: bool = True
+    #: Whether the driver hands out HDFS delegation tokens (:mod:`sparktrain.cluster.driver.tokens`):
+    #: each task then keeps them in a file its trainer's ``HADOOP_TOKEN_FILE_LOCATION`` names.
+    hadoop_tokens: bool = False
     #: The job's callbacks (:mod:`sparktrain.cluster.callbacks`), pickled with cloudpickle on
     #: the driver once their job hooks started; empty without callbacks.
     callbacks: bytes = field(default=b"", repr=False)

@@ -13,12 +13,13 @@ use crate::error::{ClusterError, Result};
 use crate::job::Stream;
 use crate::rendezvous::proto::rendezvous_client::RendezvousClient;
 use crate::rendezvous::proto::{
-    BarrierRequest, ExitRequest, HeartbeatRequest, LogLine, RegisterReply, RegisterRequest, ReportRequest,
-    WorkRequest,
+    BarrierRequest, CheckpointedRequest, ExitRequest, HeartbeatRequest, LogLine, RegisterReply,
+    RegisterRequest, ReportRequest, WorkRequest,
 };
 use crate::rendezvous::{CREDENTIAL_HEADER, TOKEN_HEADER};
 use crate::secret::JobSecret;
 use crate::spec::Registration;
+use crate::tokens::{self, TokensKey};
 
 /// How a task checks the driver's TLS certificate.
 #[derive(Debug, Clone)]
@@ -37,6 +38,10 @@ pub struct TaskClient {
     credential: String,
     /// The token of the task this client acts for, once known; shared by its clones.
     token: Arc<Mutex<Option<String>>>,
+    /// The key that opens the driver's delegation tokens.
+    tokens_key: TokensKey,
+    /// The delegation tokens received: the latest version, and the bytes not yet taken.
+    tokens: Arc<Mutex<(u64, Option<Vec<u8>>)>>,
     client: RendezvousClient<Channel>,
 }
 
@@ -78,6 +83,8 @@ impl TaskClient {
                         address: address.to_string(),
                         credential: secret.control_credential(),
                         token: Arc::default(),
+                        tokens_key: secret.tokens_key(),
+                        tokens: Arc::default(),
                         client: RendezvousClient::new(channel),
                     });
                 }
@@ -141,6 +148,22 @@ impl TaskClient {
             (!token.is_empty()).then(|| token.to_string());
     }
 
+    /// The driver's delegation tokens received since the last call (Hadoop's token storage
+    /// format), if newer ones came; each version is returned once.
+    pub fn take_tokens(&self) -> Option<Vec<u8>> {
+        self.tokens.lock().unwrap_or_else(|p| p.into_inner()).1.take()
+    }
+
+    /// Keeps `sealed` tokens of `version` when they are newer than those held.
+    fn receive_tokens(&self, version: u64, sealed: &[u8]) -> Result<()> {
+        let mut held = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        if sealed.is_empty() || version <= held.0 {
+            return Ok(());
+        }
+        *held = (version, Some(tokens::open(&self.tokens_key, version, sealed)?));
+        Ok(())
+    }
+
     /// Registers this task and waits for the others; `timeout` bounds the whole wait (the
     /// driver's own registration time-out usually answers first, naming the missing tasks).
     pub async fn register(
@@ -163,8 +186,9 @@ impl TaskClient {
         )?;
         match self.client.register(request).await {
             Ok(reply) => {
-                let reply = reply.into_inner();
+                let mut reply = reply.into_inner();
                 self.use_token(&reply.token);
+                self.receive_tokens(reply.tokens_version, &std::mem::take(&mut reply.tokens))?;
                 Ok(reply)
             }
             Err(status) => Err(self.error_of(status)),
@@ -184,8 +208,11 @@ impl TaskClient {
             .into_iter()
             .map(|(stream, text)| LogLine { stream: if stream == Stream::Stderr { 2 } else { 1 }, text })
             .collect();
-        let request = self.request(HeartbeatRequest { task_index, attempt, lines }, Some(timeout))?;
+        let tokens_version = self.tokens.lock().unwrap_or_else(|p| p.into_inner()).0;
+        let request =
+            self.request(HeartbeatRequest { task_index, attempt, lines, tokens_version }, Some(timeout))?;
         let reply = self.client.heartbeat(request).await.map_err(|s| self.error_of(s))?.into_inner();
+        self.receive_tokens(reply.tokens_version, &reply.tokens)?;
         Ok(reply.abort.then_some(reply.reason))
     }
 
@@ -238,6 +265,14 @@ impl TaskClient {
         let request = self.request(WorkRequest { task_index, epoch }, Some(timeout))?;
         let reply = self.client.next_work(request).await.map_err(|s| self.error_of(s))?.into_inner();
         Ok(reply.item)
+    }
+
+    /// Tells the driver's work queue that the chief committed a checkpoint made during
+    /// `epoch`, so that it forgets what earlier epochs handed out.
+    pub async fn work_checkpointed(&mut self, task_index: u32, epoch: u64, timeout: Duration) -> Result<()> {
+        let request = self.request(CheckpointedRequest { task_index, epoch }, Some(timeout))?;
+        self.client.work_checkpointed(request).await.map_err(|s| self.error_of(s))?;
+        Ok(())
     }
 
     /// Tells the driver how the trainer ended: its exit code (`-N` for signal N) and the last

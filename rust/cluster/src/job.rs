@@ -247,6 +247,20 @@ impl WorkQueue {
         Some(self.items[index].0.clone())
     }
 
+    /// A checkpoint made during `epoch` was committed: a restart resumes there or later (the
+    /// checkpoint index never moves back), so what earlier epochs handed out is forgotten. The
+    /// memory held is then that of the epochs since the last checkpoint, not of the whole job.
+    pub fn checkpointed(&mut self, epoch: u64) {
+        self.epochs.retain(|e, _| *e >= epoch);
+    }
+
+    /// The epochs whose hand-outs are remembered, ascending.
+    pub fn epochs_kept(&self) -> Vec<u64> {
+        let mut kept: Vec<u64> = self.epochs.keys().copied().collect();
+        kept.sort_unstable();
+        kept
+    }
+
     /// The queue for the next generation, whose tasks `0..num_workers` take work: every epoch
     /// hands each task the items it took in this generation again, first and in the same order
     /// (then those it had still to be handed again from an earlier restart); the items of
@@ -644,6 +658,19 @@ impl Job {
         lock(&self.events).dropped_total
     }
 
+    /// A checkpoint made during `epoch` was committed ([`WorkQueue::checkpointed`]); nothing
+    /// to do without a work queue.
+    pub fn work_checkpointed(&self, epoch: u64) {
+        if let Some(queue) = lock(&self.inner).work.as_mut() {
+            queue.checkpointed(epoch);
+        }
+    }
+
+    /// The epochs whose hand-outs the work queue remembers ([`WorkQueue::epochs_kept`]).
+    pub fn work_epochs_kept(&self) -> Vec<u64> {
+        lock(&self.inner).work.as_ref().map(WorkQueue::epochs_kept).unwrap_or_default()
+    }
+
     /// How many work items each task took, by task index, over all epochs.
     pub fn work_taken(&self) -> Vec<u64> {
         lock(&self.inner).work_taken.clone()
@@ -967,6 +994,26 @@ mod tests {
         let mut queue = queue.restarted(1);
         assert_eq!(take(&mut queue, 0).as_deref(), Some("0"));
         assert_eq!(take(&mut queue, 0).as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn only_the_epochs_since_the_last_checkpoint_are_remembered_and_they_still_replay() {
+        let mut queue = WorkQueue::new(files(&[30, 20, 10]));
+        for epoch in 0..100 {
+            while queue.take(epoch, (epoch % 2) as u32).is_some() {}
+        }
+        // Without a checkpoint every epoch's hand-outs are kept: a restart may resume anywhere.
+        assert_eq!(queue.epochs_kept().len(), 100);
+        assert!(queue.take(100, 0).unwrap().ends_with("part-00000"));
+        queue.checkpointed(99);
+        assert_eq!(queue.epochs_kept(), [99, 100]);
+        // A restart resumes at epoch 99 or later: those replay as before, to the same task.
+        let mut queue = queue.restarted(2);
+        assert!(queue.take(99, 1).unwrap().ends_with("part-00000"));
+        assert!(queue.take(100, 0).unwrap().ends_with("part-00000"));
+        assert!(queue.take(100, 0).unwrap().ends_with("part-00001"), "then a new item");
+        // An epoch forgotten is handed out afresh, should anyone ask (nobody resumes there).
+        assert!(queue.take(3, 0).unwrap().ends_with("part-00000"));
     }
 
     #[test]

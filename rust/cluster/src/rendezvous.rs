@@ -15,6 +15,10 @@
 //! A registration returns a token for its task; every later call that names a registered task
 //! must carry it ([`TOKEN_HEADER`]), so no other holder of the secret can act for that task.
 //!
+//! Delegation tokens: a driver that obtains Hadoop delegation tokens hands them to the tasks
+//! ([`RendezvousServer::set_tokens`]): sealed for the caller's generation ([`crate::tokens`]),
+//! in the registration reply, and in the reply to any heartbeat that names an older version.
+//!
 //! Generations: when the driver restarts a failed job it starts a new generation
 //! ([`RendezvousServer::new_generation`]) with a fresh [`Job`] and a fresh secret. A task of an
 //! earlier generation still presents that generation's credential; it is refused with
@@ -37,6 +41,7 @@ use crate::job::{Job, Stream};
 use crate::limits;
 use crate::secret::{self, JobSecret};
 use crate::spec::{ClusterSpec, Registration};
+use crate::tokens::{self, Tokens, TokensKey};
 
 /// The generated protocol types and service stubs.
 #[allow(missing_docs, clippy::all)]
@@ -46,8 +51,9 @@ pub mod proto {
 
 use proto::rendezvous_server::{Rendezvous, RendezvousServer as GrpcServer};
 use proto::{
-    BarrierReply, BarrierRequest, ExitReply, ExitRequest, HeartbeatReply, HeartbeatRequest, RegisterReply,
-    RegisterRequest, ReportReply, ReportRequest, TaskInfo, WorkReply, WorkRequest,
+    BarrierReply, BarrierRequest, CheckpointedReply, CheckpointedRequest, ExitReply, ExitRequest,
+    HeartbeatReply, HeartbeatRequest, RegisterReply, RegisterRequest, ReportReply, ReportRequest, TaskInfo,
+    WorkReply, WorkRequest,
 };
 
 /// The metadata key that carries the job's control credential (hex,
@@ -108,13 +114,31 @@ struct Refusals {
 /// Credentials of earlier generations kept to tell a stale caller from a stranger.
 const EARLIER_KEPT: usize = 64;
 
-/// The generation being served: its number, credential and job, and the credentials of
-/// earlier ones. The service keeps no secret itself.
+/// The generation being served: its number, credential, tokens key and job, and the
+/// credentials of earlier ones; the delegation tokens handed out, plain and sealed under this
+/// generation's key. The service keeps no secret itself, only keys derived from it.
 struct Generation {
     number: u64,
     credential: String,
+    tokens_key: TokensKey,
     job: Arc<Job>,
     earlier: std::collections::VecDeque<(u64, String)>,
+    tokens: Option<Tokens>,
+    sealed: SealedTokens,
+}
+
+/// The current delegation tokens as a call's reply carries them: version and sealed bytes.
+#[derive(Clone, Default)]
+struct SealedTokens(Option<Arc<(u64, Vec<u8>)>>);
+
+impl SealedTokens {
+    /// The sealed tokens when they are newer than `held`: (bytes, version), else empty.
+    fn newer_than(&self, held: u64) -> (Vec<u8>, u64) {
+        match &self.0 {
+            Some(sealed) if sealed.0 > held => (sealed.1.clone(), sealed.0),
+            _ => (Vec::new(), 0),
+        }
+    }
 }
 
 struct State {
@@ -178,7 +202,7 @@ fn reply_of(spec: &ClusterSpec, task_index: u32) -> Result<RegisterReply, Status
         })
         .collect();
     let tf_config = spec.tf_config(task_index).map_err(status_of)?;
-    Ok(RegisterReply { tasks, tf_config, token: String::new() })
+    Ok(RegisterReply { tasks, tf_config, token: String::new(), tokens: Vec::new(), tokens_version: 0 })
 }
 
 /// Checks each call's credential on its headers, before its body is read, and hands the
@@ -187,17 +211,19 @@ fn reply_of(spec: &ClusterSpec, task_index: u32) -> Result<RegisterReply, Status
 struct Gate(Arc<State>);
 
 impl Gate {
-    /// The job of the current generation when the call carries its credential; else the call
-    /// is refused and recorded: `ABORTED` for a caller of an earlier generation,
-    /// `UNAUTHENTICATED` for anyone else.
-    fn authenticate<T>(&self, request: &Request<T>) -> Result<Arc<Job>, Status> {
+    /// The job of the current generation and its sealed tokens when the call carries its
+    /// credential; else the call is refused and recorded: `ABORTED` for a caller of an earlier
+    /// generation, `UNAUTHENTICATED` for anyone else.
+    fn authenticate<T>(&self, request: &Request<T>) -> Result<(Arc<Job>, SealedTokens), Status> {
         // Read once, outside the lock: None for no credential, Some(None) for one that is not
         // even text.
         let presented = request.metadata().get(CREDENTIAL_HEADER).map(|v| v.to_str().ok());
         let (why, status) = {
             let current = lock(&self.0.current);
             match presented {
-                Some(Some(p)) if secret::same(p, &current.credential) => return Ok(current.job.clone()),
+                Some(Some(p)) if secret::same(p, &current.credential) => {
+                    return Ok((current.job.clone(), current.sealed.clone()));
+                }
                 Some(p) => match p.and_then(|p| current.earlier.iter().find(|(_, c)| secret::same(p, c))) {
                     Some((stale, _)) => {
                         let why = format!(
@@ -223,8 +249,9 @@ impl Gate {
 
 impl tonic::service::Interceptor for Gate {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        let job = self.authenticate(&request)?;
+        let (job, sealed) = self.authenticate(&request)?;
         request.extensions_mut().insert(job);
+        request.extensions_mut().insert(sealed);
         Ok(request)
     }
 }
@@ -256,7 +283,7 @@ macro_rules! for_task {
     )*};
 }
 
-for_task!(HeartbeatRequest, BarrierRequest, ReportRequest, ExitRequest, WorkRequest);
+for_task!(HeartbeatRequest, BarrierRequest, ReportRequest, ExitRequest, WorkRequest, CheckpointedRequest);
 
 /// The job and the message of a call for a registered task, once the call is known to carry
 /// that task's token (see [`Job::check_token`]).
@@ -266,6 +293,11 @@ fn admit<T: ForTask>(request: Request<T>) -> Result<(Arc<Job>, T), Status> {
     let message = request.into_inner();
     job.check_token(message.task_index(), token.as_deref()).map_err(status_of)?;
     Ok((job, message))
+}
+
+/// The sealed delegation tokens the [`Gate`] found current when it let the call through.
+fn sealed_of<T>(request: &Request<T>) -> SealedTokens {
+    request.extensions().get::<SealedTokens>().cloned().unwrap_or_default()
 }
 
 /// The job the [`Gate`] let the call through for.
@@ -282,11 +314,14 @@ fn job_of<T>(request: &Request<T>) -> Result<Arc<Job>, Status> {
 impl Rendezvous for Service {
     async fn register(&self, request: Request<RegisterRequest>) -> Result<Response<RegisterReply>, Status> {
         let job = job_of(&request)?;
+        let sealed = sealed_of(&request);
         let registration = registration_of(request.into_inner())?;
         let task_index = registration.task_index;
         let (spec, token) = job.register(registration).await.map_err(status_of)?;
         let mut reply = reply_of(&spec, task_index)?;
         reply.token = token;
+        // The tokens of registration time: newer ones reach the task with its heartbeats.
+        (reply.tokens, reply.tokens_version) = sealed.newer_than(0);
         Ok(Response::new(reply))
     }
 
@@ -294,6 +329,7 @@ impl Rendezvous for Service {
         &self,
         request: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatReply>, Status> {
+        let sealed = sealed_of(&request);
         let (job, r) = admit(request)?;
         let lines = r
             .lines
@@ -301,7 +337,13 @@ impl Rendezvous for Service {
             .map(|l| (if l.stream == 2 { Stream::Stderr } else { Stream::Stdout }, l.text))
             .collect();
         let aborted = job.heartbeat(r.task_index, lines).map_err(status_of)?;
-        Ok(Response::new(HeartbeatReply { abort: aborted.is_some(), reason: aborted.unwrap_or_default() }))
+        let (tokens, tokens_version) = sealed.newer_than(r.tokens_version);
+        Ok(Response::new(HeartbeatReply {
+            abort: aborted.is_some(),
+            reason: aborted.unwrap_or_default(),
+            tokens,
+            tokens_version,
+        }))
     }
 
     async fn barrier(&self, request: Request<BarrierRequest>) -> Result<Response<BarrierReply>, Status> {
@@ -333,6 +375,15 @@ impl Rendezvous for Service {
         let (job, r) = admit(request)?;
         let item = job.next_work(r.task_index, r.epoch).map_err(status_of)?;
         Ok(Response::new(WorkReply { item }))
+    }
+
+    async fn work_checkpointed(
+        &self,
+        request: Request<CheckpointedRequest>,
+    ) -> Result<Response<CheckpointedReply>, Status> {
+        let (job, r) = admit(request)?;
+        job.work_checkpointed(r.epoch);
+        Ok(Response::new(CheckpointedReply {}))
     }
 }
 
@@ -374,8 +425,11 @@ impl RendezvousServer {
         let current = Generation {
             number: 0,
             credential: config.secret.control_credential(),
+            tokens_key: config.secret.tokens_key(),
             job,
             earlier: Default::default(),
+            tokens: None,
+            sealed: SealedTokens::default(),
         };
         let state = Arc::new(State {
             current: Mutex::new(current),
@@ -478,6 +532,15 @@ impl RendezvousServer {
             job.resume_work(queue.restarted(num_workers));
         }
         let old = std::mem::replace(&mut current.credential, secret.control_credential());
+        current.tokens_key = secret.tokens_key();
+        // The tokens carry over, sealed anew: the old generation's key opens nothing now.
+        current.sealed = match &current.tokens {
+            Some(t) => SealedTokens(Some(Arc::new((
+                t.version,
+                tokens::seal(&current.tokens_key, t.version, &t.plain)?,
+            )))),
+            None => SealedTokens::default(),
+        };
         if current.earlier.len() == EARLIER_KEPT {
             current.earlier.pop_front();
         }
@@ -486,6 +549,18 @@ impl RendezvousServer {
         current.number = number;
         current.job = job;
         Ok(number)
+    }
+
+    /// Hands `tokens` (Hadoop delegation tokens in Hadoop's token storage format) to the tasks
+    /// from now on, in place of any handed out before: tasks registering get them with the
+    /// spec, running tasks with their next heartbeat. Returns their version (1, 2, ...).
+    pub fn set_tokens(&self, tokens: Vec<u8>) -> Result<u64> {
+        let mut current = lock(&self.state.current);
+        let version = current.tokens.as_ref().map_or(0, |t| t.version) + 1;
+        let sealed = tokens::seal(&current.tokens_key, version, &tokens)?;
+        current.sealed = SealedTokens(Some(Arc::new((version, sealed))));
+        current.tokens = Some(Tokens { version, plain: tokens });
+        Ok(version)
     }
 
     /// Waits until every task registered, or fails when the registration time-out passes,

@@ -6,7 +6,9 @@
 //! - [`JobSecret::control_credential`] is what every control-plane call carries (in the clear
 //!   when the control plane runs without TLS);
 //! - [`JobSecret::ring_key`] keys the data plane's handshakes and, through them, every frame
-//!   between the trainers.
+//!   between the trainers;
+//! - [`JobSecret::tokens_key`] seals the Hadoop delegation tokens the driver hands its tasks
+//!   (see [`crate::tokens`]), which travel on the control plane.
 
 use std::fmt;
 
@@ -43,6 +45,12 @@ impl JobSecret {
     /// and each connection's frame key is derived from it.
     pub fn ring_key(&self) -> [u8; SECRET_LEN] {
         hkdf_sha256(SALT, &self.0, RING_LABEL)
+    }
+
+    /// The key that seals the Hadoop delegation tokens the driver hands its tasks over the
+    /// control plane: a holder of the control credential alone cannot read them.
+    pub fn tokens_key(&self) -> [u8; SECRET_LEN] {
+        hkdf_sha256(SALT, &self.0, TOKENS_LABEL)
     }
 
     /// What every control-plane call carries, as 64 hex digits: a caller that has it is of this
@@ -89,6 +97,8 @@ const SALT: &[u8] = b"sparktrain job secret";
 const CONTROL_LABEL: &[u8] = b"sparktrain v1: control plane call credential";
 /// The label of the data plane's key.
 const RING_LABEL: &[u8] = b"sparktrain v1: data plane ring key";
+/// The label of the key that seals delegation tokens on the control plane.
+const TOKENS_LABEL: &[u8] = b"sparktrain v1: delegation tokens seal key";
 
 /// HKDF-SHA256 (RFC 5869) of `ikm`, 32 bytes of output: one block of the expansion.
 fn hkdf_sha256(salt: &[u8], ikm: &[u8], info: &[u8]) -> [u8; 32] {
@@ -171,6 +181,8 @@ mod tests {
         assert_ne!(credential, s.to_hex());
         assert_ne!(credential, hex(&s.ring_key()));
         assert_ne!(s.ring_key().as_slice(), s.as_bytes());
+        assert_ne!(s.tokens_key(), s.ring_key());
+        assert_ne!(hex(&s.tokens_key()), credential);
         // The same secret derives the same keys in every process.
         let copy = JobSecret::from_hex(&s.to_hex()).unwrap();
         assert_eq!((copy.control_credential(), copy.ring_key()), (credential, s.ring_key()));

@@ -13,13 +13,14 @@ use tonic::Request;
 use crate::job::Job;
 use crate::rendezvous::proto::rendezvous_server::Rendezvous;
 use crate::rendezvous::proto::{
-    BarrierRequest, ExitRequest, HeartbeatRequest, RegisterRequest, ReportRequest, WorkRequest,
+    BarrierRequest, CheckpointedRequest, ExitRequest, HeartbeatRequest, RegisterRequest, ReportRequest,
+    WorkRequest,
 };
 use crate::rendezvous::{ForTask, Service, TOKEN_HEADER};
 use crate::spec::ClusterSpec;
 
 /// Reads `data` as a sequence of `[kind: u8][length: u16 LE][message]` chunks, decodes each
-/// message as the request type `kind % 6` picks and hands it to the service's handler, over a
+/// message as the request type `(kind mod 128) mod 7` picks and hands it to the service's handler, over a
 /// job of three workers and an evaluator with a work queue, draining its events after each.
 /// A `kind` of 128 or more makes the call carry its task's token (once that task registered).
 /// Returns how many messages decoded.
@@ -36,7 +37,7 @@ pub fn exercise(data: &[u8]) -> usize {
         let body = &rest[3..end];
         rest = &rest[end..];
         let token = kind >= 128;
-        let handled = match kind % 6 {
+        let handled = match (kind & 0x7f) % 7 {
             0 => RegisterRequest::decode(body).ok().map(|m| {
                 let mut request = Request::new(m);
                 request.extensions_mut().insert(job.clone());
@@ -54,8 +55,11 @@ pub fn exercise(data: &[u8]) -> usize {
             4 => ExitRequest::decode(body).ok().map(|m| {
                 now(&runtime, Service.exit(call(&job, m, token)));
             }),
-            _ => WorkRequest::decode(body).ok().map(|m| {
+            5 => WorkRequest::decode(body).ok().map(|m| {
                 now(&runtime, Service.next_work(call(&job, m, token)));
+            }),
+            _ => CheckpointedRequest::decode(body).ok().map(|m| {
+                now(&runtime, Service.work_checkpointed(call(&job, m, token)));
             }),
         };
         decoded += usize::from(handled.is_some());

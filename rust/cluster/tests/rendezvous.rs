@@ -537,3 +537,48 @@ async fn trainer_output_the_driver_does_not_take_is_bounded_and_counted() {
     let events = server.job().events(Duration::ZERO).await;
     assert!(events.iter().any(|e| matches!(e, Event::Log { text, .. } if text == "after")), "{events:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delegation_tokens_reach_tasks_at_registration_and_renewed_with_a_heartbeat_once_each() {
+    let first = JobSecret::generate().unwrap();
+    let server = RendezvousServer::start(config(&first, 2, 0, Duration::from_secs(10))).await.unwrap();
+    let address = server.address().to_string();
+    assert_eq!(server.set_tokens(b"tokens one".to_vec()).unwrap(), 1);
+    let mut clients = registered(&address, &first, 2).await;
+    for client in &clients {
+        assert_eq!(client.take_tokens().as_deref(), Some(&b"tokens one"[..]));
+        assert_eq!(client.take_tokens(), None, "each version is taken once");
+    }
+    // Nothing new: a heartbeat brings nothing.
+    clients[0].heartbeat(0, 0, vec![], Duration::from_secs(5)).await.unwrap();
+    assert_eq!(clients[0].take_tokens(), None);
+    // Renewed on the driver: the next heartbeat brings them.
+    assert_eq!(server.set_tokens(b"tokens two".to_vec()).unwrap(), 2);
+    clients[1].heartbeat(1, 0, vec![], Duration::from_secs(5)).await.unwrap();
+    assert_eq!(clients[1].take_tokens().as_deref(), Some(&b"tokens two"[..]));
+    clients[1].heartbeat(1, 0, vec![], Duration::from_secs(5)).await.unwrap();
+    assert_eq!(clients[1].take_tokens(), None);
+
+    // A new generation: its tasks get the current tokens, sealed under its own key.
+    let second = JobSecret::generate().unwrap();
+    server.new_generation(second.clone(), 1, 0).unwrap();
+    let mut fresh = TaskClient::connect(&address, &second, Duration::from_secs(5)).await.unwrap();
+    let reply = fresh.register(&registration(0), Duration::from_secs(5)).await.unwrap();
+    assert_eq!(reply.tokens_version, 2);
+    assert!(reply.tokens.is_empty(), "the client keeps the opened tokens, not the sealed bytes");
+    assert_eq!(fresh.take_tokens().as_deref(), Some(&b"tokens two"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_checkpoint_lets_the_work_queue_forget_earlier_epochs() {
+    let secret = JobSecret::generate().unwrap();
+    let server = RendezvousServer::start(config(&secret, 1, 0, Duration::from_secs(10))).await.unwrap();
+    server.job().set_work(vec![("a".into(), 1)]);
+    let mut chief = registered(&server.address().to_string(), &secret, 1).await.remove(0);
+    for epoch in 0..5 {
+        assert_eq!(chief.next_work(0, epoch, Duration::from_secs(5)).await.unwrap().as_deref(), Some("a"));
+    }
+    assert_eq!(server.job().work_epochs_kept(), [0, 1, 2, 3, 4]);
+    chief.work_checkpointed(0, 3, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(server.job().work_epochs_kept(), [3, 4]);
+}

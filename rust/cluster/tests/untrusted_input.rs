@@ -3,7 +3,7 @@
 
 use prost::Message;
 use sparktrain_cluster::rendezvous::proto::{
-    BarrierRequest, HeartbeatRequest, LogLine, RegisterRequest, WorkRequest,
+    BarrierRequest, CheckpointedRequest, HeartbeatRequest, LogLine, RegisterRequest, WorkRequest,
 };
 use sparktrain_cluster::untrusted::exercise;
 
@@ -47,7 +47,10 @@ fn valid_requests() -> Vec<u8> {
         data.extend(chunk(0, &register.encode_to_vec()));
         let lines =
             vec![LogLine { stream: 2, text: "x".repeat(100) }, LogLine { stream: 9, text: String::new() }];
-        data.extend(both(1, &HeartbeatRequest { task_index, attempt: 0, lines }.encode_to_vec()));
+        data.extend(both(
+            1,
+            &HeartbeatRequest { task_index, attempt: 0, lines, tokens_version: 0 }.encode_to_vec(),
+        ));
         for timeout_ms in [0, 1, u64::MAX] {
             let barrier =
                 BarrierRequest { task_index, name: "b".repeat(task_index as usize % 300), timeout_ms };
@@ -55,6 +58,7 @@ fn valid_requests() -> Vec<u8> {
         }
         for epoch in [0, u64::MAX] {
             data.extend(both(5, &WorkRequest { task_index, epoch }.encode_to_vec()));
+            data.extend(both(6, &CheckpointedRequest { task_index, epoch }.encode_to_vec()));
         }
     }
     data

@@ -278,6 +278,13 @@ impl Rendezvous {
         self.with_server(|s| s.new_generation(secret, num_workers, num_evaluators))?.map_err(Error::from)
     }
 
+    /// Hands `tokens` (Hadoop delegation tokens, Hadoop's token storage format) to the tasks
+    /// from now on: with the spec at registration, and to running tasks with their next
+    /// heartbeat, sealed under a key derived from the job secret. Returns their version.
+    fn set_tokens(&self, tokens: &[u8]) -> Result<u64> {
+        self.with_server(|s| s.set_tokens(tokens.to_vec()))?.map_err(Error::from)
+    }
+
     /// Fails every pending wait with `reason` and tells the tasks to stop their trainers.
     fn abort(&self, reason: &str) -> Result<()> {
         self.with_server(|s| s.job().abort(reason))
@@ -382,6 +389,12 @@ impl ControlClient {
     /// Acts for the task whose registration returned `token`: a trainer gets it from its task.
     fn use_token(&self, token: &str) {
         self.client.use_token(token);
+    }
+
+    /// The driver's delegation tokens received since the last call (registration or a
+    /// heartbeat brought newer ones), or None.
+    fn take_tokens<'py>(&self, py: Python<'py>) -> Option<Bound<'py, pyo3::types::PyBytes>> {
+        self.client.take_tokens().map(|t| pyo3::types::PyBytes::new(py, &t))
     }
 
     /// Sends a heartbeat with `(stream, line)` pairs (1 stdout, 2 stderr); returns the

@@ -68,6 +68,17 @@ impl WorkQueue for DriverQueue {
         // Only the first epoch after a restart: a later pass gets new files.
         self.restarted.swap(false, std::sync::atomic::Ordering::Relaxed)
     }
+
+    fn checkpointed(&self, epoch: u64) {
+        let mut client = self.client.clone();
+        let task = self.task_index;
+        // Best effort: a driver that missed it only keeps more of the queue's history, and a
+        // driver that is gone fails the next step anyway.
+        let _ =
+            sparktrain_storage::block_on(
+                async move { client.work_checkpointed(task, epoch, WORK_TIMEOUT).await },
+            );
+    }
 }
 
 /// Which columns feed the model, and how: `dense` float columns, `categorical` columns

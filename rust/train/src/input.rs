@@ -103,6 +103,11 @@ pub trait WorkQueue: Send + Sync {
     fn replays(&self) -> bool {
         false
     }
+
+    /// Told on the chief once a checkpoint made during `epoch` is committed: a restart resumes
+    /// there or later, so the queue may forget what it handed out in earlier epochs. Best
+    /// effort: what the queue remembers costs only memory.
+    fn checkpointed(&self, _epoch: u64) {}
 }
 
 /// Where a worker's rows come from.

@@ -639,7 +639,7 @@ impl Trainer {
                     summary.history.push(line);
                 }
                 if self.config.checkpoint_every.is_some_and(|k| stats.step % k == 0) {
-                    summary.checkpoint = self.checkpoint_together()?.or(summary.checkpoint);
+                    summary.checkpoint = self.checkpoint_together(input)?.or(summary.checkpoint);
                 }
                 if let (Some(k), Some(eval)) = (options.eval_every, eval)
                     && stats.step % k == 0
@@ -661,7 +661,7 @@ impl Trainer {
             // The last evaluation counts for early stopping too; there is nothing left to stop.
             self.evaluate_and_decide(eval, options, hooks, &mut summary)?;
         }
-        summary.checkpoint = self.checkpoint_together()?.or(summary.checkpoint);
+        summary.checkpoint = self.checkpoint_together(input)?.or(summary.checkpoint);
         if let Some(es) = &options.early_stopping {
             if es.restore_best {
                 self.restore_best()?;
@@ -818,9 +818,16 @@ impl Trainer {
 
     /// Inside `fit`: the chief writes a checkpoint while every other worker waits for it at
     /// a barrier of up to [`CHECKPOINT_WAIT`], so that a long save is not taken for a dead
-    /// chief by the next step's collective, whose time-out is far shorter.
-    fn checkpoint_together(&mut self) -> Result<Option<String>> {
+    /// chief by the next step's collective, whose time-out is far shorter. The chief then
+    /// tells a driver's work queue ([`crate::input::WorkQueue::checkpointed`]).
+    fn checkpoint_together(&mut self, input: &Input) -> Result<Option<String>> {
         let folder = self.save_checkpoint()?;
+        if self.rank == 0
+            && folder.is_some()
+            && let Plan::Queue(queue) = input.plan()
+        {
+            queue.checkpointed(self.progress.epoch);
+        }
         if self.config.model_dir.is_some()
             && !self.dp.is_sharded()
             && let Some(ring) = self.dp.ring()

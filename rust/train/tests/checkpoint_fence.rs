@@ -3,8 +3,9 @@
 //! saves must neither change a committed checkpoint nor move the index back to its own
 //! generation; on local files, a real HDFS (MiniDFS) and an S3 server (moto). Also: a new job
 //! taking a `model_dir` over from earlier jobs, racing writers, checkpoints of earlier
-//! versions, the training loop (one trainer, and sharded tables on two), and what clearing
-//! partial saves leaves alone.
+//! versions, the training loop (one trainer, and sharded tables on two), what clearing
+//! partial saves leaves alone, and the chief telling the driver's work queue which epoch its
+//! committed checkpoints resume from.
 
 #[path = "../../storage/tests/common/mod.rs"]
 mod common;
@@ -416,6 +417,51 @@ fn a_superseded_generation_of_sharded_trainers_fails_on_every_trainer() {
 }
 
 /// TFRecord files and a model for the training loop.
+/// A work queue like the driver's: every epoch hands out the four files once; it records the
+/// epochs the chief says its committed checkpoints resume from.
+struct RecordingQueue {
+    files: Vec<String>,
+    taken: std::sync::Mutex<std::collections::HashMap<u64, usize>>,
+    checkpointed: std::sync::Mutex<Vec<u64>>,
+}
+
+impl sparktrain_train::WorkQueue for RecordingQueue {
+    fn next(&self, epoch: u64) -> sparktrain_train::Result<Option<String>> {
+        let mut taken = self.taken.lock().unwrap();
+        let next = taken.entry(epoch).or_default();
+        *next += 1;
+        Ok(self.files.get(*next - 1).cloned())
+    }
+
+    fn checkpointed(&self, epoch: u64) {
+        self.checkpointed.lock().unwrap().push(epoch);
+    }
+}
+
+#[test]
+fn the_chief_tells_the_work_queue_the_epoch_of_each_committed_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = loop_data::write_files(&dir.path().join("train"));
+    let model_dir = dir.path().join("model").to_string_lossy().into_owned();
+    let files = (0..4).map(|f| format!("{data}/part-{f:05}.tfrecord")).collect();
+    let queue = std::sync::Arc::new(RecordingQueue {
+        files,
+        taken: Default::default(),
+        checkpointed: Default::default(),
+    });
+    let mut trainer = Trainer::new(loop_data::config(&model_dir, 1), loop_data::spec(), None).unwrap();
+    let input = Input::queued(&data, queue.clone(), 0, trainer.config().input_options()).unwrap();
+    let options = FitOptions { epochs: 2, ..FitOptions::default() };
+    let mut on_log = |_: &_| Ok(());
+    let summary =
+        trainer.fit(&input, &options, None, &mut Hooks { on_log: &mut on_log, on_eval: None }).unwrap();
+    // 160 rows in batches of 8: 20 steps an epoch, a checkpoint every 2, and one at the end,
+    // after the last epoch (nothing is left to replay then).
+    assert_eq!(summary.steps, 40);
+    let told = queue.checkpointed.lock().unwrap().clone();
+    assert_eq!(told, [vec![0; 10], vec![1; 10], vec![2]].concat());
+}
+
 mod loop_data {
     use std::collections::HashMap;
     use std::sync::Arc;

@@ -51,6 +51,7 @@ from sparktrain.cluster.driver.slots import ensure_slots
 from sparktrain.cluster.driver.stage import run_fed_stage, run_stage
 from sparktrain.cluster.driver.stragglers import METRIC as LINK_BUSY
 from sparktrain.cluster.driver.stragglers import Straggler, slow_link
+from sparktrain.cluster.driver.tokens import DelegationTokens
 from sparktrain.cluster.failures import parse_task_failure, spark_error_summary, worker_failed
 from sparktrain.cluster.settings import DEFAULT_BARRIER_TIMEOUT, JobSettings, role_names
 from sparktrain.cluster.task.run import TaskIdentity, TaskResult, run_task
@@ -287,6 +288,12 @@ class Cluster:
             cert_pem,
             key_pem,
         )
+        # Before the settings: they say whether the trainers get the driver's tokens.
+        try:
+            self._tokens = DelegationTokens.start(sc, self._server.set_tokens)
+        except BaseException:
+            self._server.close()
+            raise
         # The session's object-store keys, applied here first: the work list below is read
         # by this process.
         storage = storage_options.of_session(sc)
@@ -318,12 +325,14 @@ class Cluster:
             evaluator_roles=tuple(options.evaluator_roles or ()),
             job_id=uuid.uuid4().hex,
             release_tf_port=options.release_tf_port,
+            hadoop_tokens=self._tokens is not None,
         )
         try:
             # The callbacks' driver hooks run from here on; what they learn travels to the trainers.
             self._hooks = JobHooks.start(options, sc)
             self._settings = self._hooks.bind(self._settings, cloudpickle)
         except BaseException:
+            self._stop_tokens()
             self._server.close()
             raise
         self._deadline = time.monotonic() + options.reservation_timeout
@@ -391,6 +400,7 @@ class Cluster:
                 return
         finally:
             self._stage_done.set()
+            self._stop_tokens()
             self._hooks.on_job_end(self._outcome_error())
             self._finished.set()
 
@@ -817,7 +827,13 @@ class Cluster:
             self._finished.set()
             self._stage.join(30.0)
         self._watch.join(5.0)
+        self._stop_tokens()
         self._server.close()
+
+    def _stop_tokens(self) -> None:
+        """Stops renewing the trainers' delegation tokens: the job is over."""
+        if self._tokens is not None:
+            self._tokens.stop()
 
     @property
     def restarts(self) -> list[Restart]:

@@ -240,6 +240,31 @@ class _Heartbeat:
         return time.monotonic() - self.last_answer
 
 
+#: The name of the file, in the task's working folder, that holds the driver's delegation tokens.
+TOKEN_FILE = "hadoop.tokens"
+
+
+class _TokenFile:
+    """The trainer's Hadoop token file, rewritten whenever the driver hands out new tokens
+    (:mod:`sparktrain.cluster.driver.tokens`)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def update(self, client: Any) -> None:
+        """Writes the tokens the last registration or heartbeat brought, if newer ones came:
+        whole, readable by this user alone, under a temporary name renamed into place, so that
+        a reader never sees half a file."""
+        data: bytes | None = client.take_tokens()
+        if data is None:
+            return
+        temp = f"{self.path}.tmp"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temp, self.path)
+
+
 def _stop(process: subprocess.Popen[bytes], grace: float = 3.0) -> None:
     """Stops the trainer's whole process group: SIGTERM, then SIGKILL after ``grace`` seconds,
     and SIGKILL to what is left once the trainer has exited. The group outlives a trainer that
@@ -394,6 +419,11 @@ def run_task(
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     data_sock, tf_sock = reserve_ports(host)
     workdir = tempfile.mkdtemp(prefix=f"sparktrain-task{rank}-")
+    tokens = _TokenFile(os.path.join(workdir, TOKEN_FILE)) if settings.hadoop_tokens else None
+    if tokens is not None:
+        # HDFS clients read the file at each new connection: renewed tokens written there
+        # reach the trainer and every process it starts.
+        env["HADOOP_TOKEN_FILE_LOCATION"] = tokens.path
     client = ControlClient(settings.address, settings.secret, settings.heartbeat_timeout, settings.tls_ca)
     heartbeat = _Heartbeat(client, rank, attempt, settings)
     # The trainer inherits both sockets under the same descriptor numbers.
@@ -413,6 +443,9 @@ def run_task(
             list(gpus),
             settings.reservation_timeout + settings.heartbeat_timeout,
         )
+        if tokens is not None:
+            # Before the trainer learns the spec, and so before its user code runs.
+            tokens.update(client)
         # The trainer holds both sockets now; the task's copies would keep TensorFlow's port
         # reserved after the trainer released it.
         data_sock.close()
@@ -447,7 +480,9 @@ def run_task(
             token=client.token,
         )
         _send(process, launch)
-        return _supervise(process, pumps, launch, settings, heartbeat, liveness, client, tasks[rank], attempt)
+        return _supervise(
+            process, pumps, launch, settings, heartbeat, liveness, client, tasks[rank], attempt, tokens
+        )
     finally:
         _stop(process)
         with contextlib.suppress(OSError):
@@ -470,11 +505,14 @@ def _supervise(
     client: Any,
     me: TaskInfo,
     attempt: int,
+    tokens: _TokenFile | None = None,
 ) -> TaskResult:
     role = role_names(settings.num_workers, settings.num_evaluators, settings.evaluator_roles)[launch.rank]
     unresponsive = None
     while process.poll() is None:
         reason = heartbeat.beat()
+        if tokens is not None:
+            tokens.update(client)
         if reason is not None:
             _stop(process)
             raise JobAborted(f"{role}: stopped because the job was aborted: {reason}", reason=reason)

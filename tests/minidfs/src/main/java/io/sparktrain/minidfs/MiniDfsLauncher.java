@@ -57,6 +57,8 @@ public final class MiniDfsLauncher {
       "                       hadoop.rpc.protection and dfs.data.transfer.protection",
       "                       (default privacy)",
       "  --kerberos-user NAME with --kerberos: the user principal to create (default alice)",
+      "  --conf KEY=VALUE     a Hadoop setting of the cluster's own (repeatable), applied",
+      "                       last, e.g. dfs.namenode.delegation.token.max-lifetime=60000",
       "  -h, --help           show this help",
       "Prints '" + READY_PREFIX + "hdfs://<host>:<port>' on stdout once the cluster is up;",
       "with --kerberos the URL is followed by space-separated key=value fields: krb5_conf,",
@@ -76,6 +78,7 @@ public final class MiniDfsLauncher {
     boolean kerberos = false;
     String protection = null;
     String kerberosUser = null;
+    java.util.Map<String, String> settings = new java.util.LinkedHashMap<>();
     boolean help = false;
   }
 
@@ -153,6 +156,7 @@ public final class MiniDfsLauncher {
         case "--block-size":
         case "--protection":
         case "--kerberos-user":
+        case "--conf":
           if (value == null) {
             if (i + 1 >= args.length) {
               throw new UsageException(arg + " needs a value");
@@ -212,6 +216,13 @@ public final class MiniDfsLauncher {
                   + ", got '" + value + "'");
         }
         o.protection = value;
+        break;
+      case "--conf":
+        int sep = value.indexOf('=');
+        if (sep <= 0) {
+          throw new UsageException("--conf expects KEY=VALUE, got '" + value + "'");
+        }
+        o.settings.put(value.substring(0, sep), value.substring(sep + 1));
         break;
       case "--kerberos-user":
         // A plain principal name: it also names files and the HDFS home folder.
@@ -352,6 +363,7 @@ public final class MiniDfsLauncher {
     if (kerberos != null) {
       kerberos.secure(conf);
     }
+    opts.settings.forEach(conf::set);
     MiniDFSCluster cluster = new MiniDFSCluster.Builder(conf, baseDir.toFile())
         .numDataNodes(opts.datanodes)
         .nameNodePort(opts.port)

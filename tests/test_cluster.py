@@ -155,7 +155,12 @@ def test_calls_without_the_job_secret_are_refused(spark):
         return "done"
 
     with Cluster.run(spark, main_fun, None, 2) as cluster:
-        intruder = ControlClient(cluster.address, generate_secret(), 10.0)
+        # One that even holds the job's pinned certificate (say, from a closure sent in the
+        # clear): past TLS, the credential check refuses it.
+        settings = cluster._settings
+        intruder = ControlClient(
+            cluster.address, generate_secret(), 10.0, settings.tls_ca, settings.tls_domain
+        )
         with pytest.raises(Unauthenticated):
             intruder.register(0, 9, "10.6.6.6", 1, "x", 1, 2, [], 5.0)
         with pytest.raises(Unauthenticated):
@@ -358,6 +363,53 @@ def test_the_control_plane_can_run_over_tls(spark, tmp_path):
         with pytest.raises(ClusterError):
             plain.barrier(0, "x", 1.0)
         assert cluster.results() == [0, 1]
+
+
+def test_without_tls_files_the_control_plane_runs_over_tls_with_a_pinned_job_certificate(spark):
+    """No TLS conf at all: the driver serves a certificate made for this job, which the tasks
+    pin. A TLS client that pins it completes a handshake; one that trusts only the system's CAs,
+    or speaks plain HTTP/2, gets nothing; and each job has a certificate of its own."""
+    import socket
+    import ssl
+
+    def main_fun(args, ctx):
+        import time
+
+        ctx.barrier()
+        time.sleep(3)
+        return ctx.rank
+
+    with Cluster.run(spark, main_fun, None, 2) as cluster:
+        pinned = cluster._settings.tls_ca
+        assert pinned is not None
+        assert pinned.startswith("-----BEGIN CERTIFICATE-----")
+        assert cluster._settings.tls_domain == "driver.sparktrain.invalid"
+        host, port = cluster.address.rsplit(":", 1)
+        context = ssl.create_default_context(cadata=pinned)
+        context.set_alpn_protocols(["h2"])
+        with (
+            socket.create_connection((host, int(port)), timeout=10) as raw,
+            context.wrap_socket(raw, server_hostname="driver.sparktrain.invalid") as tls,
+        ):
+            assert ssl.DER_cert_to_PEM_cert(tls.getpeercert(binary_form=True)).strip() == pinned.strip()
+        with (
+            socket.create_connection((host, int(port)), timeout=10) as raw,
+            pytest.raises(ssl.SSLCertVerificationError),
+        ):
+            ssl.create_default_context().wrap_socket(raw, server_hostname="driver.sparktrain.invalid")
+        # HTTP/2 in the clear: the TLS server answers with a TLS alert, or not at all.
+        with socket.create_connection((host, int(port)), timeout=10) as raw:
+            raw.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(9))
+            raw.settimeout(5)
+            try:
+                answer = raw.recv(64)
+            except (TimeoutError, ConnectionResetError):
+                answer = b""
+            assert answer == b"" or answer[:1] == b"\x15", answer
+        assert cluster.results() == [0, 1]
+    with Cluster.run(spark, main_fun, None, 2) as other:
+        assert other._settings.tls_ca != pinned
+        assert other.results() == [0, 1]
 
 
 def test_kept_results_stay_on_the_executors_and_roles_name_the_evaluators(spark):

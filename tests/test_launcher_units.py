@@ -366,6 +366,8 @@ def test_read_conf_takes_every_conf(pem_files):
     assert (defaults.host, defaults.ports, defaults.tls) == (None, (0, 0), (None, None, None))
     assert (defaults.collective_streams, defaults.collective_chunk_bytes) == (1, 1 << 20)
     assert defaults.collective_sealed is True
+    assert defaults.auto_tls is True
+    assert read_conf({"spark.sparktrain.tls.auto": "False"}, None).auto_tls is False
     with pytest.raises(
         InvalidArgumentError, match=r"^spark.sparktrain.collective.seal must be true or false, not 'no'$"
     ):

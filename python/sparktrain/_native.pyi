@@ -59,6 +59,7 @@ __all__ = [
     "generate_secret",
     "infer_example_schema",
     "infer_features",
+    "job_certificate",
     "onnx_signature",
     "table_plan",
 ]
@@ -190,6 +191,7 @@ class OutputJob:
     def abort_job(self) -> None: ...
 
 def generate_secret() -> str: ...
+def job_certificate() -> tuple[str, str, str]: ...
 
 @final
 class Rendezvous:

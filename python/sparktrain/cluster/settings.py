@@ -75,6 +75,10 @@ class JobSettings:
     gpus_per_worker: int | None = None
     #: The PEM CA that signed the driver's TLS certificate; None for a plain control plane.
     tls_ca: str | None = None
+    #: The name the driver's certificate must carry; None for the driver's host (a
+    #: certificate of the job's own files). A certificate the driver made names
+    #: ``driver.sparktrain.invalid``: it is trusted because it is pinned, whatever the address.
+    tls_domain: str | None = None
     #: Seconds a collective waits for a peer before failing, naming it.
     collective_timeout: float = 120.0
     #: Parallel rings of the data plane; large all-reduces are split across them.

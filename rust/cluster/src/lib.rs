@@ -11,6 +11,7 @@
 //!   the work queue of input items (dynamic sharding) and the abort switch;
 //! - [`rendezvous`] and [`client`]: the driver's gRPC service (tonic) where tasks register,
 //!   heart-beat, meet at barriers, take work and report, and the tasks' side of it;
+//! - [`tls`]: the certificate a driver makes for a job that brings none;
 //! - [`tokens`]: the driver's Hadoop delegation tokens, sealed for the tasks;
 //! - [`limits`]: what the service accepts from the network (sizes, connections, keepalives);
 //! - [`untrusted`]: arbitrary bytes through the service's message handling, for the fuzz
@@ -24,6 +25,7 @@ pub mod rendezvous;
 pub mod roles;
 pub mod secret;
 pub mod spec;
+pub mod tls;
 pub mod tokens;
 pub mod untrusted;
 

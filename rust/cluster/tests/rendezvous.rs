@@ -582,3 +582,31 @@ async fn a_committed_checkpoint_lets_the_work_queue_forget_earlier_epochs() {
     chief.work_checkpointed(0, 3, Duration::from_secs(5)).await.unwrap();
     assert_eq!(server.job().work_epochs_kept(), [3, 4]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_certificate_is_pinned_under_its_own_name_whatever_the_address() {
+    let secret = JobSecret::generate().unwrap();
+    let (cert_pem, key_pem) = sparktrain_cluster::tls::self_signed().unwrap();
+    let mut config = config(&secret, 1, 0, Duration::from_secs(10));
+    config.tls = Some(ServerTls { cert_pem: cert_pem.clone(), key_pem });
+    let server = RendezvousServer::start(config).await.unwrap();
+    // The address names 127.0.0.1, which the certificate does not: the pinned name is checked.
+    let address = server.address().to_string();
+    let pinned = ClientTls { ca_pem: cert_pem, domain: sparktrain_cluster::tls::PINNED_NAME.into() };
+    let mut client =
+        TaskClient::connect_with(&address, &secret, Duration::from_secs(5), Some(&pinned)).await.unwrap();
+    client.register(&registration(0), Duration::from_secs(5)).await.unwrap();
+    // Another job's certificate, or the address as the name, is refused.
+    let (other, _) = sparktrain_cluster::tls::self_signed().unwrap();
+    for tls in [
+        ClientTls { ca_pem: other, domain: sparktrain_cluster::tls::PINNED_NAME.into() },
+        ClientTls { ca_pem: pinned.ca_pem.clone(), domain: "127.0.0.1".into() },
+    ] {
+        let refused =
+            match TaskClient::connect_with(&address, &secret, Duration::from_millis(300), Some(&tls)).await {
+                Err(e) => e.to_string(),
+                Ok(mut c) => c.heartbeat(0, 0, vec![], Duration::from_secs(2)).await.unwrap_err().to_string(),
+            };
+        assert!(!refused.is_empty());
+    }
+}

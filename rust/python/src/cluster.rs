@@ -48,6 +48,14 @@ fn generate_secret() -> Result<String> {
     Ok(JobSecret::generate()?.to_hex())
 }
 
+/// A fresh self-signed certificate for the control plane of one job, its private key (PEM),
+/// and the name in it that the tasks check ([`sparktrain_cluster::tls`]).
+#[pyfunction]
+fn job_certificate() -> Result<(String, String, &'static str)> {
+    let (cert, key) = sparktrain_cluster::tls::self_signed()?;
+    Ok((cert, key, sparktrain_cluster::tls::PINNED_NAME))
+}
+
 fn secret_of(hex: &str) -> Result<JobSecret> {
     Ok(JobSecret::from_hex(hex)?)
 }
@@ -465,6 +473,7 @@ impl ControlClient {
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(generate_secret, m)?)?;
+    m.add_function(wrap_pyfunction!(job_certificate, m)?)?;
     m.add_class::<Rendezvous>()?;
     m.add_class::<ControlClient>()?;
     m.add_class::<Event>()?;

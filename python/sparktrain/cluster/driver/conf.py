@@ -16,6 +16,9 @@ PORT_CONF: Final = "spark.sparktrain.rendezvous.port"
 #: Spark conf keys of the control plane's TLS files on the driver (PEM): certificate, key, and
 #: the CA that signed the certificate (the certificate itself when left out: self-signed).
 TLS_CONF: Final = ("spark.sparktrain.tls.cert", "spark.sparktrain.tls.key", "spark.sparktrain.tls.ca")
+#: The Spark conf key that turns off the certificate the driver makes for a job without TLS
+#: files (``false``: the control plane in the clear, for debugging on a network the job trusts).
+TLS_AUTO_CONF: Final = "spark.sparktrain.tls.auto"
 #: Spark conf keys of the data plane's tuning: parallel rings, and bytes per pipeline chunk.
 STREAMS_CONF: Final = "spark.sparktrain.collective.streams"
 CHUNK_CONF: Final = "spark.sparktrain.collective.chunkBytes"
@@ -34,8 +37,10 @@ class DriverConf:
     host: str | None
     #: The rendezvous service's ports, first and last.
     ports: tuple[int, int]
-    #: The control plane's PEM certificate, key and CA, or three Nones for no TLS.
+    #: The control plane's PEM certificate, key and CA from the job's files, or three Nones.
     tls: tuple[str | None, str | None, str | None]
+    #: Whether a job without TLS files gets a certificate the driver makes for it.
+    auto_tls: bool
     collective_streams: int
     collective_chunk_bytes: int
     #: Whether the data plane's frames are encrypted and authenticated.
@@ -57,6 +62,7 @@ def read_conf(conf: Any, tls: tuple[str, ...] | None, gpus_per_worker: int | Non
         host=conf.get("spark.driver.host", None),
         ports=port_range(conf.get(PORT_CONF, "0")),
         tls=tls_files(conf, tls),
+        auto_tls=boolean(conf, TLS_AUTO_CONF, True),
         collective_streams=positive_int(conf, STREAMS_CONF, 1),
         collective_chunk_bytes=positive_int(conf, CHUNK_CONF, 1 << 20),
         collective_sealed=boolean(conf, SEAL_CONF, True),

@@ -109,9 +109,9 @@ def warn_if_plain(ip: str, tls: bool) -> None:
     _warned_plain.add(ip)
     _log.warning(
         "sparktrain's control plane listens on %s without TLS: its traffic crosses the network "
-        "unencrypted, and the job secret travels in the Spark task closure. On an untrusted "
-        "network set spark.network.crypto.enabled=true and TLS for the control plane "
-        "(spark.sparktrain.tls.cert/key/ca or Cluster.run(tls=...)).",
+        "unencrypted (spark.sparktrain.tls.auto=false), and the job secret travels in the Spark "
+        "task closure. On an untrusted network set spark.network.crypto.enabled=true and leave "
+        "the control plane's TLS on.",
         ip,
     )
 
@@ -166,9 +166,12 @@ class Cluster:
         trainers (they read files themselves); ``input_mode="spark"`` feeds each trainer one
         partition of the DataFrame ``data`` as Arrow batches through ``ctx.feed()``.
 
-        ``tls=(cert, key[, ca])`` (PEM files on the driver; or the ``spark.sparktrain.tls.*``
-        confs) serves the control plane over TLS; the certificate must name
-        ``spark.driver.host``. Only the CA's public certificate travels to the tasks.
+        The control plane runs over TLS: by default with a certificate the driver makes for the
+        job, which the tasks pin (it travels in the closure with the job secret), so no name
+        or address needs to be known beforehand; ``spark.sparktrain.tls.auto=false`` turns
+        that off. ``tls=(cert, key[, ca])`` (PEM files on the driver; or the
+        ``spark.sparktrain.tls.*`` confs) serves it with the job's own certificate, which must
+        name ``spark.driver.host``. Only public certificates travel to the tasks.
 
         ``work`` (a path or glob) makes the driver hand out its files one at a time, each epoch,
         to whichever trainer asks first (``ctx.trainer(...).fit(path, sharding="dynamic")``):
@@ -254,7 +257,7 @@ class Cluster:
         """Starts the job described by ``options`` on ``sc``; use :meth:`run`."""
         cloudpickle = require("pyspark.cloudpickle", extra=SPARK_EXTRA, needed_by=_ENTRY_POINT)
 
-        from sparktrain._native import Rendezvous, generate_secret
+        from sparktrain._native import Rendezvous, generate_secret, job_certificate
 
         self.name = options.name
         self._sc = sc
@@ -274,6 +277,11 @@ class Cluster:
         host = conf.host or socket.gethostname()
         secret = generate_secret()
         cert_pem, key_pem, ca_pem = conf.tls
+        tls_domain = None
+        if cert_pem is None and conf.auto_tls:
+            # A certificate of this job's own, which its tasks pin: they get it in the closure.
+            cert_pem, key_pem, tls_domain = job_certificate()
+            ca_pem = cert_pem
         bind_ip = socket.gethostbyname(host)
         warn_if_plain(bind_ip, tls=cert_pem is not None)
         self._server = Rendezvous(
@@ -316,6 +324,7 @@ class Cluster:
             max_result_bytes=options.max_result_bytes,
             gpus_per_worker=options.gpus_per_worker,
             tls_ca=ca_pem,
+            tls_domain=tls_domain,
             collective_timeout=options.collective_timeout,
             collective_streams=conf.collective_streams,
             collective_chunk_bytes=conf.collective_chunk_bytes,

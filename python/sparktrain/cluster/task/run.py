@@ -424,7 +424,9 @@ def run_task(
         # HDFS clients read the file at each new connection: renewed tokens written there
         # reach the trainer and every process it starts.
         env["HADOOP_TOKEN_FILE_LOCATION"] = tokens.path
-    client = ControlClient(settings.address, settings.secret, settings.heartbeat_timeout, settings.tls_ca)
+    client = ControlClient(
+        settings.address, settings.secret, settings.heartbeat_timeout, settings.tls_ca, settings.tls_domain
+    )
     heartbeat = _Heartbeat(client, rank, attempt, settings)
     # The trainer inherits both sockets under the same descriptor numbers.
     fds = (data_sock.fileno(), tf_sock.fileno())

@@ -197,7 +197,7 @@ def main() -> int:
     try:
         main_fun, args = pickle.loads(job.function)
         callbacks = pickle.loads(job.callbacks) if job.callbacks else ()
-        client = ControlClient(job.address, job.secret, job.heartbeat_timeout, job.tls_ca)
+        client = ControlClient(job.address, job.secret, job.heartbeat_timeout, job.tls_ca, job.tls_domain)
     except BaseException:
         traceback.print_exc()
         return FAILED

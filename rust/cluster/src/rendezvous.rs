@@ -127,6 +127,20 @@ struct Generation {
     sealed: SealedTokens,
 }
 
+impl Generation {
+    /// Seals the tokens handed out under this generation's key (after either changed).
+    fn reseal(&mut self) -> Result<()> {
+        self.sealed = match &self.tokens {
+            Some(t) => SealedTokens(Some(Arc::new((
+                t.version,
+                tokens::seal(&self.tokens_key, t.version, &t.plain)?,
+            )))),
+            None => SealedTokens::default(),
+        };
+        Ok(())
+    }
+}
+
 /// The current delegation tokens as a call's reply carries them: version and sealed bytes.
 #[derive(Clone, Default)]
 struct SealedTokens(Option<Arc<(u64, Vec<u8>)>>);
@@ -534,13 +548,7 @@ impl RendezvousServer {
         let old = std::mem::replace(&mut current.credential, secret.control_credential());
         current.tokens_key = secret.tokens_key();
         // The tokens carry over, sealed anew: the old generation's key opens nothing now.
-        current.sealed = match &current.tokens {
-            Some(t) => SealedTokens(Some(Arc::new((
-                t.version,
-                tokens::seal(&current.tokens_key, t.version, &t.plain)?,
-            )))),
-            None => SealedTokens::default(),
-        };
+        current.reseal()?;
         if current.earlier.len() == EARLIER_KEPT {
             current.earlier.pop_front();
         }
@@ -557,9 +565,8 @@ impl RendezvousServer {
     pub fn set_tokens(&self, tokens: Vec<u8>) -> Result<u64> {
         let mut current = lock(&self.state.current);
         let version = current.tokens.as_ref().map_or(0, |t| t.version) + 1;
-        let sealed = tokens::seal(&current.tokens_key, version, &tokens)?;
-        current.sealed = SealedTokens(Some(Arc::new((version, sealed))));
         current.tokens = Some(Tokens { version, plain: tokens });
+        current.reseal()?;
         Ok(version)
     }
 

@@ -50,11 +50,9 @@ class DelegationTokens:
         self._publish = publish
         self._log = log
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._renew, name="sparktrain-tokens", daemon=True)
+        self._thread: threading.Thread | None = None
         #: When the tokens handed out last expire (``time.time()``), when known.
         self.expires_at: float | None = None
-        #: Seconds from the last renewal to the next.
-        self._next = MIN_WAIT_S
 
     @classmethod
     def start(
@@ -74,14 +72,16 @@ class DelegationTokens:
                 "they use the credentials their containers have"
             )
             return None
-        tokens._next = wait
+        tokens._thread = threading.Thread(
+            target=tokens._renew, args=(wait,), name="sparktrain-tokens", daemon=True
+        )
         tokens._thread.start()
         return tokens
 
     def stop(self) -> None:
         """Stops renewing."""
         self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5.0)
 
     def _kerberos_login(self) -> bool:
@@ -107,14 +107,15 @@ class DelegationTokens:
         # Tokens this driver may renew: renewing one at once is how its expiry is learned.
         renewer = user.getShortUserName()
         credentials = jvm.org.apache.hadoop.security.Credentials()
-        for name in self._file_systems():
+        names = self._file_systems()
+        for name in names:
             fs = jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI.create(name), self._hadoop_conf)
             try:
                 fs.addDelegationTokens(renewer, credentials)
             except Exception as e:
                 raise RuntimeError(f"{name}: {_first_line(e)}") from e
         if credentials.numberOfTokens() == 0:
-            raise RuntimeError(f"no file system of {self._file_systems()} issued a delegation token")
+            raise RuntimeError(f"no file system of {names} issued a delegation token")
         expiry: float | None = None
         for token in credentials.getAllTokens().toArray():
             try:
@@ -137,8 +138,8 @@ class DelegationTokens:
             return UNKNOWN_EXPIRY_WAIT_S
         return min(MAX_WAIT_S, max(MIN_WAIT_S, RENEWAL_RATIO * (expiry - time.time())))
 
-    def _renew(self) -> None:
-        wait = self._next
+    def _renew(self, wait: float) -> None:
+        """Renews the tokens, the first time ``wait`` seconds from now, until :meth:`stop`."""
         while not self._stop.wait(wait):
             try:
                 wait = self._obtain_and_publish()

@@ -4,9 +4,11 @@ apart, made from ``tests/bench/requirements-torch.txt`` and reused while that fi
 The sparktrain wheel that ``tests/run.sh`` built goes in too, since a job run by its
 interpreter has it as driver and executors.
 
-PyTorch's install takes about 7.5 GB on disk plus its downloads: on a machine with less free
-than that, :func:`torch_python` raises :class:`TorchEnvUnavailable` before pip starts, rather
-than leave a half-installed virtualenv, and the tests that need it skip with that reason."""
+PyTorch's install takes about 7.5 GB on disk. The requirements pin every package, so they go in
+one large wheel at a time: pip resolving them together would keep all their downloads (3.5 GB)
+until it ends. On a machine with less free than the install needs, :func:`torch_python` raises
+:class:`TorchEnvUnavailable` before pip starts, rather than leave a half-installed virtualenv,
+and the tests that need it skip with that reason."""
 
 from __future__ import annotations
 
@@ -20,9 +22,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-torch"
 REQUIREMENTS = ROOT / "tests" / "bench" / "requirements-torch.txt"
-# The installed virtualenv (7.5 GB with PyTorch 2.9's CUDA wheels) and pip's downloads of them
-# (about 3.5 GB, in the temporary folder until pip ends), with some room to spare.
-NEEDED_BYTES = 12 * 2**30
+# The installed virtualenv (7.5 GB with PyTorch 2.9's CUDA wheels) and the download of its
+# largest wheel (cuDNN, under 1 GB), with some room to spare.
+NEEDED_BYTES = 10 * 2**30
+# Packages whose wheels are hundreds of MB: each is installed by a pip of its own, so that its
+# download is gone before the next one starts.
+LARGE = ("torch", "triton", "nvidia-")
 
 
 class TorchEnvUnavailable(RuntimeError):
@@ -47,8 +52,7 @@ def torch_python(venv: Path = VENV, *, with_wheel: bool = True) -> Path:
         print(f"installing {REQUIREMENTS.name} into {venv} (PyTorch: a few GB)", file=sys.stderr)
         pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         subprocess.run([*pip, "--upgrade", "pip"], check=True)
-        # No pip cache: it would keep a second copy of the multi-GB wheels.
-        subprocess.run([*pip, "--no-cache-dir", "-r", str(REQUIREMENTS)], check=True)
+        _install_one_by_one(python)
         stamp.write_text(want)
     if with_wheel:
         wheels = sorted((ROOT / "target" / "wheels").glob("sparktrain-*.whl"))
@@ -61,6 +65,23 @@ def torch_python(venv: Path = VENV, *, with_wheel: bool = True) -> Path:
             subprocess.run([*pip, "--force-reinstall", "--no-deps", str(wheels[-1])], check=True)
             installed.write_text(built)
     return python
+
+
+def _install_one_by_one(python: Path) -> None:
+    """Installs the pinned requirements, each large wheel by itself and the small ones together,
+    then has pip check that the pins left no dependency out."""
+    pins = [
+        line.split("#", 1)[0].strip()
+        for line in REQUIREMENTS.read_text().splitlines()
+        if line.split("#", 1)[0].strip()
+    ]
+    large = [pin for pin in pins if pin.lower().startswith(LARGE)]
+    small = [pin for pin in pins if pin not in large]
+    # No pip cache: it would keep a second copy of the multi-GB wheels.
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    for batch in [*([pin] for pin in large), small]:
+        subprocess.run([*pip, "--no-cache-dir", "--no-deps", *batch], check=True)
+    subprocess.run([str(python), "-m", "pip", "check"], check=True)
 
 
 def torch_python_for_tests() -> Path:

@@ -193,11 +193,11 @@ cat "$SPARKTRAIN_CHAOS_REPORT" 2>/dev/null || true
 # 3.5's Arrow conversion, the launcher's helpers, submit's choice of jar, the public API). Then
 # the Spark-side tests of the launcher, tfrecord.write and read_dataframe (both engines: the
 # jar's Spark 3.5 build and mapInArrow), training and predict, the TFoS shim and its streams
-# (Spark Streaming's DStreams and Structured Streaming), less those that need TensorFlow,
-# the HDFS cases and the compressed variants of the type round trip (storage and compression
-# are sparktrain's own, the same on every Spark line; they would double the step's time). The
-# tests of the Python data source API (4.x only) are skipped with the reason
-# (tests/conftest.py). The doctor's and `sparktrain submit`'s Spark tests, which take minutes,
+# (Spark Streaming's DStreams and Structured Streaming) and Spark ML's scoring of sharded
+# tables, less those that need TensorFlow, the HDFS cases and the compressed variants of the
+# type round trip (storage and compression are sparktrain's own, the same on every Spark line;
+# they would double the step's time). The tests of the Python data source API (4.x only) are
+# skipped with the reason (tests/conftest.py). The doctor's and `sparktrain submit`'s Spark tests, which take minutes,
 # run on 4.x only.
 step "PySpark 3.5: launcher, tfrecord.write and read_dataframe, training and predict (.venv-spark35)"
 venv=.venv-spark35
@@ -225,6 +225,9 @@ spark35_pytest -n 2 -m "not tensorflow and not hdfs" -k "not GZIP and not ZLIB" 
     tests/test_cluster.py tests/test_spark_dataframes.py tests/test_spark_tfrecord_jvm.py \
     tests/test_tfrecord_format_names.py tests/test_training.py tests/test_tfos_shim.py \
     tests/test_tfos_streaming.py "$@"
+# Spark ML's transform of a model with sharded tables: 3.5 cogroups through pandas, where the
+# vectors travel as their storage.
+spark35_pytest -m "not tensorflow and not hdfs" -k sharded_tables tests/test_ml.py "$@"
 
 # The README's and docs' commands, as written: the cheap ones (tests/docs_commands.py --list
 # says which run here, which on demand, and which need a cluster of another kind), less the

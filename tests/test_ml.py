@@ -1,10 +1,11 @@
 """sparktrain.ml and sparktrain.embeddings on real Spark (local-cluster) and S3 (moto's server):
 a Pipeline of Spark's transformers and sparktrain's Classifier is fitted, scores as
-``sparktrain.predict`` does, saves and loads; a multi-class model saves to S3 and scores the
-same from there; CrossValidator picks a learning rate by two real AUCs; a DCN Regressor in
-TrainValidationSplit fits a number, scores as its export does and saves; the embedding tables
-read in Spark tasks equal the exported weights read with the ``safetensors`` package; bad
-params fail on the driver before any Spark job.
+``sparktrain.predict`` does, saves and loads; trained with sharded tables, it scores by looking
+up the rows it needs, to the outputs of its twin trained with whole tables; a multi-class
+model saves to S3 and scores the same from there; CrossValidator picks a learning rate by two
+real AUCs; a DCN Regressor in TrainValidationSplit fits a number, scores as its export does
+and saves; the embedding tables read in Spark tasks equal the exported weights read with the
+``safetensors`` package; bad params fail on the driver before any Spark job.
 """
 
 from __future__ import annotations
@@ -71,31 +72,33 @@ def model_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("ml-models"))
 
 
-@pytest.fixture(scope="module")
-def pipeline_model(frame, model_dir):
-    """StringIndexer (the label), VectorAssembler (the dense features) and a Wide&Deep
-    Classifier over them and two hashed string columns, fitted once for the module."""
-    pipeline = Pipeline(
+def pipeline(**params) -> Pipeline:
+    """StringIndexer (the label), VectorAssembler (the dense features) and a Classifier over
+    them and two hashed string columns, with ``params`` over the shared ones."""
+    shared = {
+        "categoricalCols": ["shop", "city"],
+        "buckets": BUCKETS,
+        "hidden": [8],
+        "dim": 4,
+        "batchSize": 32,
+        "numWorkers": 2,
+        "trainOptions": QUIET,
+    }
+    return Pipeline(
         stages=[
             StringIndexer(inputCol="outcome", outputCol="label", stringOrderType="alphabetAsc"),
             VectorAssembler(inputCols=DENSE, outputCol="features"),
-            Classifier(
-                model="wide_deep",
-                categoricalCols=["shop", "city"],
-                buckets=BUCKETS,
-                hidden=[8],
-                dim=4,
-                optimizer="adam",
-                learningRate=0.02,
-                batchSize=32,
-                epochs=3,
-                numWorkers=2,
-                modelDir=model_dir,
-                trainOptions=QUIET,
-            ),
+            Classifier(**{**shared, **params}),
         ]
     )
-    return pipeline.fit(frame)
+
+
+@pytest.fixture(scope="module")
+def pipeline_model(frame, model_dir):
+    """A Wide&Deep pipeline (:func:`pipeline`), fitted once for the module."""
+    return pipeline(model="wide_deep", optimizer="adam", learningRate=0.02, epochs=3, modelDir=model_dir).fit(
+        frame
+    )
 
 
 def scored(df) -> pd.DataFrame:
@@ -147,6 +150,50 @@ def test_a_pipeline_scores_like_predict_and_scores_the_same_after_save_and_load(
     again = scored(loaded.transform(frame))
     np.testing.assert_array_equal(np.stack(again["probability"]), probability)
     np.testing.assert_array_equal(again["prediction"], ours["prediction"])
+
+
+def test_a_model_with_sharded_tables_scores_by_lookup_as_its_replicated_twin_does(frame, model_dir, tmp_path):
+    """Trained with its tables sharded, a Classifier scores each partition with the embedding
+    rows it needs, looked up where they are stored (a cogroup in the plan, no task loading the
+    tables), through a VectorAssembler's vectors, to the outputs of the same model trained
+    with its tables whole on every trainer; saved and loaded, it still does."""
+
+    def fitted(shard_tables: str) -> PipelineModel:
+        return pipeline(
+            model="deep_fm",
+            optimizer="adagrad",
+            learningRate=0.05,
+            epochs=2,
+            shardTables=shard_tables,
+            modelDir=f"{model_dir}/tables-{shard_tables}",
+            trainOptions={**QUIET, "shuffle_buffer": 0},
+        ).fit(frame)
+
+    whole, sharded = fitted("off"), fitted("on")
+    assert st.fs.exists(f"{sharded.stages[-1].exportDir}/tables.json")
+    expected = scored(whole.transform(frame))
+    out = sharded.transform(frame)
+    plan = out._jdf.queryExecution().executedPlan().toString()
+    assert "CoGroup" in plan, plan
+    assert "CoGroup" not in whole.transform(frame)._jdf.queryExecution().executedPlan().toString()
+    for model in (sharded, _saved_and_loaded(sharded, tmp_path / "sharded")):
+        ours = scored(model.transform(frame))
+        np.testing.assert_array_equal(ours["row"], expected["row"])
+        np.testing.assert_allclose(
+            np.stack(ours["probability"]), np.stack(expected["probability"]), rtol=0, atol=1e-5
+        )
+        np.testing.assert_allclose(
+            np.stack(ours["rawPrediction"]), np.stack(expected["rawPrediction"]), rtol=1e-4, atol=1e-4
+        )
+        p = np.stack(ours["probability"])[:, 1]
+        np.testing.assert_array_equal(ours["prediction"], (p > 0.5).astype(float))
+    auc = BinaryClassificationEvaluator().evaluate(out)
+    assert 0.8 < auc <= 1.0, auc
+
+
+def _saved_and_loaded(model: PipelineModel, path) -> PipelineModel:
+    model.write().save(str(path))
+    return PipelineModel.load(str(path))
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ process ever holds a whole table.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from sparktrain import _checks, exported, fs, storage_options
@@ -34,6 +34,12 @@ if TYPE_CHECKING:
 TABLES = ("auto", "load", "lookup")
 #: The column that names an input partition while it is scored by lookup.
 _GROUP = "_sparktrain_partition"
+
+#: A batch of the scored DataFrame's rows from a batch of the input's and the engine's scores
+#: of it (one per row, or one per class and row for a softmax model).
+Finish = Callable[["pa.RecordBatch", "pa.Array"], "pa.RecordBatch"]
+#: The engine's input (the columns the model was trained on, by name) from a batch of rows.
+Engine = Callable[["pa.RecordBatch"], "pa.RecordBatch"]
 
 
 def score_batch(
@@ -97,7 +103,12 @@ def predict(
     score_type = ArrayType(FloatType(), False) if model.loss == "softmax_cross_entropy" else FloatType()
     schema = StructType([*df.schema.fields, StructField(score_column, score_type, False)])
     if tables == "lookup" or (tables == "auto" and model.sharded_tables):
-        return predict_by_lookup(df, export_dir, version, schema, score_column, storage)
+        loss = model.loss
+
+        def finish(batch: pa.RecordBatch, scores: pa.Array) -> pa.RecordBatch:
+            return _with_scores(batch, scores, loss, score_column)
+
+        return predict_by_lookup(df, export_dir, version, schema, storage, finish=finish)
 
     def score(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fs.configure(storage)
@@ -108,14 +119,27 @@ def predict(
 
 
 def predict_by_lookup(
-    df: Any, export_dir: str, version: str, schema: Any, score_column: str, storage: dict[str, str]
+    df: Any,
+    export_dir: str,
+    version: str,
+    schema: Any,
+    storage: dict[str, str],
+    *,
+    finish: Finish,
+    engine: Engine | None = None,
 ) -> Any:
-    """:func:`predict` with the embedding rows looked up where they are (see the module's
-    notes): ``df`` scored into ``schema`` (its columns and ``score_column``)."""
+    """``df`` scored with its embedding rows looked up where they are (see the module's notes),
+    into ``schema``: ``finish`` makes each scored batch from a batch of ``df``'s rows and the
+    engine's scores of it; ``engine`` gives the engine's input of a batch of ``df``'s rows (the
+    batch itself when None). :func:`predict` and the transform of :mod:`sparktrain.ml`'s models
+    score through it."""
     import pyarrow as pa
     from pyspark.sql import functions as F
 
     from sparktrain.contents import embeddings
+
+    def engine_input(batch: pa.RecordBatch) -> pa.RecordBatch:
+        return batch if engine is None else engine(batch)
 
     keyed = df.withColumn(_GROUP, F.spark_partition_id())
 
@@ -126,7 +150,7 @@ def predict_by_lookup(
             if batch.num_rows == 0:
                 continue
             group = batch.column(_GROUP)[0].as_py()
-            ids = model.ids(batch.drop_columns([_GROUP])).cast(pa.int64())
+            ids = model.ids(engine_input(batch.drop_columns([_GROUP]))).cast(pa.int64())
             yield pa.RecordBatch.from_arrays(
                 [pa.array([group] * len(ids), pa.int32()), ids], names=[_GROUP, "id"]
             )
@@ -142,7 +166,7 @@ def predict_by_lookup(
         model = exported.load(export_dir, version, tables=False)
         ids, given = _rows_by_table(looked_up, model.tables)
         batches = [
-            _with_scores(b, model.predict_with_rows(b, ids, given), model.loss, score_column)
+            finish(b, model.predict_with_rows(engine_input(b), ids, given))
             for b in scored.drop_columns([_GROUP]).cast(arrow_schema).to_batches()
         ]
         if not batches:
@@ -154,7 +178,8 @@ def predict_by_lookup(
     if hasattr(cogrouped, "applyInArrow"):
         return cogrouped.applyInArrow(score, schema)
 
-    # PySpark 3.5 cogroups through pandas only.
+    # PySpark 3.5 cogroups through pandas only. A user-defined type (Spark ML's vectors) goes
+    # there and back as its storage, a dict per value, as mapInArrow hands it.
     def score_pandas(scored: Any, looked_up: Any) -> Any:
         left = pa.Table.from_pandas(scored, preserve_index=False)
         right = pa.Table.from_pandas(looked_up, preserve_index=False)
@@ -194,6 +219,8 @@ def _rows_by_table(
 
 __all__ = [
     "TABLES",
+    "Engine",
+    "Finish",
     "predict",
     "predict_by_lookup",
     "score_batch",

@@ -14,13 +14,17 @@ import tempfile
 import uuid
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sparktrain import _checks, exported, fs, storage_options
+from sparktrain import _checks, exported, fs, prediction, storage_options
 from sparktrain.ml.columns import Layout, check_columns, training_frame, vector_width
 from sparktrain.ml.params import EMBEDDING_MODELS, CommonParams
 from sparktrain.ml.persistence import MODEL, copy_folder, join
+from sparktrain.ml.scoring import Regression, Scorer
 from sparktrain.training import FeatureSpec, Trainer, TrainResult
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 #: ``trainOptions`` keys that a param sets, or that the estimator sets itself.
@@ -230,6 +234,33 @@ class Fitted(CommonParams):
             raise _checks.refuse("predictionCol", names, f"the {len(names)} outputs need {len(names)} names")
         storage = storage_options.of_session(dataset.sparkSession)
         return layout, storage, exported.version(self.exportDir)
+
+    def _scored(
+        self, dataset: DataFrame, scorer: Scorer | Regression, schema: Any, storage: dict[str, str]
+    ) -> DataFrame:
+        """``dataset`` scored into ``schema`` by ``scorer`` in Spark tasks: each Python worker
+        loads the model, or, for an export whose tables are sharded (perhaps larger than any
+        one scorer), each partition is scored with the embedding rows it needs, looked up
+        where they are stored (:func:`sparktrain.prediction.predict_by_lookup`)."""
+        model = exported.load(scorer.export_dir, scorer.version, tables=False)
+        if model.sharded_tables:
+            scored: DataFrame = prediction.predict_by_lookup(
+                dataset,
+                scorer.export_dir,
+                scorer.version,
+                schema,
+                storage,
+                finish=scorer.finish,
+                engine=scorer.layout.engine_batch,
+            )
+            return scored
+
+        def score(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            fs.configure(storage)
+            for batch in batches:
+                yield scorer(batch)
+
+        return dataset.mapInArrow(score, schema)
 
     def _extra_metadata(self) -> dict[str, Any]:
         return {"format": 1}

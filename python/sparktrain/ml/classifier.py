@@ -8,21 +8,18 @@ training feed) and :mod:`sparktrain.ml.scoring` (scoring).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pyspark import keyword_only
 from pyspark.ml import Estimator, Model
 from pyspark.ml.util import MLReadable, MLWritable
 
-from sparktrain import fs
 from sparktrain.ml.base import Fitted, Fitting
 from sparktrain.ml.params import ClassifierParams
 from sparktrain.ml.persistence import Reader, Writer
 from sparktrain.ml.scoring import Scorer
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 
@@ -214,13 +211,7 @@ class ClassifierModel(Model, Fitted, ClassifierParams, MLWritable, MLReadable["C
                 StructField(prediction, DoubleType(), False),
             ]
         )
-
-        def score(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            fs.configure(storage)
-            for batch in batches:
-                yield scorer(batch)
-
-        return dataset.mapInArrow(score, schema)
+        return self._scored(dataset, scorer, schema, storage)
 
     def write(self) -> Writer:
         """A writer on sparktrain's storage layer (any storage URL)."""

@@ -3,6 +3,10 @@
 and append Spark ML's output columns (a classifier's three, a regressor's prediction). Runs in Spark
 tasks.
 
+Each scorer is called on a batch (the model loaded whole in the task), or its ``finish`` is
+given the batch with the engine's scores of it, which :func:`sparktrain.prediction.predict_by_lookup`
+computes from the embedding rows the batch needs (a model with sharded tables).
+
 Vectors leave as Spark ML's ``VectorUDT`` storage, ``struct<type, size, indices, values>``
 (dense: type 1, values only), so the columns are real vectors for ``BinaryClassificationEvaluator``
 and friends, without a second pass to convert arrays.
@@ -48,16 +52,22 @@ class Scorer:
 
     def probabilities(self, batch: pa.RecordBatch) -> np.ndarray:
         """``rows x classes`` float64 class probabilities of ``batch``'s rows."""
-        scores = exported.load(self.export_dir, self.version).predict(self.layout.engine_batch(batch))
+        return self._probabilities(batch.num_rows, _scores(self, batch))
+
+    def _probabilities(self, rows: int, scores: pa.Array) -> np.ndarray:
         p = scores.to_numpy(zero_copy_only=False).astype(np.float64)
         if self.classes == 2:
             return np.stack([1.0 - p, p], axis=1)
-        matrix: np.ndarray = p.reshape(batch.num_rows, self.classes)
+        matrix: np.ndarray = p.reshape(rows, self.classes)
         return matrix
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """``batch`` with the raw prediction, probability and prediction columns appended."""
-        probability = self.probabilities(batch)
+        return self.finish(batch, _scores(self, batch))
+
+    def finish(self, batch: pa.RecordBatch, scores: pa.Array) -> pa.RecordBatch:
+        """``batch`` with the output columns of the engine's ``scores`` of it appended."""
+        probability = self._probabilities(batch.num_rows, scores)
         if self.classes == 2:
             p = np.clip(probability[:, 1], _EPS, 1.0 - _EPS)
             logit = np.log(p) - np.log1p(-p)
@@ -87,10 +97,19 @@ class Regression:
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """``batch`` with the model's output appended as a double column."""
-        scores = exported.load(self.export_dir, self.version).predict(self.layout.engine_batch(batch))
+        return self.finish(batch, _scores(self, batch))
+
+    def finish(self, batch: pa.RecordBatch, scores: pa.Array) -> pa.RecordBatch:
+        """``batch`` with the engine's ``scores`` of it appended as a double column."""
         prediction = pa.array(scores.to_numpy(zero_copy_only=False).astype(np.float64))
         schema = batch.schema.append(pa.field(self.output, pa.float64(), nullable=False))
         return pa.RecordBatch.from_arrays([*batch.columns, prediction], schema=schema)
+
+
+def _scores(scorer: Scorer | Regression, batch: pa.RecordBatch) -> pa.Array:
+    """The engine's scores of ``batch``, by the export loaded whole."""
+    model = exported.load(scorer.export_dir, scorer.version)
+    return model.predict(scorer.layout.engine_batch(batch))
 
 
 def _vectors(matrix: np.ndarray) -> pa.StructArray:

@@ -55,7 +55,8 @@ def test_two_workers_reach_the_auc_of_one_worker_with_their_union(spark, criteo)
 
 
 def test_n_workers_with_batch_b_end_with_the_weights_of_one_worker_with_batch_n_b(spark, tmp_path):
-    """Without shuffling, every step of two workers covers the rows one worker's batch holds."""
+    """Without shuffling, every step of two workers covers the rows one worker's batch holds;
+    with bfloat16 gradients on the wire, the workers still agree, near those weights."""
     data = write_tfrecords(f"{tmp_path}/data", dense_table(4_096, seed=3), files=1)
 
     def main_fun(args, ctx):
@@ -65,18 +66,26 @@ def test_n_workers_with_batch_b_end_with_the_weights_of_one_worker_with_batch_n_
             hidden=[32, 16],
             batch_size=args["batch"],
             shuffle_buffer=0,
+            gradient_wire=args["wire"],
         )
         trainer.fit(args["data"], steps=24)
         return trainer.weights()
 
     runs = {}
-    for workers in (1, 2):
-        args = {"features": DENSE39, "batch": 64 // workers, "data": data}
+    for workers, wire in ((1, "f32"), (2, "f32"), (2, "bf16")):
+        args = {"features": DENSE39, "batch": 64 // workers, "data": data, "wire": wire}
         with st.Cluster.run(spark, main_fun, args, workers, log=False) as cluster:
-            runs[workers] = cluster.results()
-    np.testing.assert_array_equal(runs[2][0], runs[2][1])  # bit-identical on every worker
-    scale = np.abs(runs[1][0]).max()
-    np.testing.assert_allclose(runs[2][0], runs[1][0], rtol=0, atol=1e-5 * scale)
+            runs[workers, wire] = cluster.results()
+    exact = runs[2, "f32"]
+    np.testing.assert_array_equal(exact[0], exact[1])  # bit-identical on every worker
+    scale = np.abs(runs[1, "f32"][0]).max()
+    np.testing.assert_allclose(exact[0], runs[1, "f32"][0], rtol=0, atol=1e-5 * scale)
+    # Gradients rounded to bfloat16 on the wire: still identical on every worker, near the
+    # exact weights but not on them.
+    narrow = runs[2, "bf16"]
+    np.testing.assert_array_equal(narrow[0], narrow[1])
+    assert not np.array_equal(narrow[0], exact[0])
+    np.testing.assert_allclose(narrow[0], exact[0], rtol=0, atol=0.05 * scale)
 
 
 # The HDFS case takes hdfs_url at run time, which the automatic marking cannot see.

@@ -175,6 +175,12 @@ def test_bad_control_settings_are_refused_by_name(data):
         Trainer(lr_schedule={"name": "exponential", "every": 10, "rate": 2.0})
     with pytest.raises(InvalidArgumentError, match="clip_norm=0"):
         Trainer(clip_norm=0)
+    with pytest.raises(InvalidArgumentError, match='gradient_wire="fp8" is not a wire format'):
+        Trainer(gradient_wire="fp8")
+    with pytest.raises(InvalidArgumentError, match="gradient_wire=16: must be a str"):
+        Trainer(gradient_wire=16)  # type: ignore[arg-type]
+    assert Trainer().config.gradient_wire == "f32"
+    assert Trainer(gradient_wire="bf16").config.gradient_wire == "bf16"
     with pytest.raises(InvalidArgumentError, match=r"kernel\.l2=-1"):
         Trainer(regularization={"kernel": {"l2": -1.0}})
     with pytest.raises(InvalidArgumentError, match="class_weight has 3 weights, the model has 2 classes"):

@@ -139,6 +139,14 @@ class Trainer:
     per group (``{"kernel": {"l2": 1e-4}, "bias": {...}, "embedding": {"l1": 1e-6}}``);
     ``clip_norm`` clips the whole gradient to that global L2 norm.
 
+    ``gradient_wire`` is the dense layers' gradients' format in each step's all-reduce:
+    ``"f32"`` (the default: exact, the weights of one trainer with the global batch), or
+    ``"bf16"`` / ``"f16"``, which halve those bytes where the links are the bottleneck. Sums
+    still accumulate in float32 and every trainer ends each step with the same weights, but
+    each value that travels is rounded (bf16: 8 significant bits and float32's range; f16: 11
+    bits, at most 65504), so the weights take another path, to about the same loss. The
+    example count, the loss and the embedding tables' rows always travel as float32.
+
     The chief checkpoints into ``model_dir`` every ``checkpoint_every`` steps and at the end
     (``keep_checkpoints`` kept, shards of at most ``max_shard_bytes``), and training resumes
     from the latest checkpoint there. ``tensorboard_dir`` receives event files; progress lines
@@ -199,6 +207,7 @@ class Trainer:
         cross_layers: int | None = None,
         shard_tables: bool | str = DEFAULTS.shard_tables,
         table_budget_bytes: int | None = DEFAULTS.table_budget_bytes,
+        gradient_wire: str = DEFAULTS.gradient_wire,
         callbacks: Sequence[JobCallback] | None = None,
         **hyperparameters: float,
     ) -> None:
@@ -227,6 +236,7 @@ class Trainer:
         _checks.optional_integer("table_budget_bytes", table_budget_bytes, minimum=1)
         if clip_norm is not None:
             _checks.positive_number("clip_norm", clip_norm)
+        _checks.text("gradient_wire", gradient_wire)
         shape: object = hidden  # typed as a sequence, but users pass anything
         if shape is not None and (isinstance(shape, str) or not isinstance(shape, Sequence)):
             raise _checks.refuse("hidden", hidden, "must be a sequence of layer widths")
@@ -266,6 +276,7 @@ class Trainer:
                 cross_layers=cross_layers,
                 shard_tables=shard_tables,
                 table_budget_bytes=table_budget_bytes,
+                gradient_wire=gradient_wire,
             )
         except (OverflowError, TypeError) as e:
             # pyo3 refuses a negative count or a wrong type before the engine sees it.

@@ -17,9 +17,9 @@ use sparktrain_train::features::DEFAULT_BUCKETS;
 use sparktrain_train::features::{MultiHot, Pooling};
 use sparktrain_train::named::{HYPERPARAMETERS, LEARNING_RATES, LOSSES, MODELS};
 use sparktrain_train::{
-    Categorical, Crossed, EarlyStopping, EvalLine as RustEvalLine, Exported, Fence, FitOptions, Hooks,
-    Input as RustInput, LogLine as RustLogLine, Loss, ModelKind, OptimizerConfig, Regularization, Rule,
-    Schedule, ShardTables, TrainError, Trainer as RustTrainer, WorkQueue,
+    Categorical, Crossed, EarlyStopping, EvalLine as RustEvalLine, Exported, Fence, FitOptions, GradientWire,
+    Hooks, Input as RustInput, LogLine as RustLogLine, Loss, ModelKind, OptimizerConfig, Regularization,
+    Rule, Schedule, ShardTables, TrainError, Trainer as RustTrainer, WorkQueue,
 };
 
 use crate::cluster::ControlClient;
@@ -267,7 +267,7 @@ impl TrainerConfig {
         prefetch=None, seed=None, model_dir=None, checkpoint_every=None, keep_checkpoints=None,
         max_shard_bytes=None, tensorboard_dir=None, log_every=None, device=None, loss=None,
         class_weight=None, lr_schedule=None, clip_norm=None, regularization=None, cross_layers=None,
-        shard_tables=None, table_budget_bytes=None,
+        shard_tables=None, table_budget_bytes=None, gradient_wire=None,
     ))]
     fn new(
         model: &str,
@@ -297,6 +297,7 @@ impl TrainerConfig {
         cross_layers: Option<usize>,
         shard_tables: Option<ShardArg>,
         table_budget_bytes: Option<u64>,
+        gradient_wire: Option<&str>,
     ) -> Result<Self> {
         let rule = |(name, lr, settings): &RuleArgs| Rule::named(name, *lr, settings);
         let mut optimizers = OptimizerConfig::new(rule(&optimizer)?);
@@ -304,6 +305,9 @@ impl TrainerConfig {
         optimizers.threads = threads.unwrap_or(optimizers.threads);
         optimizers.sparse_tables = sparse_tables.unwrap_or(optimizers.sparse_tables);
         optimizers.clip_norm = clip_norm;
+        if let Some(name) = gradient_wire {
+            optimizers.gradient_wire = GradientWire::named(name)?;
+        }
         if let Some(json) = lr_schedule {
             optimizers.schedule = from_json::<Schedule>("lr_schedule", json)?;
         }
@@ -376,6 +380,12 @@ impl TrainerConfig {
     #[getter]
     fn clip_norm(&self) -> Option<f32> {
         self.inner.optimizer.clip_norm
+    }
+
+    /// How the dense layers' gradients travel in the step's all-reduce: `f32`, `bf16` or `f16`.
+    #[getter]
+    fn gradient_wire(&self) -> &'static str {
+        self.inner.optimizer.gradient_wire.name()
     }
 
     /// The L1/L2 penalties per group, as JSON.

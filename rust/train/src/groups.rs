@@ -7,6 +7,7 @@
 use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
+use sparktrain_collective::Wire;
 
 use crate::error::{Result, TrainError};
 use crate::optim::{Optimizer, OptimizerState, Rule};
@@ -44,6 +45,58 @@ pub struct OptimizerConfig {
     /// L1/L2 penalties per group of parameters.
     #[serde(default)]
     pub regularization: Regularization,
+    /// How the dense layers' gradients travel in each step's all-reduce.
+    #[serde(default)]
+    pub gradient_wire: GradientWire,
+}
+
+/// The format of the dense layers' gradients on the wire. The 16-bit formats halve the bytes
+/// of the step's all-reduce; every sum still accumulates in float32 and every trainer ends
+/// with the same bits, but each value that travels is rounded: to 8 significant bits (bf16,
+/// float32's range) or 11 (f16, whose largest value is 65504). The example count, the loss
+/// and the embedding tables' rows and gradients always travel as float32.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GradientWire {
+    /// float32: exact, the same sums as training alone on the global batch.
+    #[default]
+    F32,
+    /// bfloat16.
+    Bf16,
+    /// IEEE half precision.
+    F16,
+}
+
+impl GradientWire {
+    /// The format named `name` (`f32`, `bf16` or `f16`).
+    pub fn named(name: &str) -> Result<Self> {
+        match name {
+            "f32" => Ok(GradientWire::F32),
+            "bf16" => Ok(GradientWire::Bf16),
+            "f16" => Ok(GradientWire::F16),
+            other => Err(TrainError::InvalidArgument(format!(
+                "gradient_wire={other:?} is not a wire format: use \"f32\" (exact), \"bf16\" or \"f16\""
+            ))),
+        }
+    }
+
+    /// The format's name, as [`GradientWire::named`] takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            GradientWire::F32 => "f32",
+            GradientWire::Bf16 => "bf16",
+            GradientWire::F16 => "f16",
+        }
+    }
+
+    /// The collective's wire format.
+    pub fn wire(self) -> Wire {
+        match self {
+            GradientWire::F32 => Wire::Native,
+            GradientWire::Bf16 => Wire::Bf16,
+            GradientWire::F16 => Wire::F16,
+        }
+    }
 }
 
 fn one() -> usize {
@@ -65,6 +118,7 @@ impl OptimizerConfig {
             schedule: Schedule::default(),
             clip_norm: None,
             regularization: Regularization::default(),
+            gradient_wire: GradientWire::default(),
         }
     }
 

@@ -59,7 +59,7 @@ pub use embedding::{Dcn, DeepFm, EmbeddingConfig, WideDeep};
 pub use error::{Result, TrainError};
 pub use export::{Exported, ModelKind};
 pub use features::{Categorical, Crossed, Encoded, FeatureSpec, ServingInputs};
-pub use groups::{GroupState, OptimizerConfig, Optimizers};
+pub use groups::{GradientWire, GroupState, OptimizerConfig, Optimizers};
 pub use input::{Input, InputOptions, Plan, Shard, WorkQueue, plan_shard};
 pub use loss::Loss;
 pub use metrics::{Evaluation, Metrics};

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use candle_core::Tensor;
 use candle_core::backprop::GradStore;
-use sparktrain_collective::{Communicator, ReduceOp};
+use sparktrain_collective::{Communicator, ReduceOp, Wire};
 
 use crate::batch::{Batch, Lookup};
 use crate::checkpoint::{self, CheckpointOptions, Progress, Restored, TableFiles};
@@ -93,6 +93,8 @@ pub struct DataParallel<M: Model> {
     schedule: Schedule,
     clip_norm: Option<f32>,
     regularization: Regularization,
+    /// The dense gradients' format in the step's all-reduce.
+    gradient_wire: Wire,
     class_weights: Option<Vec<f32>>,
     weights: Vec<f32>,
     /// The variables' gradients (compact, in name order) and the three slots.
@@ -164,6 +166,7 @@ impl<M: Model> DataParallel<M> {
             schedule: optimizer.schedule,
             clip_norm: optimizer.clip_norm,
             regularization: optimizer.regularization,
+            gradient_wire: optimizer.gradient_wire.wire(),
             class_weights: None,
             weights,
             reduced: vec![0.0; vars + 3],
@@ -575,7 +578,15 @@ impl<M: Model> DataParallel<M> {
             self.reduced.fill(0.0);
         }
         if let Some(ring) = &self.ring {
-            lock(ring).all_reduce(&mut self.reduced, ReduceOp::Sum)?;
+            let mut ring = lock(ring);
+            if self.gradient_wire == Wire::Native {
+                ring.all_reduce(&mut self.reduced, ReduceOp::Sum)?;
+            } else {
+                // The example count and the loss must stay exact: they travel apart, as float32.
+                let (grads, slots) = self.reduced.split_at_mut(vars);
+                ring.all_reduce_as(grads, ReduceOp::Sum, self.gradient_wire)?;
+                ring.all_reduce(slots, ReduceOp::Sum)?;
+            }
         }
         let total = self.reduced[vars];
         if total == 0.0 {

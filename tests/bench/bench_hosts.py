@@ -10,6 +10,9 @@ host, every link limited each way by a token bucket (``tc tbf``) to the rate. Fo
 each after a barrier, following warm-up calls; the figure is rank 0's median call time.
 ``busbw = 2(N-1)/N * bytes / time`` (NCCL's tests' definition: the bytes each link carries in
 a ring all-reduce, per second), printed in Gbit/s and as a share of the link's rate. The
+optional ``bf16`` contender is the sealed ring with the values on the wire as bfloat16 (the
+trainer's ``gradient_wire="bf16"``): its figure counts the float32 bytes reduced, so it can
+pass the link rate. The
 "raw TCP" line is one plain TCP stream between two hosts over the same limited links, for what
 the machine itself sustains.
 
@@ -18,7 +21,7 @@ environment and PyTorch in ``.venv-torch`` (``python tests/harness/torch_env.py`
 it the gloo column is left out, saying so)::
 
     .venv/bin/python tests/bench/bench_hosts.py [--hosts 2 3 4] [--rates 1 10] [--max-mib 256]
-        [--contenders sealed clear gloo tensorflow] [--seconds 1.0]
+        [--contenders sealed clear gloo tensorflow bf16] [--seconds 1.0]
 
 A rank also runs this file, as ``bench_hosts.py --rank ...``, in its host.
 """
@@ -41,9 +44,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 SIZES = [1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
 CONTENDERS = ["sealed", "clear", "gloo", "tensorflow"]
+#: Contenders run only when named.
+OPTIONAL = ["bf16"]
 PORT = 29400
 WARMUP = 2
 RANK_TIMEOUT_S = 1800
+#: How rank 0 starts the line of its figures (JSON) on its standard output.
+RESULT = "RESULT "
 
 
 # --- one rank, in its host ------------------------------------------------------------------------
@@ -79,22 +86,30 @@ def sparktrain_rank(spec: dict[str, Any]) -> dict[int, float]:
     def make(nbytes: int) -> Any:
         return np.ones(nbytes // 4, dtype=np.float32)
 
+    wire = spec.get("wire", "native")
+
     def call(data: Any) -> None:
-        ring.allreduce_at([data.__array_interface__["data"][0]], [data.size], "float32", "sum")
+        ring.allreduce_at([data.__array_interface__["data"][0]], [data.size], "float32", "sum", wire)
 
     return _median_times(call, ring.barrier, spec["sizes"], spec["iters"], make)
+
+
+def gloo_env(spec: dict[str, Any]) -> dict[str, str]:
+    """The environment of ``torch.distributed``'s gloo group of a rank's ``spec``, its store
+    on the first host."""
+    return {
+        "MASTER_ADDR": spec["peers"][0],
+        "MASTER_PORT": str(PORT + 100),
+        "WORLD_SIZE": str(len(spec["peers"])),
+        "RANK": str(spec["rank"]),
+        "GLOO_SOCKET_IFNAME": "eth0",
+    }
 
 
 def gloo_rank(spec: dict[str, Any]) -> dict[int, float]:
     import datetime
 
-    os.environ.update(
-        MASTER_ADDR=spec["peers"][0],
-        MASTER_PORT=str(PORT + 100),
-        WORLD_SIZE=str(len(spec["peers"])),
-        RANK=str(spec["rank"]),
-        GLOO_SOCKET_IFNAME="eth0",
-    )
+    os.environ.update(gloo_env(spec))
     import torch
     import torch.distributed as dist
 
@@ -140,7 +155,7 @@ def rank_main(spec: dict[str, Any]) -> None:
     runners = {"sparktrain": sparktrain_rank, "gloo": gloo_rank, "tensorflow": tensorflow_rank}
     times = runners[spec["kind"]](spec)
     if spec["rank"] == 0:
-        print("TIMES " + json.dumps({str(k): v for k, v in times.items()}), flush=True)
+        print(RESULT + json.dumps({str(k): v for k, v in times.items()}), flush=True)
 
 
 # --- the driver: hosts, links, contenders -----------------------------------------------------------
@@ -152,14 +167,17 @@ def iterations(nbytes: int, n: int, rate_bits: float, seconds: float) -> int:
     return max(3, min(50, int(seconds / max(per_call, 1e-6))))
 
 
-def run_ranks(hosts: list[Any], kind: str, python: str, spec: dict[str, Any]) -> dict[int, float]:
-    """Runs one contender's ranks, one per host; returns rank 0's times."""
+def run_ranks(
+    hosts: list[Any], kind: str, python: str, spec: dict[str, Any], script: str = __file__
+) -> dict[str, Any]:
+    """Runs one contender's ranks, one per host, each as ``script --rank SPEC``; returns the
+    figures rank 0 printed."""
     procs = []
     for rank, host in enumerate(hosts):
         rank_spec = {**spec, "kind": kind, "rank": rank, "peers": [h.address for h in hosts]}
         procs.append(
             host.popen(
-                [python, str(Path(__file__).resolve()), "--rank", json.dumps(rank_spec)],
+                [python, str(Path(script).resolve()), "--rank", json.dumps(rank_spec)],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -179,8 +197,24 @@ def run_ranks(hosts: list[Any], kind: str, python: str, spec: dict[str, Any]) ->
                 p.kill()
             raise SystemExit(f"{kind}: rank {rank} failed ({proc.returncode}):\n{err[-3000:]}")
         outputs.append(out)
-    line = next(line for line in outputs[0].splitlines() if line.startswith("TIMES "))
-    return {int(k): v for k, v in json.loads(line[len("TIMES ") :]).items()}
+    line = next(line for line in outputs[0].splitlines() if line.startswith(RESULT))
+    figures: dict[str, Any] = json.loads(line[len(RESULT) :])
+    return figures
+
+
+def run_as_rank(rank: str | None, rank_main: Any, script: str) -> bool:
+    """Whether this process is one rank (``--rank SPEC`` given), run by ``rank_main`` by now;
+    otherwise the driver's, which exits with the reason where network namespaces cannot be
+    made."""
+    if rank is not None:
+        rank_main(json.loads(rank))
+        return True
+    from harness import netns
+
+    reason = netns.unavailable()
+    if reason is not None:
+        raise SystemExit(f"{Path(script).name} needs network namespaces: {reason}")
+    return False
 
 
 def raw_tcp_gbits(sender: Any, receiver: Any, seconds: float = 3.0) -> float:
@@ -220,19 +254,15 @@ def main() -> None:
     parser.add_argument("--rates", type=float, nargs="+", default=[1.0, 10.0], help="link rates, Gbit/s")
     parser.add_argument("--max-mib", type=int, default=256)
     parser.add_argument("--min-kib", type=int, default=1)
-    parser.add_argument("--contenders", nargs="+", default=CONTENDERS, choices=CONTENDERS)
+    parser.add_argument("--contenders", nargs="+", default=CONTENDERS, choices=CONTENDERS + OPTIONAL)
     parser.add_argument("--seconds", type=float, default=1.0, help="link time per size and contender")
     parser.add_argument("--json", help="also write every figure to this file")
     options = parser.parse_args()
-    if options.rank is not None:
-        rank_main(json.loads(options.rank))
+    if run_as_rank(options.rank, rank_main, __file__):
         return
 
     from harness import netns
 
-    reason = netns.unavailable()
-    if reason is not None:
-        raise SystemExit(f"bench_hosts.py needs network namespaces: {reason}")
     sizes = [s for s in SIZES if (options.min_kib << 10) <= s <= options.max_mib << 20]
     contenders = list(options.contenders)
     torch_python = ROOT / ".venv-torch" / "bin" / "python"
@@ -258,19 +288,21 @@ def main() -> None:
                 results: dict[str, dict[int, float]] = {}
                 for name in contenders:
                     spec = {"sizes": sizes, "iters": [iterations(s, n, bits, options.seconds) for s in sizes]}
-                    if name in ("sealed", "clear"):
-                        spec.update(secret=generate_secret(), sealed=name == "sealed")
-                        results[name] = run_ranks(ring_hosts, "sparktrain", sys.executable, spec)
+                    if name in ("sealed", "clear", "bf16"):
+                        spec.update(secret=generate_secret(), sealed=name != "clear")
+                        spec.update(wire="bf16" if name == "bf16" else "native")
+                        times = run_ranks(ring_hosts, "sparktrain", sys.executable, spec)
                     elif name == "gloo":
-                        results[name] = run_ranks(ring_hosts, "gloo", str(torch_python), spec)
+                        times = run_ranks(ring_hosts, "gloo", str(torch_python), spec)
                     else:
-                        results[name] = run_ranks(ring_hosts, "tensorflow", sys.executable, spec)
+                        times = run_ranks(ring_hosts, "tensorflow", sys.executable, spec)
+                    results[name] = {int(k): v for k, v in times.items()}
                 print(
                     f"\nN={n} hosts, links {rate:g} Gbit/s each way (raw TCP stream: {raw:.2f} Gbit/s); "
                     "bus bandwidth in Gbit/s (share of the link rate)"
                 )
                 labels = {"sealed": "sparktrain sealed", "clear": "sparktrain clear", "gloo": "PyTorch gloo",
-                          "tensorflow": "TensorFlow RING"}  # fmt: skip
+                          "tensorflow": "TensorFlow RING", "bf16": "sealed, bf16 wire"}  # fmt: skip
                 print(f"{'size':>8} | " + " | ".join(f"{labels[c]:>18}" for c in contenders))
                 for nbytes in sizes:
                     cells = []

@@ -10,10 +10,11 @@ limited at all ("unlimited": the veth pairs, as fast as the machine copies). The
 MLP over 39 float features (``--hidden``, 1024-1024 by default: about 1.1 M parameters, so
 4.4 MB of float32 gradients per step), binary cross-entropy, Adam 0.001, ``--batch`` rows per
 trainer and step. The rows (``harness.synthetic.dense_table``) are one Parquet file: sparktrain
-reads each trainer's shard through its own input pipeline; each PyTorch rank takes the same
-shard into a tensor before timing. sparktrain's ring is sealed (the default). Each contender
-trains ``--warmup`` steps, then ``--steps`` timed ones; the figure is the examples/s of those
-(every trainer's rows).
+reads each trainer's shard through its own input pipeline; each PyTorch rank takes every n-th
+row (a shard of the same size) into a tensor before timing. sparktrain's ring is sealed (the
+default). Each contender trains ``--warmup`` steps, then ``--steps`` timed ones; the figure is
+the examples/s of those (every trainer's rows), timed from the end of the warm-up to the end
+of the last step.
 
 DDP overlaps its all-reduce with the backward pass (buckets of 25 MB as they fill); sparktrain
 all-reduces one flat gradient after the backward pass, so its step is compute plus

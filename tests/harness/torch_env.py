@@ -50,8 +50,7 @@ def torch_python(venv: Path = VENV, *, with_wheel: bool = True) -> Path:
         if not python.exists():
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         print(f"installing {REQUIREMENTS.name} into {venv} (PyTorch: a few GB)", file=sys.stderr)
-        pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        subprocess.run([*pip, "--upgrade", "pip"], check=True)
+        _pip_install(python, "--upgrade", "pip")
         _install_one_by_one(python)
         stamp.write_text(want)
     if with_wheel:
@@ -61,8 +60,7 @@ def torch_python(venv: Path = VENV, *, with_wheel: bool = True) -> Path:
         built = hashlib.sha256(wheels[-1].read_bytes()).hexdigest()
         installed = venv / ".wheel.sha"
         if not installed.exists() or installed.read_text().strip() != built:
-            pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-            subprocess.run([*pip, "--force-reinstall", "--no-deps", str(wheels[-1])], check=True)
+            _pip_install(python, "--force-reinstall", "--no-deps", str(wheels[-1]))
             installed.write_text(built)
     return python
 
@@ -70,18 +68,20 @@ def torch_python(venv: Path = VENV, *, with_wheel: bool = True) -> Path:
 def _install_one_by_one(python: Path) -> None:
     """Installs the pinned requirements, each large wheel by itself and the small ones together,
     then has pip check that the pins left no dependency out."""
-    pins = [
-        line.split("#", 1)[0].strip()
-        for line in REQUIREMENTS.read_text().splitlines()
-        if line.split("#", 1)[0].strip()
-    ]
+    lines = (line.split("#", 1)[0].strip() for line in REQUIREMENTS.read_text().splitlines())
+    pins = [pin for pin in lines if pin]
     large = [pin for pin in pins if pin.lower().startswith(LARGE)]
     small = [pin for pin in pins if pin not in large]
-    # No pip cache: it would keep a second copy of the multi-GB wheels.
-    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     for batch in [*([pin] for pin in large), small]:
-        subprocess.run([*pip, "--no-cache-dir", "--no-deps", *batch], check=True)
+        # No pip cache: it would keep a second copy of the multi-GB wheels.
+        _pip_install(python, "--no-cache-dir", "--no-deps", *batch)
     subprocess.run([str(python), "-m", "pip", "check"], check=True)
+
+
+def _pip_install(python: Path, *args: str) -> None:
+    """``pip install`` in ``python``'s environment, quietly."""
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, *args], check=True)
 
 
 def torch_python_for_tests() -> Path:

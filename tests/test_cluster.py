@@ -104,6 +104,7 @@ def test_a_deterministic_exception_is_tried_twice_then_fails_the_job_with_its_tr
     assert status["generation"] == 1
     cause = "worker:0 (task 1 on 127.0.0.1) exited with code 1: ValueError: bad batch at step 3"
     assert [r["cause"] for r in status["restarts"]] == [cause]
+    assert status["restarting"] is None
     assert "is not restarted (it failed the same way before the last restart)" in caplog.text
     cluster.shutdown()
     # The chief was stopped and the slots are free again: a new job runs at once.

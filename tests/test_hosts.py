@@ -11,7 +11,9 @@ address Spark knows it by.
   each rank on its host's own interface.
 - A trainer's host cut off mid-training: the other trainers' collectives fail within their
   time-out and name the unreachable peer, the driver restarts without that host
-  (``min_workers``), and a later restart uses it again once its link is back.
+  (``min_workers``), and a later restart uses it again once its link is back. Without
+  ``min_workers`` the restart waits for the cut host instead, and resumes on all three hosts
+  once its link is back.
 - The driver cut off from every trainer: the trainers stop by themselves within a bounded
   time, and the job recovers once the driver is back, its restart saying why.
 - A slow link (a tenth of the others' rate): the step-time report names that host.
@@ -250,6 +252,70 @@ def test_a_trainer_host_cut_off_mid_training(
         stop.touch()
         result = driver.result(180)
         assert result["value"]["steps"] > 0
+    finally:
+        for host in hosts.hosts:
+            if host.is_cut:
+                host.restore()
+
+
+def test_without_min_workers_the_restart_waits_for_the_cut_host(
+    hosts: HostCluster, main_job: dict[str, Any], tmp_path: Path
+) -> None:
+    # Without min_workers a job runs on num_workers hosts or not at all: the restart after the
+    # cut waits (reservation_timeout) for the lost slot, and resumes on every host, the cut one
+    # included, once its link is back. The time-outs are the test above's.
+    collective_timeout, heartbeat_timeout = 8.0, 25.0
+    options = {
+        "collective_timeout": collective_timeout,
+        "heartbeat_timeout": heartbeat_timeout,
+        "reservation_timeout": 180.0,
+        "restart_backoff": 0.5,
+        "max_restarts": 3,
+    }
+    stop = tmp_path / "stop"
+    args = paced_args(hosts, stop, f"{main_job['out']}/train")
+    driver = hosts.driver_process(
+        "harness.host_jobs", "train_job", {"args": args, "num_workers": 3, "options": options}
+    )
+    try:
+        running = driver.wait_for(
+            lambda s: s["generation"] == 0 and all_at(s, 3, 10), 300, "three trainers at step 10"
+        )
+        victim = hosts.host_of(running["hosts"]["worker:1"])
+        victim.cut()
+        # The driver finds the failure and holds the restart until the slot is back, saying why.
+        waiting = driver.wait_for(lambda s: s["restarting"] is not None, 120, "the failure found")
+        assert waiting["state"] == "restarting", waiting
+        cause = waiting["restarting"]["cause"]
+        assert "worker:1" in cause, cause
+        assert victim.address in cause, cause
+        # The host stays away for longer than Spark's Master takes to write its Worker off,
+        # so the slot comes back only when the Worker registers again.
+        time.sleep(WORKER_TIMEOUT_S + 5)
+        assert not any(s["state"] == "running" and s["generation"] >= 1 for s in driver.statuses), (
+            "a generation ran while a host was cut off, although min_workers was not given"
+        )
+        victim.restore()
+        again = driver.wait_for(
+            lambda s: s["generation"] >= 1 and s["state"] == "running" and all_at(s, 3, 0),
+            240,
+            "a restart on the three hosts",
+        )
+        assert victim.address in again["hosts"].values(), again
+        # No generation after the first ever ran on fewer hosts.
+        for status in driver.statuses:
+            if status["generation"] >= 1 and status["state"] == "running" and status["steps"]:
+                assert len(status["hosts"]) == 3, status
+        driver.wait_for(
+            lambda s: s["generation"] == again["generation"] and all_at(s, 3, 5),
+            120,
+            "training on the three hosts",
+        )
+        stop.touch()
+        result = driver.result(180)
+        assert result["value"]["steps"] > 0
+        # It resumed from a checkpoint of the first generation, not from the start.
+        assert result["restarts"][0]["resumed_from"], result["restarts"]
     finally:
         for host in hosts.hosts:
             if host.is_cut:

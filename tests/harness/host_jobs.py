@@ -48,6 +48,7 @@ def status_line(cluster: Any, spark: Any) -> dict[str, Any]:
             {"cause": r["cause"], "detected_at": r["detected_at"], "generation": r["generation"]}
             for r in status["restarts"]
         ],
+        "restarting": status["restarting"],
         "executors": len(executors),
         "straggler": status["straggler"],
         "failure": status["failure"],

@@ -354,6 +354,8 @@ class Cluster:
         self._cause: ClusterError | None = None
         self._cause_at = 0.0
         self._restarts: list[Restart] = []
+        #: While a restart waits (its back-off, then the task slots): its cause and detection time.
+        self._restarting: tuple[str, float] | None = None
         self._last_signature: tuple[str, int | None] | None = None
         self._results: list[Any] | None = None
         #: The tasks' ``(rank, pickled value)`` pairs left on the executors (``keep_results``).
@@ -537,11 +539,12 @@ class Cluster:
             if self._state is State.SHUT_DOWN:
                 return False
             self._state = State.RESTARTING
+            self._restarting = (cause, self._cause_at)
         if self._shut_down.wait(backoff(number, options.restart_backoff)):
-            return False
+            return self._restart_abandoned()
         num_workers = self._await_slots()
         if num_workers is None or self._shut_down.is_set():
-            return False
+            return self._restart_abandoned()
         from sparktrain._native import generate_secret
 
         secret = generate_secret()
@@ -556,6 +559,7 @@ class Cluster:
         self._hooks.on_restart(restart)
         with self._lock:
             self._restarts.append(restart)
+            self._restarting = None
             self._settings = dataclasses.replace(
                 self._settings, secret=secret, generation=generation, num_workers=num_workers
             )
@@ -568,6 +572,12 @@ class Cluster:
             self._deadline = time.monotonic() + options.reservation_timeout
             self._state = State.STARTING
         return True
+
+    def _restart_abandoned(self) -> bool:
+        """A restart that will not happen (shut down, or no slots) stops showing as pending."""
+        with self._lock:
+            self._restarting = None
+        return False
 
     def _await_slots(self) -> int | None:
         """Waits up to ``reservation_timeout`` for a task slot per trainer of the original
@@ -855,7 +865,9 @@ class Cluster:
         registered and exited, each task's latest metrics, the straggler (the trainer whose
         host holds the ring back, when one stands out: its ``role``, ``host``, ``link_busy``
         and the other hosts' ``others``; see :mod:`sparktrain.cluster.driver.stragglers`), and
-        the calls the control plane refused (the latest ones, and how many in all)."""
+        the calls the control plane refused (the latest ones, and how many in all). While a
+        restart waits for its back-off or its task slots, ``restarting`` holds its ``cause``
+        and when it was ``detected_at``; otherwise it is None."""
         with self._lock:
             straggler = self._straggler()
             return {
@@ -865,6 +877,9 @@ class Cluster:
                 "restarts": [
                     dict(dataclasses.asdict(r), steps_redone=r.steps_redone) for r in self._restarts
                 ],
+                "restarting": None
+                if self._restarting is None
+                else {"cause": self._restarting[0], "detected_at": self._restarting[1]},
                 "registered": sorted(self._hosts),
                 "hosts": {self._roles[r]: h for r, h in self._hosts.items()},
                 "exit_codes": dict(self._exits),

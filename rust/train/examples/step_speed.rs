@@ -1,7 +1,8 @@
-//! One worker's synchronous step on the benchmark's MLP (39-256-256-1, batch 256, Adam),
-//! alone, for profiling the engine: `RAYON_NUM_THREADS=1 cargo run --release -p
-//! sparktrain-train --example step_speed`. The allocator is set as the Python binding sets
-//! it in trainer processes.
+//! One worker's synchronous step on an MLP (39 inputs, ReLU layers, 1 logit, Adam), alone,
+//! for profiling the engine and for `tests/bench/bench_cpu_step.py`, which runs the same step
+//! in PyTorch beside it: `RAYON_NUM_THREADS=1 cargo run --release -p sparktrain-train --example
+//! step_speed -- [rows] [hidden,...] [steps]` (defaults: 256, 256,256, 1000). The allocator is
+//! set as the Python binding sets it in trainer processes.
 
 use std::time::Instant;
 
@@ -14,7 +15,16 @@ fn main() {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
     }
-    let (rows, inputs) = (256usize, 39usize);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rows: usize = args.first().map_or(256, |a| a.parse().expect("rows: a whole number"));
+    let hidden: Vec<usize> = args
+        .get(1)
+        .map_or("256,256", String::as_str)
+        .split(',')
+        .map(|h| h.parse().expect("hidden: comma-separated widths"))
+        .collect();
+    let n: usize = args.get(2).map_or(1000, |a| a.parse().expect("steps: a whole number"));
+    let inputs = 39usize;
     let x: Vec<f32> = (0..rows * inputs).map(|i| ((i * 7919) % 1000) as f32 / 1000.0).collect();
     let y: Vec<f32> = (0..rows).map(|i| (i % 2) as f32).collect();
     let batch = Batch {
@@ -24,13 +34,12 @@ fn main() {
         labels: Tensor::from_vec(y, rows, &Device::Cpu).unwrap(),
         bags: None,
     };
-    let model = Mlp::new(inputs, &[256, 256], 1, 1).unwrap();
+    let model = Mlp::new(inputs, &hidden, 1, 1).unwrap();
     let optimizer = OptimizerConfig::new(Rule::adam(1e-3));
     let mut dp = DataParallel::new(model, Loss::BinaryCrossEntropy, &optimizer, None).unwrap();
-    for _ in 0..50 {
+    for _ in 0..(n / 20).max(3) {
         dp.step(Some(&batch)).unwrap();
     }
-    let n = 1000;
     let start = Instant::now();
     for _ in 0..n {
         dp.step(Some(&batch)).unwrap();

@@ -83,10 +83,11 @@ def torch_rate(rows: int, hidden: str, steps: int) -> float:
 
 
 def default_steps(rows: int, hidden: str) -> int:
-    """About two seconds of steps at 50 GFLOP/s (a step is 6 flops per parameter and row)."""
+    """About four seconds of steps at 50 GFLOP/s (a step is 6 flops per parameter and row),
+    and at least 200."""
     widths = [39, *(int(h) for h in hidden.split(",")), 1]
     parameters = sum((a + 1) * b for a, b in itertools.pairwise(widths))
-    return int(min(2000, max(20, 2 * 50e9 / (6 * rows * parameters))))
+    return int(min(4000, max(200, 4 * 50e9 / (6 * rows * parameters))))
 
 
 def main() -> None:
@@ -94,7 +95,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--cases", default=CASES, help="space-separated rows:hidden,... cases")
-    parser.add_argument("--steps", type=int, default=0, help="timed steps (default: about 2 s a case)")
+    parser.add_argument("--steps", type=int, default=0, help="timed steps (default: about 4 s a case)")
     args = parser.parse_args()
     if not TORCH_PYTHON.exists():
         sys.exit(f"{TORCH_PYTHON} is missing: run python tests/harness/torch_env.py first")

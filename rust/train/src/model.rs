@@ -62,10 +62,10 @@ impl Dense {
 
     /// `x W + b`, through a ReLU when `relu`.
     pub(crate) fn forward_act(&self, x: &Tensor, relu: bool) -> Result<Tensor> {
-        let z = x.matmul(self.weight.as_tensor())?;
-        if z.device().is_cpu() {
-            return fused::bias_act(&z, self.bias.as_tensor(), relu);
+        if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 {
+            return fused::dense(x, self.weight.as_tensor(), self.bias.as_tensor(), relu);
         }
+        let z = x.matmul(self.weight.as_tensor())?;
         let y = z.broadcast_add(self.bias.as_tensor())?;
         Ok(if relu { y.relu()? } else { y })
     }

@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 
 from harness import netns
-from harness.hosts import WORKER_TIMEOUT_S, HostCluster
+from harness.hosts import WORKER_TIMEOUT_S, DriverProcess, HostCluster
 from sparktrain.cluster.trainer.reach import KNOCK_TIMEOUT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,6 +125,26 @@ def paced_args(hosts: HostCluster, stop_file: Path, data: str, **overrides: Any)
     return args
 
 
+def paced_job(
+    hosts: HostCluster, main_job: dict[str, Any], tmp_path: Path, options: dict[str, Any], **overrides: Any
+) -> tuple[DriverProcess, Path]:
+    """:func:`paced_args`' job on three trainers with ``Cluster.run(**options)``, from a
+    driver program on the driver host; returns that program and the file that stops the job."""
+    stop = tmp_path / "stop"
+    args = paced_args(hosts, stop, f"{main_job['out']}/train", **overrides)
+    driver = hosts.driver_process(
+        "harness.host_jobs", "train_job", {"args": args, "num_workers": 3, "options": options}
+    )
+    return driver, stop
+
+
+def restore_cut_hosts(hosts: HostCluster) -> None:
+    """Brings back the link of every host a test cut, so that the next test has all three."""
+    for host in hosts.hosts:
+        if host.is_cut:
+            host.restore()
+
+
 def all_at(status: dict[str, Any], workers: int, step: int) -> bool:
     """Whether ``workers`` trainers have reported and every one is at ``step`` or beyond."""
     steps = [s for s in status["steps"].values() if s is not None]
@@ -195,11 +215,7 @@ def test_a_trainer_host_cut_off_mid_training(
         "restart_backoff": 0.5,
         "max_restarts": 5,
     }
-    stop = tmp_path / "stop"
-    args = paced_args(hosts, stop, f"{main_job['out']}/train")
-    driver = hosts.driver_process(
-        "harness.host_jobs", "train_job", {"args": args, "num_workers": 3, "options": options}
-    )
+    driver, stop = paced_job(hosts, main_job, tmp_path, options)
     try:
         running = driver.wait_for(
             lambda s: s["generation"] == 0 and all_at(s, 3, 10), 300, "three trainers at step 10"
@@ -253,9 +269,7 @@ def test_a_trainer_host_cut_off_mid_training(
         result = driver.result(180)
         assert result["value"]["steps"] > 0
     finally:
-        for host in hosts.hosts:
-            if host.is_cut:
-                host.restore()
+        restore_cut_hosts(hosts)
 
 
 def test_without_min_workers_the_restart_waits_for_the_cut_host(
@@ -272,11 +286,7 @@ def test_without_min_workers_the_restart_waits_for_the_cut_host(
         "restart_backoff": 0.5,
         "max_restarts": 3,
     }
-    stop = tmp_path / "stop"
-    args = paced_args(hosts, stop, f"{main_job['out']}/train")
-    driver = hosts.driver_process(
-        "harness.host_jobs", "train_job", {"args": args, "num_workers": 3, "options": options}
-    )
+    driver, stop = paced_job(hosts, main_job, tmp_path, options)
     try:
         running = driver.wait_for(
             lambda s: s["generation"] == 0 and all_at(s, 3, 10), 300, "three trainers at step 10"
@@ -317,9 +327,7 @@ def test_without_min_workers_the_restart_waits_for_the_cut_host(
         # It resumed from a checkpoint of the first generation, not from the start.
         assert result["restarts"][0]["resumed_from"], result["restarts"]
     finally:
-        for host in hosts.hosts:
-            if host.is_cut:
-                host.restore()
+        restore_cut_hosts(hosts)
 
 
 def test_a_driver_cut_off_from_every_trainer(
@@ -327,11 +335,7 @@ def test_a_driver_cut_off_from_every_trainer(
 ) -> None:
     heartbeat_timeout = 8.0
     options = {"heartbeat_timeout": heartbeat_timeout, "restart_backoff": 0.5, "reservation_timeout": 60.0}
-    stop = tmp_path / "stop"
-    args = paced_args(hosts, stop, f"{main_job['out']}/train")
-    driver = hosts.driver_process(
-        "harness.host_jobs", "train_job", {"args": args, "num_workers": 3, "options": options}
-    )
+    driver, stop = paced_job(hosts, main_job, tmp_path, options)
     assert hosts.driver is not None
     try:
         driver.wait_for(lambda s: s["generation"] == 0 and all_at(s, 3, 10), 300, "three trainers at step 10")
@@ -365,12 +369,8 @@ def test_a_slow_link_names_its_host_as_the_straggler(
 ) -> None:
     for host in hosts.hosts:
         host.limit(200_000_000)
-    stop = tmp_path / "stop"
     # A table big enough that the sparse exchange moves some data every step.
-    args = paced_args(hosts, stop, f"{main_job['out']}/train", pause=0.0, round_steps=10)
-    driver = hosts.driver_process(
-        "harness.host_jobs", "train_job", {"args": args, "num_workers": 3, "options": {}}
-    )
+    driver, stop = paced_job(hosts, main_job, tmp_path, {}, pause=0.0, round_steps=10)
     try:
         running = driver.wait_for(lambda s: all_at(s, 3, 5), 300, "three trainers at step 5")
         slow = hosts.host_of(running["hosts"]["worker:0"])

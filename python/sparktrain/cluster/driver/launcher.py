@@ -354,8 +354,6 @@ class Cluster:
         self._cause: ClusterError | None = None
         self._cause_at = 0.0
         self._restarts: list[Restart] = []
-        #: While a restart waits (its back-off, then the task slots): its cause and detection time.
-        self._restarting: tuple[str, float] | None = None
         self._last_signature: tuple[str, int | None] | None = None
         self._results: list[Any] | None = None
         #: The tasks' ``(rank, pickled value)`` pairs left on the executors (``keep_results``).
@@ -539,12 +537,11 @@ class Cluster:
             if self._state is State.SHUT_DOWN:
                 return False
             self._state = State.RESTARTING
-            self._restarting = (cause, self._cause_at)
         if self._shut_down.wait(backoff(number, options.restart_backoff)):
-            return self._restart_abandoned()
+            return False
         num_workers = self._await_slots()
         if num_workers is None or self._shut_down.is_set():
-            return self._restart_abandoned()
+            return False
         from sparktrain._native import generate_secret
 
         secret = generate_secret()
@@ -559,7 +556,6 @@ class Cluster:
         self._hooks.on_restart(restart)
         with self._lock:
             self._restarts.append(restart)
-            self._restarting = None
             self._settings = dataclasses.replace(
                 self._settings, secret=secret, generation=generation, num_workers=num_workers
             )
@@ -572,12 +568,6 @@ class Cluster:
             self._deadline = time.monotonic() + options.reservation_timeout
             self._state = State.STARTING
         return True
-
-    def _restart_abandoned(self) -> bool:
-        """A restart that will not happen (shut down, or no slots) stops showing as pending."""
-        with self._lock:
-            self._restarting = None
-        return False
 
     def _await_slots(self) -> int | None:
         """Waits up to ``reservation_timeout`` for a task slot per trainer of the original
@@ -877,9 +867,10 @@ class Cluster:
                 "restarts": [
                     dict(dataclasses.asdict(r), steps_redone=r.steps_redone) for r in self._restarts
                 ],
-                "restarting": None
-                if self._restarting is None
-                else {"cause": self._restarting[0], "detected_at": self._restarting[1]},
+                # A restart waiting keeps its generation's failure as the cause until it starts.
+                "restarting": {"cause": describe(self._cause), "detected_at": self._cause_at}
+                if self._state is State.RESTARTING and self._cause is not None
+                else None,
                 "registered": sorted(self._hosts),
                 "hosts": {self._roles[r]: h for r, h in self._hosts.items()},
                 "exit_codes": dict(self._exits),

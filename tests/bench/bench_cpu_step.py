@@ -63,6 +63,7 @@ def sparktrain_rate(rows: int, hidden: str, steps: int) -> float:
         env=env,
         cwd=ROOT,
         check=True,
+        timeout=1800,  # cargo may build the release example first
         capture_output=True,
         text=True,
     ).stdout
@@ -76,6 +77,7 @@ def torch_rate(rows: int, hidden: str, steps: int) -> float:
     out = subprocess.run(
         [str(TORCH_PYTHON), "-c", TORCH_STEP, str(rows), hidden, str(steps)],
         check=True,
+        timeout=600,
         capture_output=True,
         text=True,
     ).stdout
@@ -102,6 +104,7 @@ def main() -> None:
     torch_version = subprocess.run(
         [str(TORCH_PYTHON), "-c", "import torch; print(torch.__version__)"],
         check=True,
+        timeout=120,
         capture_output=True,
         text=True,
     ).stdout.strip()

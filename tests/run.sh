@@ -144,6 +144,12 @@ echo "HDFS at $SPARKTRAIN_TEST_HDFS"
 
 step "Rust tests"
 cargo test --workspace --exclude sparktrain-python --locked
+
+# The CUDA variant keeps building without a GPU: PyPI's CUDA 13.0 compiler turns the kernels
+# into PTX, and the engine's device tests run here (no driver: `auto` trains on the CPU and
+# `cuda` names libcuda.so.1).
+step "CUDA build (kernels with PyPI's nvcc; device tests without a GPU)"
+bash submit/build-cuda.sh --check
 if [ "${CI:-}" = true ]; then
     # Nothing after this point uses the test build (the wheel is a release build of its own):
     # its GBs go before the PyTorch environment needs them.

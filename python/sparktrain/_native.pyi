@@ -42,6 +42,7 @@ __all__ = [
     "TrainerConfig",
     "__version__",
     "check_early_stopping",
+    "cuda_report",
     "export_onnx",
     "fs_configure",
     "fs_configured",
@@ -615,6 +616,7 @@ class Trainer:
     @property
     def sharded_tables(self) -> bool: ...
 
+def cuda_report() -> dict[str, Any]: ...
 def table_plan(
     config: TrainerConfig, features: FeatureSpec, workers: int, budget_bytes: int | None = None
 ) -> tuple[int, int, bool | None]: ...

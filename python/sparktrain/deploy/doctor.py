@@ -16,6 +16,9 @@ The checks:
 - ``kerberos``: on a Kerberos-secured Hadoop, the driver needs credentials that GSSAPI
   finds (a valid ticket, a client keytab) or delegation tokens.
 - ``gpu``: GPUs asked of each task must be given to the executors, and found there.
+- ``gpu-runtime``: a task given GPUs must find the NVIDIA driver and the cards Spark named
+  (an error otherwise), and, for sparktrain's own engine, its CUDA build and CUDA's libraries
+  (a warning otherwise: frameworks a job brings do not need them).
 
 :func:`conf_findings` runs the checks that need nothing but the conf (no Spark job, no network);
 ``Cluster.run`` runs them before every job and raises
@@ -36,6 +39,7 @@ from typing import Any, Final
 
 from sparktrain import _spark
 from sparktrain._deps import require_spark
+from sparktrain.cluster.driver.conf import task_gpus
 from sparktrain.cluster.driver.preflight import (
     Finding,
     Level,
@@ -45,6 +49,7 @@ from sparktrain.cluster.driver.preflight import (
     conf_findings,
 )
 from sparktrain.deploy import probes
+from sparktrain.deploy.gpu_probe import gpu_runtime_finding
 from sparktrain.deploy.probes import kerberos_finding, storage_findings
 from sparktrain.errors import SparktrainError
 
@@ -66,8 +71,8 @@ def diagnose(
     """Every check, on a live SparkSession or SparkContext: the conf's, then the task slots
     (waiting up to ``slot_wait`` seconds for executors to register), the executors' Python and
     sparktrain (one small Spark job, at most ``probe_timeout`` seconds), each of ``paths``
-    (written, read back and cleaned up from the driver) and a Kerberos ticket when Hadoop
-    wants one.
+    (written, read back and cleaned up from the driver), a Kerberos ticket when Hadoop
+    wants one, and, when tasks ask for GPUs, what they find on them (one more small job).
 
     ``num_workers`` counts the trainers (workers and evaluators) the job will start."""
     sc = _spark.context(spark_or_sc, "spark_or_sc")
@@ -88,9 +93,15 @@ def diagnose(
     # Where the conf does not tell executors' cores (standalone), count the slots they offer.
     per_executor = math.ceil(slots / executors) if executors > 0 else None
     findings.append(check_task_cpus(conf, master, num_workers, per_executor))
-    findings.append(check_gpus(conf, master, gpus_per_worker))
+    gpus = check_gpus(conf, master, gpus_per_worker)
+    findings.append(gpus)
     findings.append(probes.slots_finding(conf, slots, executors, num_workers, time.monotonic() - start))
-    findings.append(probes.executor_versions_finding(sc, slots, probe_timeout))
+    versions = probes.executor_versions_finding(sc, slots, probe_timeout)
+    findings.append(versions)
+    # What the tasks find on their GPUs, once Spark can give them GPUs and they can import
+    # sparktrain.
+    if (task_gpus(conf) > 0 or gpus_per_worker) and gpus.level != "error" and versions.level != "error":
+        findings.append(gpu_runtime_finding(sc, slots, probe_timeout))
     findings += storage_findings(paths)
     kerberos = kerberos_finding(probes.hadoop_authentication(sc))
     if kerberos is not None:

@@ -12,7 +12,7 @@ import sys
 import threading
 import uuid
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -197,12 +197,22 @@ def _probe_executors(sc: Any, tasks: int, timeout: float) -> list[_ProbeRow]:
             problem = f"{type(e).__name__}: {e}"
         yield socket.gethostname(), tuple(sys.version_info[:3]), version, sys.executable, problem
 
+    rows = run_probe_job(sc, tasks, timeout, probe, "versions")
+    return [(str(h), tuple(py), v, str(exe), p) for h, py, v, exe, p in rows]
+
+
+def run_probe_job(
+    sc: Any, tasks: int, timeout: float, probe: Callable[[Iterator[int]], Iterator[Any]], what: str
+) -> list[Any]:
+    """Runs ``tasks`` tasks of ``probe`` in one Spark job and collects what they yield; raises
+    TimeoutError (after cancelling the job) when they do not finish within ``timeout`` seconds.
+    ``what`` names the probe in the job's description and the error."""
     group = f"sparktrain-doctor-{uuid.uuid4().hex[:8]}"
     outcome: dict[str, Any] = {}
 
     def run() -> None:
         try:
-            with _spark.job_group(sc, group, "sparktrain doctor: executor versions"):
+            with _spark.job_group(sc, group, f"sparktrain doctor: executor {what}"):
                 outcome["rows"] = sc.parallelize(range(tasks), tasks).mapPartitions(probe).collect()
         except BaseException as e:  # handed to the caller's thread
             outcome["error"] = e
@@ -214,11 +224,11 @@ def _probe_executors(sc: Any, tasks: int, timeout: float) -> list[_ProbeRow]:
         _spark.cancel(sc, group)
         thread.join(10.0)
         raise TimeoutError(
-            f"a Spark job of {tasks} task(s) asking executors for versions took over {timeout:g} s"
+            f"a Spark job of {tasks} task(s) asking executors for {what} took over {timeout:g} s"
         )
     if "error" in outcome:
         raise outcome["error"]
-    return [(str(h), tuple(py), v, str(exe), p) for h, py, v, exe, p in outcome["rows"]]
+    return list(outcome["rows"])
 
 
 def storage_findings(paths: Sequence[str]) -> list[Finding]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sparktrain import _checks, _native
 from sparktrain.errors import InvalidArgumentError
 from sparktrain.training import callbacks as _callbacks
+from sparktrain.training import gpu as _gpu
 from sparktrain.training.results import FeatureSpec, FitResult, Metrics, log_line
 
 if TYPE_CHECKING:
@@ -163,7 +164,10 @@ class Trainer:
     ``export``, and writes its own rows.
 
     ``device="cuda"`` (or ``"cuda:<n>"``) computes on a GPU the trainer sees (Spark's GPU
-    resources set ``CUDA_VISIBLE_DEVICES``); it needs a build with the ``cuda`` feature.
+    resources set ``CUDA_VISIBLE_DEVICES``); it needs the CUDA build (docs/deploy.md, "GPUs"),
+    and a missing driver or library raises :class:`~sparktrain.errors.MissingDependencyError`
+    naming its file. ``"auto"``, the default, is the task's GPU when Spark gave it one and the
+    build has CUDA, and otherwise the CPU (outside Spark: the first GPU this process sees).
     ``threads`` splits large optimizer updates across threads.
 
     ``callbacks`` (:class:`~sparktrain.training.Callback`, such as
@@ -267,7 +271,7 @@ class Trainer:
                 max_shard_bytes=max_shard_bytes,
                 tensorboard_dir=resolve(tensorboard_dir) if tensorboard_dir else None,
                 log_every=log_every,
-                device=device,
+                device=_gpu.resolve_device(device, ctx.gpus if ctx is not None else None),
                 loss=loss,
                 class_weight=_class_weights(class_weight, classes),
                 lr_schedule=_json("lr_schedule", lr_schedule),

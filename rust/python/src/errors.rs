@@ -23,6 +23,7 @@ mod py {
     use pyo3::import_exception;
 
     import_exception!(sparktrain.errors, InvalidArgumentError);
+    import_exception!(sparktrain.errors, MissingDependencyError);
     import_exception!(sparktrain.errors, ClosedError);
     import_exception!(sparktrain.errors, StorageError);
     import_exception!(sparktrain.errors, PathNotFoundError);
@@ -254,6 +255,17 @@ fn train<'py>(py: Python<'py>, e: TrainError, attrs: &Attrs<'py>) -> PyResult<Bo
             Ok(py::GenerationSuperseded::type_object(py))
         }
         TrainError::Tensor(_) => Ok(py::TrainingError::type_object(py)),
+        // A missing library is a dependency to install; anything else, a setting to change.
+        TrainError::DeviceUnavailable { library: Some(library), .. } => {
+            attrs.set_item("package", library)?;
+            attrs.set_item("extra", "cuda")?;
+            Ok(py::MissingDependencyError::type_object(py))
+        }
+        TrainError::DeviceUnavailable { device, library: None, .. } => {
+            attrs.set_item("parameter", "device")?;
+            attrs.set_item("value", device)?;
+            Ok(py::InvalidArgumentError::type_object(py))
+        }
         // A setting to change, which no restart cures.
         TrainError::TablesOverBudget { needed, budget, workers, sharded } => {
             attrs.set_item("parameter", "table_budget_bytes")?;

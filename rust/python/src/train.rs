@@ -12,6 +12,7 @@ use arrow::array::{Array, ArrayData, BooleanArray, Float32Array, Int64Array, Rec
 use arrow::datatypes::Schema;
 use arrow::pyarrow::{FromPyArrow, ToPyArrow};
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
 use sparktrain_cluster::TaskClient;
 use sparktrain_train::features::DEFAULT_BUCKETS;
 use sparktrain_train::features::{MultiHot, Pooling};
@@ -472,7 +473,7 @@ impl TrainerConfig {
         self.inner.optimizer.sparse_tables
     }
 
-    /// `cpu`, `cuda` or `cuda:<n>`.
+    /// `cpu`, `auto`, `cuda` or `cuda:<n>`.
     #[getter]
     fn device(&self) -> String {
         self.inner.device.clone()
@@ -1007,7 +1008,43 @@ fn onnx_signature(py: Python<'_>, path: String) -> Result<(FeatureSpec, Vec<Stri
     Ok((FeatureSpec { inner }, inputs))
 }
 
+/// What this process can see of CUDA, as a dict: `built` (the build has the `cuda` feature),
+/// `toolkit` (the CUDA version it targets), `libraries` (each with `name`, `files` tried,
+/// `found`, `hint`), `driver` (its CUDA version, or None), `cards` (`ordinal`, `name`,
+/// `capability` as `"9.0"`, `memory_bytes`) and `error` (why the driver could not list them).
+#[pyfunction]
+fn cuda_report(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let report = detach(py, sparktrain_train::device::cuda_report);
+    let out = PyDict::new(py);
+    out.set_item("built", report.built)?;
+    out.set_item("toolkit", report.toolkit)?;
+    let libraries = PyList::empty(py);
+    for library in report.libraries {
+        let entry = PyDict::new(py);
+        entry.set_item("name", library.name)?;
+        entry.set_item("files", library.files)?;
+        entry.set_item("found", library.found)?;
+        entry.set_item("hint", library.hint)?;
+        libraries.append(entry)?;
+    }
+    out.set_item("libraries", libraries)?;
+    out.set_item("driver", report.driver)?;
+    let cards = PyList::empty(py);
+    for card in report.cards {
+        let entry = PyDict::new(py);
+        entry.set_item("ordinal", card.ordinal)?;
+        entry.set_item("name", card.name)?;
+        entry.set_item("capability", format!("{}.{}", card.capability.0, card.capability.1))?;
+        entry.set_item("memory_bytes", card.memory_bytes)?;
+        cards.append(entry)?;
+    }
+    out.set_item("cards", cards)?;
+    out.set_item("error", report.error)?;
+    Ok(out)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(cuda_report, m)?)?;
     m.add_class::<FeatureSpec>()?;
     m.add_class::<TrainerConfig>()?;
     m.add_class::<Input>()?;

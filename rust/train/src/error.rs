@@ -64,6 +64,17 @@ pub enum TrainError {
     /// A collective with the other workers failed (it names the peer).
     #[error(transparent)]
     Collective(#[from] CollectiveError),
+    /// The device asked for cannot be opened here: the build has no CUDA, a library or the
+    /// driver is missing, or the process sees no such GPU.
+    #[error("device '{device}': {reason}")]
+    DeviceUnavailable {
+        /// The device as asked for (`cuda:0`).
+        device: String,
+        /// The missing library's file (`libcublas.so.13`), when that is the reason.
+        library: Option<String>,
+        /// What is wrong and what to do.
+        reason: String,
+    },
     /// The embedding tables, with their optimizer state, do not fit a trainer's table memory
     /// budget where they would live: whole on every trainer, or as each trainer's share.
     #[error("{}", over_budget(*needed, *budget, *workers, *sharded))]

@@ -29,6 +29,7 @@
 
 pub mod batch;
 pub mod checkpoint;
+pub mod device;
 pub mod embedding;
 pub mod error;
 pub mod export;

@@ -90,8 +90,9 @@ pub struct TrainerConfig {
     /// Seconds between new event files on storage without hflush (HDFS).
     #[serde(default = "defaults::roll_seconds")]
     pub tensorboard_roll_seconds: f64,
-    /// Where the model computes: `cpu`, or `cuda` / `cuda:<n>` (a build with the `cuda`
-    /// feature; `n` counts the GPUs the process sees, as `CUDA_VISIBLE_DEVICES` sets them).
+    /// Where the model computes: `cpu`, `cuda` / `cuda:<n>` (a build with the `cuda` feature;
+    /// `n` counts the GPUs the process sees, as `CUDA_VISIBLE_DEVICES` sets them), or `auto`:
+    /// the first GPU when the build has CUDA and the driver lists one, else the CPU.
     #[serde(default = "defaults::device")]
     pub device: String,
     /// Whether the embedding tables are sharded across the trainers (`auto`: when they do not
@@ -132,7 +133,7 @@ mod defaults {
         30.0
     }
     pub fn device() -> String {
-        "cpu".into()
+        "auto".into()
     }
     pub fn restore_best() -> bool {
         true
@@ -161,7 +162,7 @@ impl TrainerConfig {
         if let Some((name, value)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(TrainError::InvalidArgument(format!("{name}={value} must be at least 1")));
         }
-        device_ordinal(&self.device)?;
+        crate::device::check_name(&self.device)?;
         self.optimizer.validate()?;
         if let Some(weights) = &self.class_weights {
             let classes = match &self.model {
@@ -474,7 +475,7 @@ impl Trainer {
         features.validate()?;
         let rank = ring.as_ref().map_or(0, |r| lock(r).rank());
         let workers = ring.as_ref().map_or(1, |r| lock(r).size()) as u64;
-        let device = device(&config.device)?;
+        let device = crate::device::open(&config.device)?;
         let model = config.model.build_on(&device, &features, config.seed)?;
         let tables = TableOptions { shard: config.shard_tables, budget_bytes: config.table_budget_bytes };
         let mut dp = DataParallel::with_tables(model, config.loss, &config.optimizer, ring, &tables)?;
@@ -988,29 +989,6 @@ impl Trainer {
 /// Seconds since the Unix epoch.
 fn unix_time() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
-}
-
-/// The device `name` stands for.
-/// The GPU ordinal `name` asks for (None: the CPU).
-fn device_ordinal(name: &str) -> Result<Option<usize>> {
-    match name {
-        "cpu" => Ok(None),
-        "cuda" => Ok(Some(0)),
-        other => match other.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()) {
-            Some(n) => Ok(Some(n)),
-            None => Err(TrainError::InvalidArgument(format!("device '{name}': use cpu, cuda or cuda:<n>"))),
-        },
-    }
-}
-
-fn device(name: &str) -> Result<Device> {
-    let Some(ordinal) = device_ordinal(name)? else { return Ok(Device::Cpu) };
-    if !candle_core::utils::cuda_is_available() {
-        return Err(TrainError::InvalidArgument(format!(
-            "device '{name}' needs sparktrain built with the `cuda` feature (see the README)"
-        )));
-    }
-    Ok(Device::new_cuda(ordinal)?)
 }
 
 fn head(status: u8, length: usize) -> [u8; 9] {

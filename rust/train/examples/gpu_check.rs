@@ -1,0 +1,350 @@
+//! The engine on a GPU against the same engine on the CPU, for `tests/gpu/check.sh`, which runs
+//! it on a machine with an NVIDIA GPU beside PyTorch. Every mode takes the devices it compares
+//! or times, so on a machine without a GPU the same binary checks itself with `cpu`:
+//!
+//! - `exact A B [steps]`: every built-in model under every optimizer rule, from the same seed
+//!   and batches on device A and device B; prints the largest relative difference of the
+//!   parameters and fails above 1e-4.
+//! - `step DEVICE ROWS [steps]`: one worker's step (`DataParallel::step`, Adam) for the MLP
+//!   (39-256-256-1), Wide&Deep, DeepFM and DCN (13 dense features, 26 columns of 10,000 ids,
+//!   dimension 16, 256-256); a JSON line per model.
+//! - `trainer DEVICE ROWS [steps]`: the same models through `Trainer::fit` over Parquet files
+//!   (the input pipeline included); a JSON line per model.
+//! - `job DEVICE WORKERS [steps]`: WORKERS trainer processes on this machine, each on DEVICE,
+//!   in one ring over loopback, training Wide&Deep; checks they end with the same parameters.
+//!
+//! `cargo run --release -p sparktrain-train --features cuda --example gpu_check -- step cuda 4096`
+
+use std::process::{Command, ExitCode};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{ArrayRef, Float32Array, Int64Array};
+use arrow::record_batch::RecordBatch;
+use candle_core::Device;
+use sparktrain_collective::{Communicator, Config};
+use sparktrain_train::input::Input;
+use sparktrain_train::trainer::{FitOptions, Hooks, Trainer, TrainerConfig};
+use sparktrain_train::{
+    Batch, Categorical, DataParallel, FeatureSpec, Loss, Model, ModelKind, OptimizerConfig, Rule, shared,
+};
+
+const DENSE: usize = 13;
+const COLUMNS: usize = 26;
+const BUCKETS: u32 = 10_000;
+const DIM: usize = 16;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.to_owned());
+    let number =
+        |i: usize, default: usize| arg(i, &default.to_string()).parse::<usize>().expect("a whole number");
+    match args.first().map(String::as_str) {
+        Some("exact") => exact(&arg(1, "cpu"), &arg(2, "cuda"), number(3, 10)),
+        Some("step") => step(&arg(1, "cuda"), number(2, 4096), number(3, 100)),
+        Some("trainer") => trainer(&arg(1, "cuda"), number(2, 4096), number(3, 100)),
+        Some("job") => job(&arg(1, "cuda"), number(2, 2), number(3, 50)),
+        Some("job-worker") => job_worker(&args[1..]),
+        _ => {
+            eprintln!(
+                "usage: gpu_check exact A B [steps] | step DEVICE ROWS [steps] | trainer DEVICE ROWS [steps] | job DEVICE WORKERS [steps]"
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The models timed and checked, by name: (kind, whether it reads the categorical columns).
+fn models() -> Vec<(&'static str, ModelKind)> {
+    let hidden = vec![256, 256];
+    vec![
+        ("logistic_regression", ModelKind::LogisticRegression { outputs: 1 }),
+        ("mlp", ModelKind::Mlp { hidden: hidden.clone(), outputs: 1 }),
+        ("wide_deep", ModelKind::WideDeep { dim: DIM, hidden: hidden.clone() }),
+        ("deepfm", ModelKind::DeepFm { dim: DIM, hidden: hidden.clone() }),
+        ("dcn", ModelKind::Dcn { dim: DIM, hidden, cross_layers: 2 }),
+    ]
+}
+
+/// The MLP reads 39 dense features; the others 13 dense and 26 categorical columns.
+fn spec(model: &str) -> FeatureSpec {
+    let dense_only = matches!(model, "mlp" | "logistic_regression");
+    FeatureSpec {
+        dense: (0..if dense_only { 39 } else { DENSE }).map(|i| format!("d{i}")).collect(),
+        categorical: if dense_only {
+            vec![]
+        } else {
+            (0..COLUMNS).map(|c| Categorical { name: format!("c{c}"), buckets: BUCKETS }).collect()
+        },
+        crossed: vec![],
+        multi_hot: vec![],
+        label: "label".into(),
+    }
+}
+
+/// `rows` rows for `spec`, drawn from `seed`: dense values in [0, 1), ids with a skew (low ids
+/// are hot), a label that depends on both.
+fn rows(spec: &FeatureSpec, rows: usize, seed: u64) -> RecordBatch {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut columns: Vec<(String, ArrayRef)> = Vec::new();
+    let mut score = vec![0.0f64; rows];
+    for (i, name) in spec.dense.iter().enumerate() {
+        let values: Vec<f32> = (0..rows).map(|_| next() as f32).collect();
+        if i < 3 {
+            score.iter_mut().zip(&values).for_each(|(s, v)| *s += *v as f64 - 0.5);
+        }
+        columns.push((name.clone(), Arc::new(Float32Array::from(values))));
+    }
+    for (c, column) in spec.categorical.iter().enumerate() {
+        let ids: Vec<i64> = (0..rows).map(|_| (next().powi(3) * column.buckets as f64) as i64).collect();
+        if c < 2 {
+            score.iter_mut().zip(&ids).for_each(|(s, id)| *s += if id % 2 == 0 { 0.3 } else { -0.3 });
+        }
+        columns.push((column.name.clone(), Arc::new(Int64Array::from(ids))));
+    }
+    let label: Vec<i64> = score.iter().map(|s| i64::from(*s > 0.0)).collect();
+    columns.push(("label".into(), Arc::new(Int64Array::from(label))));
+    RecordBatch::try_from_iter(columns).expect("columns of one length")
+}
+
+fn open(device: &str) -> Device {
+    match sparktrain_train::device::open(device) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(1)
+        }
+    }
+}
+
+/// The rules every model is checked under: (name, rule, sparse table updates).
+fn rules() -> Vec<(&'static str, Rule, bool)> {
+    vec![
+        ("sgd", Rule::sgd(0.05), true),
+        ("adagrad", Rule::adagrad(0.05), true),
+        ("ftrl", Rule::ftrl(0.05, 0.001, 0.001), true),
+        ("adam", Rule::adam(0.001), false),
+        ("lazy_adam", Rule::adam(0.001), true),
+    ]
+}
+
+fn data_parallel(
+    kind: &ModelKind,
+    spec: &FeatureSpec,
+    device: &Device,
+    optimizer: &OptimizerConfig,
+) -> DataParallel<Box<dyn Model>> {
+    let model = kind.build_on(device, spec, 7).expect("the model builds");
+    DataParallel::new(model, Loss::BinaryCrossEntropy, optimizer, None).expect("the step builds")
+}
+
+fn exact(a: &str, b: &str, steps: usize) -> ExitCode {
+    let (da, db) = (open(a), open(b));
+    let mut worst = 0.0f64;
+    println!("{:<20} {:<10} {:>12}", "model", "rule", "max rel diff");
+    for (name, kind) in models() {
+        let spec = spec(name);
+        let batches: Vec<_> =
+            (0..steps).map(|s| spec.encode(&rows(&spec, 256, s as u64 + 1)).expect("encodes")).collect();
+        for (rule_name, rule, sparse) in rules() {
+            let mut optimizer = OptimizerConfig::new(rule);
+            optimizer.sparse_tables = sparse;
+            let mut runs = Vec::new();
+            for device in [&da, &db] {
+                let mut dp = data_parallel(&kind, &spec, device, &optimizer);
+                for encoded in &batches {
+                    let batch = Batch::from_encoded_on(encoded, device).expect("the batch moves");
+                    dp.step(Some(&batch)).expect("the step runs");
+                }
+                runs.push(dp.full_weights().expect("weights"));
+            }
+            let scale = runs[0].iter().fold(0.0f64, |m, w| m.max(f64::from(w.abs()))).max(1e-6);
+            let diff = runs[0].iter().zip(&runs[1]).fold(0.0f64, |m, (x, y)| m.max(f64::from((x - y).abs())));
+            let relative = diff / scale;
+            worst = worst.max(relative);
+            let verdict = if relative <= 1e-4 { "" } else { "  OVER 1e-4" };
+            println!("{name:<20} {rule_name:<10} {relative:>12.2e}{verdict}");
+        }
+    }
+    println!(
+        "RESULT {}",
+        serde_json::json!({"mode": "exact", "a": a, "b": b, "steps": steps, "worst": worst})
+    );
+    if worst <= 1e-4 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+fn step(device_name: &str, rows_per_step: usize, steps: usize) -> ExitCode {
+    let device = open(device_name);
+    for (name, kind) in models().into_iter().skip(1) {
+        let spec = spec(name);
+        let encoded: Vec<_> =
+            (0..8).map(|s| spec.encode(&rows(&spec, rows_per_step, s + 1)).expect("encodes")).collect();
+        let mut dp = data_parallel(&kind, &spec, &device, &OptimizerConfig::new(Rule::adam(1e-3)));
+        let warm = (steps / 10).max(3);
+        let mut run = |n: usize| {
+            for s in 0..n {
+                // Each step moves its batch to the device, as training does.
+                let batch =
+                    Batch::from_encoded_on(&encoded[s % encoded.len()], &device).expect("the batch moves");
+                dp.step(Some(&batch)).expect("the step runs");
+            }
+            // The step returns once the parameters are back in host memory: nothing is left
+            // queued on the device when the clock stops.
+        };
+        run(warm);
+        let started = Instant::now();
+        run(steps);
+        let seconds = started.elapsed().as_secs_f64();
+        let line = serde_json::json!({
+            "mode": "step", "model": name, "device": device_name, "rows": rows_per_step, "steps": steps,
+            "step_ms": seconds * 1e3 / steps as f64,
+            "examples_per_sec": (rows_per_step * steps) as f64 / seconds,
+        });
+        println!("RESULT {line}");
+    }
+    ExitCode::SUCCESS
+}
+
+/// Writes `files` Parquet files of `rows_each` rows for `spec` into `folder`.
+fn write_parquet(folder: &std::path::Path, spec: &FeatureSpec, files: usize, rows_each: usize) {
+    std::fs::create_dir_all(folder).expect("the folder");
+    for f in 0..files {
+        let batch = rows(spec, rows_each, f as u64 + 100);
+        let file = std::fs::File::create(folder.join(format!("part-{f}.parquet"))).expect("the file");
+        let mut writer =
+            parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).expect("the writer");
+        writer.write(&batch).expect("writes");
+        writer.close().expect("closes");
+    }
+}
+
+fn config_for(kind: ModelKind, device: &str, rows_per_step: usize) -> TrainerConfig {
+    let mut config = TrainerConfig::new(kind, OptimizerConfig::new(Rule::adam(1e-3)));
+    config.device = device.into();
+    config.batch_size = rows_per_step;
+    config.shuffle_buffer = 0;
+    config.log_every = u64::MAX / 2;
+    config
+}
+
+fn trainer(device: &str, rows_per_step: usize, steps: usize) -> ExitCode {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    for (name, kind) in models().into_iter().skip(1) {
+        let spec = spec(name);
+        let folder = dir.path().join(name);
+        write_parquet(&folder, &spec, 4, rows_per_step * (steps + 10).div_ceil(4));
+        let path = folder.to_string_lossy().into_owned();
+        let mut trainer = match Trainer::new(config_for(kind, device, rows_per_step), spec, None) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let input = Input::open(&path, 1, 0, trainer.config().input_options()).expect("the input opens");
+        let mut on_log = |_: &_| Ok(());
+        let mut hooks = Hooks { on_log: &mut on_log, on_eval: None };
+        let options = FitOptions { epochs: 1, max_steps: Some(steps as u64 + 10), ..FitOptions::default() };
+        let summary = trainer.fit(&input, &options, None, &mut hooks).expect("training runs");
+        let line = serde_json::json!({
+            "mode": "trainer", "model": name, "device": device, "rows": rows_per_step,
+            "steps": summary.new_steps, "examples_per_sec": summary.examples_per_sec,
+        });
+        println!("RESULT {line}");
+    }
+    ExitCode::SUCCESS
+}
+
+/// Starts `workers` copies of this program as `job-worker`s, at once, and checks that they
+/// trained to the same parameters.
+fn job(device: &str, workers: usize, steps: usize) -> ExitCode {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let data = dir.path().join("data");
+    write_parquet(&data, &spec("wide_deep"), workers * 2, 256 * (steps + 10).div_ceil(2));
+    // Free ports for the ring, found by binding and letting go (each worker binds its own).
+    let peers: Vec<String> = (0..workers)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string())
+        .collect();
+    let exe = std::env::current_exe().expect("this program");
+    let mut children: Vec<_> = (0..workers)
+        .map(|rank| {
+            Command::new(&exe)
+                .args(["job-worker", device, &rank.to_string(), &steps.to_string()])
+                .arg(&data)
+                .args(&peers)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("a worker starts")
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while children.iter_mut().any(|c| c.try_wait().expect("waits").is_none()) {
+        if Instant::now() > deadline {
+            children.iter_mut().for_each(|c| drop(c.kill()));
+            eprintln!("the job's workers did not finish within 300 s");
+            return ExitCode::FAILURE;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut reports = Vec::new();
+    for (rank, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().expect("its output");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let Some(line) = text.lines().find_map(|l| l.strip_prefix("WORKER ")) else {
+            eprintln!("worker {rank} failed ({}): {text}", out.status);
+            return ExitCode::FAILURE;
+        };
+        reports.push(serde_json::from_str::<serde_json::Value>(line).expect("its report"));
+    }
+    let same = reports.iter().all(|r| r["weights"] == reports[0]["weights"]);
+    let rate: f64 = reports.iter().map(|r| r["examples_per_sec"].as_f64().unwrap_or(0.0)).sum();
+    let line = serde_json::json!({
+        "mode": "job", "model": "wide_deep", "device": device, "workers": workers, "rows": 256,
+        "examples_per_sec": rate, "same_parameters": same,
+    });
+    println!("RESULT {line}");
+    if same { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// One worker of `job`: `DEVICE RANK STEPS DATA PEER...`.
+fn job_worker(args: &[String]) -> ExitCode {
+    let (device, rank, steps, data, peers) = (
+        &args[0],
+        args[1].parse::<usize>().expect("rank"),
+        args[2].parse::<u64>().expect("steps"),
+        &args[3],
+        args[4..].to_vec(),
+    );
+    let workers = peers.len();
+    let listener = std::net::TcpListener::bind(&peers[rank]).expect("its port");
+    let config = Config::new(rank, peers, b"gpu-check".to_vec(), Duration::from_secs(120));
+    let ring = shared(Communicator::connect(listener, config).expect("the ring"));
+    let mut trainer = Trainer::new(
+        config_for(ModelKind::WideDeep { dim: DIM, hidden: vec![256, 256] }, device, 256),
+        spec("wide_deep"),
+        Some(ring),
+    )
+    .unwrap_or_else(|e| {
+        eprintln!("{e}");
+        std::process::exit(1)
+    });
+    let input = Input::open(data, workers, rank, trainer.config().input_options()).expect("the input opens");
+    let mut on_log = |_: &_| Ok(());
+    let mut hooks = Hooks { on_log: &mut on_log, on_eval: None };
+    let options = FitOptions { epochs: 1, max_steps: Some(steps), ..FitOptions::default() };
+    let summary = trainer.fit(&input, &options, None, &mut hooks).expect("training runs");
+    // A digest of the parameters' bits: equal on every worker of a synchronous job.
+    let weights = trainer.data_parallel().full_weights().expect("weights");
+    let digest = weights
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, w| (h ^ u64::from(w.to_bits())).wrapping_mul(0x100_0000_01b3));
+    let line = serde_json::json!({"examples_per_sec": summary.examples_per_sec, "steps": summary.new_steps, "weights": format!("{digest:016x}")});
+    println!("WORKER {line}");
+    ExitCode::SUCCESS
+}

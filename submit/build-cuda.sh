@@ -5,6 +5,8 @@
 #   bash submit/build-cuda.sh --check    # compile the engine with CUDA, kernels included, and
 #                                        # run its device tests on this machine (what CI does)
 #   bash submit/build-cuda.sh --lint     # clippy over the CUDA code paths
+#   bash submit/build-cuda.sh --gpu-check  # the binary tests/gpu/check.sh runs on a GPU
+#                                          # machine, into target/gpu-check/
 #
 # NVIDIA's CUDA 13.0 compiler packages (nvcc, NVVM, the CRT and runtime headers, CCCL) are
 # installed into target/cuda-toolkit (SPARKTRAIN_CUDA_TOOLKIT overrides it); no system CUDA is
@@ -43,6 +45,19 @@ case "$mode" in
         cargo clippy -q --locked -p sparktrain-train -p sparktrain-python --all-targets \
             --features sparktrain-python/cuda,sparktrain-train/cuda -- -D warnings
         ;;
+    --gpu-check)
+        # rust/train's gpu_check example, linked against glibc 2.17 by cargo-zigbuild (zig
+        # from the virtualenv's ziglang) so that it runs on whatever the GPU machine has.
+        tools=target/gpu-check/tools
+        if [ ! -x "$tools/bin/cargo-zigbuild" ]; then
+            "$python" -m pip install -q --target "$tools" cargo-zigbuild==0.24.1
+        fi
+        triple="$(uname -m)-unknown-linux-gnu"
+        "$tools/bin/cargo-zigbuild" zigbuild -q --locked --release -p sparktrain-train --features cuda \
+            --example gpu_check --target "$triple.2.17"
+        cp "${CARGO_TARGET_DIR:-target}/$triple/release/examples/gpu_check" target/gpu-check/gpu_check
+        ls -l target/gpu-check/gpu_check
+        ;;
     wheel)
         # As submit/install.sh builds the CPU wheel: abi3, manylinux2014 through zig.
         rm -rf target/wheels-cuda
@@ -52,7 +67,7 @@ case "$mode" in
         ls target/wheels-cuda/sparktrain-*.whl
         ;;
     *)
-        echo "usage: bash submit/build-cuda.sh [--check | --lint]" >&2
+        echo "usage: bash submit/build-cuda.sh [--check | --lint | --gpu-check]" >&2
         exit 2
         ;;
 esac

@@ -55,7 +55,8 @@ RULES = [
     Rule(r"^bash tests/run\.sh --fast", "costly", "the fast test tier (minutes; CI runs the full suite)"),
     Rule(r"^bash tests/run\.sh", "external", "the full suite is what CI itself runs; not again inside it"),
     Rule(r"cargo \+nightly fuzz", "external", "nightly Rust and cargo-fuzz"),
-    Rule(r"--features cuda", "external", "the CUDA toolkit (nvcc)"),
+    Rule(r"^bash submit/build-cuda\.sh", "costly", "the CUDA wheel: PyPI's nvcc, a release build"),
+    Rule(r"^bash tests/gpu/check\.sh", "external", "a GPU"),
     Rule(
         r"^pip install sparktrain\b|^pip install 'sparktrain\[", "external", "sparktrain is not on PyPI yet"
     ),

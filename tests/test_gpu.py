@@ -36,6 +36,12 @@ HERE = Path(__file__).resolve().parent
 REPORT = gpu.cuda_report()
 NO_GPU = not REPORT["cards"]
 needs_no_gpu = pytest.mark.skipif(not NO_GPU, reason="this machine has a GPU: tests/gpu/check.sh covers it")
+needs_gpu = pytest.mark.skipif(
+    NO_GPU or not REPORT["built"],
+    reason="needs the CUDA wheel and a GPU (this process: "
+    + ("CUDA build" if REPORT["built"] else "CPU build")
+    + f", {len(REPORT['cards'])} GPU(s))",
+)
 
 
 def _rows(path: Path, rows: int = 512) -> str:
@@ -49,9 +55,10 @@ def _rows(path: Path, rows: int = 512) -> str:
 @needs_no_gpu
 def test_auto_trains_on_the_cpu_where_no_gpu_is_usable(tmp_path):
     trainer = Trainer(model="mlp", hidden=[8], batch_size=64)
-    assert trainer.config.device == "auto"
+    assert trainer.config.device == trainer.device == "auto"
     result = trainer.fit(_rows(tmp_path / "rows.parquet"))
     assert result.examples == 512
+    assert trainer.device == "cpu"  # what auto chose
 
 
 @needs_no_gpu
@@ -75,6 +82,19 @@ def test_cuda_names_what_is_missing(tmp_path):
     else:
         missing = next(lib for lib in REPORT["libraries"] if not lib["found"])
         assert raised.value.package == missing["files"][0]
+
+
+@needs_gpu
+def test_a_gpu_trains_to_the_cpus_parameters(tmp_path):
+    data = _rows(tmp_path / "rows.parquet", rows=2048)
+    weights = {}
+    for device in ("cpu", "cuda"):
+        trainer = Trainer(model="mlp", hidden=[16], batch_size=128, shuffle_buffer=0, device=device)
+        trainer.fit(data, epochs=2)
+        assert trainer.device == ("cpu" if device == "cpu" else "cuda:0")
+        weights[device] = np.asarray(trainer.weights())
+    scale = np.abs(weights["cpu"]).max()
+    assert np.abs(weights["cpu"] - weights["cuda"]).max() <= 1e-4 * scale
 
 
 def test_a_bad_device_name_is_refused_before_training():
@@ -211,7 +231,8 @@ def main_fun(args, ctx):
     return {
         "gpus": list(ctx.gpus),
         "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "device": trainer.config.device,
+        "asked": trainer.config.device,
+        "device": trainer.device,
         "built": _native.cuda_report()["built"],
     }
 
@@ -246,8 +267,9 @@ def test_spark_gives_each_trainer_its_gpu_and_the_doctor_asks_what_it_finds(tmp_
         assert len(trainer["gpus"]) == 1
         assert trainer["gpus"][0] in ("0", "1")
         assert trainer["visible"] == trainer["gpus"][0]
-        # No usable GPU on this machine: auto trained on the CPU (the engine decided).
-        assert trainer["device"] == "auto"
+        # Spark gave the task a GPU, so the engine decided; with no usable GPU here, the CPU.
+        assert trainer["asked"] == "auto"
+        assert trainer["device"] == "cpu"
     findings = outcome["findings"]
     assert findings["gpu"][0] == "ok"
     level, message = findings["gpu-runtime"]

@@ -297,7 +297,7 @@ class MLflowCallback(Callback):
             params["features.label"] = spec.label
             for kind in ("dense", "categorical", "crossed", "multi_hot"):
                 params[f"features.{kind}"] = str(len(getattr(spec, kind)))
-        params["device"] = trainer.config.device
+        params["device"] = trainer.device
         self._log(params=params, metrics={"workers": trainer.num_workers}, step=trainer.step)
         client = self._mlflow_client()
         if trainer.config.model_dir:

@@ -10,6 +10,7 @@ found by its name), as PyTorch does with the same packages."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 from pathlib import Path
@@ -73,17 +74,24 @@ def load_pypi_libraries() -> list[str]:
 def cuda_report() -> CudaReport:
     """What this process can see of CUDA, after loading PyPI's libraries: whether the build
     has CUDA, each library and whether it loads, the driver's version and the cards."""
-    load_pypi_libraries()
+    if cuda_built():
+        load_pypi_libraries()
     return cast(CudaReport, _native.cuda_report())
+
+
+@functools.cache
+def cuda_built() -> bool:
+    """Whether this sparktrain is the CUDA build."""
+    return bool(_native.cuda_report()["built"])
 
 
 def resolve_device(device: str, task_gpus: tuple[str, ...] | None) -> str:
     """The device a trainer asks the engine for. ``auto`` in a Spark task that Spark gave no
     GPU is the CPU (every trainer on a GPU host would otherwise take its first card);
-    ``task_gpus`` is None outside Spark. Any GPU device first makes PyPI's libraries
-    findable."""
+    ``task_gpus`` is None outside Spark. A GPU device on the CUDA build first makes PyPI's
+    libraries findable (the CPU build never loads them: they are hundreds of MB)."""
     if device == "auto" and task_gpus is not None and not task_gpus:
         return "cpu"
-    if device != "cpu":
+    if device != "cpu" and cuda_built():
         load_pypi_libraries()
     return device

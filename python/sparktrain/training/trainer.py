@@ -315,6 +315,12 @@ class Trainer:
         """The feature spec, once known (given, or inferred at the first ``fit``)."""
         return self._features
 
+    @property
+    def device(self) -> str:
+        """Where the model computes: ``"cpu"`` or ``"cuda:<n>"`` once training has started (what
+        ``"auto"`` chose), the device as asked until then."""
+        return self._native.device if self._native is not None else self._config.device
+
     def _input(self, data: str | None, sharding: str = "static") -> _native.Input:
         if data is None:
             if self._ctx is None or self._ctx.feed_path is None:

@@ -865,6 +865,12 @@ impl Trainer {
     fn sharded_tables(&self) -> bool {
         lock(&self.inner).is_sharded()
     }
+
+    /// Where the model computes: `cpu` or `cuda:<n>` (what `auto` chose).
+    #[getter]
+    fn device(&self) -> String {
+        lock(&self.inner).device()
+    }
 }
 
 /// An exported model, loaded to score Arrow batches: whole, or without its embedding tables,

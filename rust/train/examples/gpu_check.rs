@@ -5,10 +5,10 @@
 //! - `exact A B [steps]`: every built-in model under every optimizer rule, from the same seed
 //!   and batches on device A and device B; prints the largest relative difference of the
 //!   parameters and fails above 1e-4.
-//! - `step DEVICE ROWS [steps]`: one worker's step (`DataParallel::step`, Adam) for the MLP
+//! - `step DEVICE ROWS [steps] [models]`: one worker's step (`DataParallel::step`, Adam) for the MLP
 //!   (39-256-256-1), Wide&Deep, DeepFM and DCN (13 dense features, 26 columns of 10,000 ids,
 //!   dimension 16, 256-256); a JSON line per model.
-//! - `trainer DEVICE ROWS [steps]`: the same models through `Trainer::fit` over Parquet files
+//! - `trainer DEVICE ROWS [steps] [models]`: the same models through `Trainer::fit` over Parquet files
 //!   (the input pipeline included); a JSON line per model.
 //! - `job DEVICE WORKERS [steps]`: WORKERS trainer processes on this machine, each on DEVICE,
 //!   in one ring over loopback, training Wide&Deep; checks they end with the same parameters.
@@ -41,8 +41,8 @@ fn main() -> ExitCode {
         |i: usize, default: usize| arg(i, &default.to_string()).parse::<usize>().expect("a whole number");
     match args.first().map(String::as_str) {
         Some("exact") => exact(&arg(1, "cpu"), &arg(2, "cuda"), number(3, 10)),
-        Some("step") => step(&arg(1, "cuda"), number(2, 4096), number(3, 100)),
-        Some("trainer") => trainer(&arg(1, "cuda"), number(2, 4096), number(3, 100)),
+        Some("step") => step(&arg(1, "cuda"), number(2, 4096), number(3, 100), &timed(&arg(4, TIMED))),
+        Some("trainer") => trainer(&arg(1, "cuda"), number(2, 4096), number(3, 100), &timed(&arg(4, TIMED))),
         Some("job") => job(&arg(1, "cuda"), number(2, 2), number(3, 50)),
         Some("job-worker") => job_worker(&args[1..]),
         _ => {
@@ -54,7 +54,19 @@ fn main() -> ExitCode {
     }
 }
 
-/// The models timed and checked, by name: (kind, whether it reads the categorical columns).
+/// The models `step` and `trainer` time unless told otherwise.
+const TIMED: &str = "mlp,wide_deep,deepfm,dcn";
+
+/// The models named in `list` (comma-separated), in `models()`'s order.
+fn timed(list: &str) -> Vec<(&'static str, ModelKind)> {
+    let names: Vec<&str> = list.split(',').collect();
+    for name in &names {
+        assert!(models().iter().any(|(m, _)| m == name), "unknown model {name}");
+    }
+    models().into_iter().filter(|(m, _)| names.contains(m)).collect()
+}
+
+/// Every built-in model, by name.
 fn models() -> Vec<(&'static str, ModelKind)> {
     let hidden = vec![256, 256];
     vec![
@@ -179,13 +191,13 @@ fn exact(a: &str, b: &str, steps: usize) -> ExitCode {
     if worst <= 1e-4 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
-fn step(device_name: &str, rows_per_step: usize, steps: usize) -> ExitCode {
+fn step(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str, ModelKind)]) -> ExitCode {
     let device = open(device_name);
-    for (name, kind) in models().into_iter().skip(1) {
+    for (name, kind) in models {
         let spec = spec(name);
         let encoded: Vec<_> =
             (0..8).map(|s| spec.encode(&rows(&spec, rows_per_step, s + 1)).expect("encodes")).collect();
-        let mut dp = data_parallel(&kind, &spec, &device, &OptimizerConfig::new(Rule::adam(1e-3)));
+        let mut dp = data_parallel(kind, &spec, &device, &OptimizerConfig::new(Rule::adam(1e-3)));
         let warm = (steps / 10).max(3);
         let mut run = |n: usize| {
             for s in 0..n {
@@ -233,14 +245,14 @@ fn config_for(kind: ModelKind, device: &str, rows_per_step: usize) -> TrainerCon
     config
 }
 
-fn trainer(device: &str, rows_per_step: usize, steps: usize) -> ExitCode {
+fn trainer(device: &str, rows_per_step: usize, steps: usize, models: &[(&str, ModelKind)]) -> ExitCode {
     let dir = tempfile::tempdir().expect("a temporary folder");
-    for (name, kind) in models().into_iter().skip(1) {
+    for (name, kind) in models {
         let spec = spec(name);
         let folder = dir.path().join(name);
         write_parquet(&folder, &spec, 4, rows_per_step * (steps + 10).div_ceil(4));
         let path = folder.to_string_lossy().into_owned();
-        let mut trainer = match Trainer::new(config_for(kind, device, rows_per_step), spec, None) {
+        let mut trainer = match Trainer::new(config_for(kind.clone(), device, rows_per_step), spec, None) {
             Ok(t) => t,
             Err(e) => {
                 eprintln!("{e}");

@@ -101,6 +101,15 @@ pub fn open(name: &str) -> Result<Device> {
     }
 }
 
+/// The name of an open device: `cpu`, `cuda:<n>` (or candle's name for another backend).
+pub fn name(device: &Device) -> String {
+    match device.location() {
+        candle_core::DeviceLocation::Cpu => "cpu".into(),
+        candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
 /// Checks every reason `cuda:<ordinal>` could not open, naming it, then opens it.
 fn open_cuda(name: &str, ordinal: usize) -> Result<Device> {
     let unavailable = |library: Option<&str>, reason: String| TrainError::DeviceUnavailable {
@@ -174,7 +183,7 @@ mod imp {
     /// and cuRAND. NVRTC is left out: candle loads its kernels as PTX through the driver.
     fn libraries() -> Vec<CudaLibrary> {
         let (major, minor) = (sys::CUDA_VERSION / 1000, sys::CUDA_VERSION % 1000 / 10);
-        let driver = format!("install NVIDIA's driver for CUDA {major}.{minor} or newer on this host");
+        let driver = format!("install NVIDIA's driver for CUDA {major}.{minor} or newer");
         let pip = format!(
             "pip install 'sparktrain[cuda]' (PyPI's CUDA {major} libraries), or put CUDA {major}'s lib64 on LD_LIBRARY_PATH"
         );
@@ -197,6 +206,8 @@ mod imp {
                 let usual = if usual.is_empty() { toolkit.as_str() } else { usual };
                 let mut files = cudarc::get_lib_name_candidates(stem);
                 files.sort_by_key(|f| !f.ends_with(usual));
+                let mut seen = std::collections::HashSet::new();
+                files.retain(|f| seen.insert(f.clone()));
                 CudaLibrary { name: name.into(), files, found, hint }
             })
             .collect()
@@ -260,6 +271,7 @@ mod tests {
     #[test]
     fn names_are_checked_before_anything_opens() {
         assert!(matches!(open("cpu"), Ok(Device::Cpu)));
+        assert_eq!(name(&Device::Cpu), "cpu");
         let err = open("gpu").unwrap_err().to_string();
         assert!(err.contains("device 'gpu'") && err.contains("cuda:<n>"), "{err}");
         assert!(open("cuda:x").is_err());

@@ -547,6 +547,11 @@ impl Trainer {
         self.dp.is_sharded()
     }
 
+    /// Where the model computes: `cpu` or `cuda:<n>` (what `auto` chose).
+    pub fn device(&self) -> String {
+        crate::device::name(&self.device)
+    }
+
     /// The engine's data-parallel step, with the model and its weights.
     pub fn data_parallel(&self) -> &DataParallel<Box<dyn Model>> {
         &self.dp

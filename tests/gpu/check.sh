@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The GPU check, in one command on a machine with an NVIDIA GPU; it builds nothing there:
+#
+#   bash submit/build-cuda.sh --gpu-check     # on any Linux machine: target/gpu-check/gpu_check
+#   bash tests/gpu/check.sh [TORCH_PYTHON]    # on the GPU machine, from the repository root
+#
+# It runs rust/train's gpu_check example and tests/gpu/torch_peer.py (PyTorch, from
+# TORCH_PYTHON, default /opt/torch/.venv/bin/python; only PyTorch is needed) and prints:
+# - exactness: every built-in model under every optimizer rule, cuda against cpu (fails above
+#   1e-4 relative);
+# - one trainer's step (DataParallel::step) and the Trainer with its input pipeline, for the
+#   MLP, Wide&Deep, DeepFM and DCN at batch 256 and 4096, beside PyTorch on the same GPU;
+# - a job of 2 trainer processes each on the GPU, in one ring (same parameters at the end);
+# - the MLP at 4096 on one CPU thread against PyTorch's.
+# Every figure goes to $OUT/gpu-check.jsonl (OUT defaults to target/gpu-check) and a table
+# comparing them ends the output. Each command has a time-out; a failed one is reported and the
+# rest still run; the exit code is 1 when any failed. GPU_CHECK_DEVICE=cpu runs the same on
+# the CPU (a dry run of the script where there is no GPU; PyTorch from .venv-torch serves).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+bin=target/gpu-check/gpu_check
+torch=${1:-${TORCH_PYTHON:-/opt/torch/.venv/bin/python}}
+out=${OUT:-target/gpu-check}
+device=${GPU_CHECK_DEVICE:-cuda}
+mkdir -p "$out"
+results="$out/gpu-check.jsonl"
+: >"$results"
+failed=0
+if [ ! -x "$bin" ]; then
+    echo "$bin is missing: run bash submit/build-cuda.sh --gpu-check first" >&2
+    exit 2
+fi
+
+# Runs a command with a time-out, keeping its RESULT lines.
+run() {
+    local seconds=$1
+    shift
+    echo "--- $*"
+    if ! timeout "$seconds" "$@" > >(tee -a "$out/gpu-check.log" | sed -n 's/^RESULT //p' >>"$results"); then
+        echo "FAILED (or over ${seconds} s): $*"
+        failed=1
+    fi
+}
+
+if [ "$device" = cuda ]; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader || failed=1
+    "$torch" -c "import torch; print('PyTorch', torch.__version__, torch.cuda.get_device_name(0))" || failed=1
+fi
+steps=${GPU_CHECK_STEPS:-200}
+
+run 300 "$bin" exact cpu "$device" 10
+for rows in 256 4096; do
+    run 300 "$bin" step "$device" "$rows" "$steps"
+    run 300 "$torch" tests/gpu/torch_peer.py "$device" "$rows" "$steps" mlp,wide_deep,deepfm,dcn
+    run 300 "$bin" trainer "$device" "$rows" $((steps / 2))
+done
+run 300 "$bin" job "$device" 2 50
+run 120 env RAYON_NUM_THREADS=1 "$bin" step cpu 4096 30 mlp
+run 120 "$torch" tests/gpu/torch_peer.py cpu 4096 30 mlp
+
+"$torch" - "$results" "$device" <<'EOF'
+import json, sys
+
+rows = [json.loads(line) for line in open(sys.argv[1])]
+device = sys.argv[2]
+get = lambda **k: next((r["examples_per_sec"] for r in rows if all(r.get(a) == b for a, b in k.items())), None)
+fmt = lambda v: "-" if v is None else f"{v / 1e3:,.1f}k"
+ratio = lambda a, b: "-" if a is None or b is None else f"{a / b:.2f}x"
+print(f"\n{'model':<10} {'batch':>6} {'step':>10} {'Trainer':>10} {'PyTorch':>10} {'step/PyTorch':>13} {'Trainer/step':>13}")
+for size in (256, 4096):
+    for model in ("mlp", "wide_deep", "deepfm", "dcn"):
+        step = get(mode="step", model=model, rows=size, device=device)
+        trainer = get(mode="trainer", model=model, rows=size, device=device)
+        peer = get(mode="torch", model=model, rows=size, device=device)
+        print(f"{model:<10} {size:>6} {fmt(step):>10} {fmt(trainer):>10} {fmt(peer):>10} {ratio(step, peer):>13} {ratio(trainer, step):>13}")
+cpu = get(mode="step", model="mlp", device="cpu", rows=4096, steps=30)
+cpu_peer = get(mode="torch", model="mlp", device="cpu", rows=4096, steps=30)
+print(f"\nMLP at 4096 on one CPU thread: {fmt(cpu)} against PyTorch's {fmt(cpu_peer)}: {ratio(cpu, cpu_peer)}")
+job = next((r for r in rows if r["mode"] == "job"), None)
+if job:
+    print(f"2 trainers on {device}, Wide&Deep at 256: {fmt(job['examples_per_sec'])} in all, same parameters: {job['same_parameters']}")
+exact = next((r for r in rows if r["mode"] == "exact"), None)
+if exact:
+    print(f"exactness, {device} against cpu, worst relative difference: {exact['worst']:.2e}")
+EOF
+exit $failed

@@ -87,14 +87,16 @@ pub fn check_name(name: &str) -> Result<()> {
 }
 
 /// Opens the device `name` stands for: `cpu`, `cuda` (`cuda:0`), `cuda:<n>`, or `auto` (the
-/// first GPU this process sees when the build has CUDA, its libraries load and the driver
-/// lists a card, else the CPU).
+/// first GPU this process sees when the build has CUDA, its libraries load and that card can
+/// run the kernels, else the CPU).
 pub fn open(name: &str) -> Result<Device> {
     match parse(name)? {
         Asked::Cpu => Ok(Device::Cpu),
         Asked::Auto => {
+            // A card the kernels cannot run on (below 8.0) leaves `auto` on the CPU too.
             let report = cuda_report();
-            let usable = report.libraries.iter().all(|l| l.found) && !report.cards.is_empty();
+            let usable = report.libraries.iter().all(|l| l.found)
+                && report.cards.first().is_some_and(|c| c.capability >= MIN_CAPABILITY);
             if usable { open_cuda(name, 0) } else { Ok(Device::Cpu) }
         }
         Asked::Cuda(ordinal) => open_cuda(name, ordinal),

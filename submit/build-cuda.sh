@@ -15,13 +15,14 @@
 # Ada, Hopper, Blackwell. The wheel opens CUDA's libraries only when a GPU is asked for, so it
 # also trains on the CPU of a machine without a driver; on a GPU host it needs NVIDIA's driver
 # for CUDA 13.0 or newer (580+) and cuBLAS and cuRAND (`pip install 'sparktrain[cuda]'`).
-# Run from the repository root, with submit/env.sh's virtualenv (maturin, ziglang) or any
-# Python that has them.
+# The virtualenv with maturin and ziglang is submit/env.sh's (.venv, made here if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-wheel}
 toolkit=${SPARKTRAIN_CUDA_TOOLKIT:-$PWD/target/cuda-toolkit}
-python=${PYTHON:-python}
+# shellcheck source=env.sh
+source submit/env.sh
+python=python
 # The toolkit's packages, pinned: PTX from CUDA 13.0 loads on every CUDA 13 driver, where a
 # later compiler's PTX would need a later driver.
 packages=(nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88

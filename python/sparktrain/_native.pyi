@@ -10,6 +10,7 @@ import pyarrow as pa
 from typing_extensions import disjoint_base
 
 __all__ = [
+    "CUDA",
     "DEFAULT_BUCKETS",
     "DEFAULT_MAX_RECORD_BYTES",
     "FEED_ERROR_FILE",
@@ -67,6 +68,7 @@ __all__ = [
 
 __version__: str
 DEFAULT_BUCKETS: int
+CUDA: bool
 DEFAULT_MAX_RECORD_BYTES: int
 FEED_ERROR_FILE: str
 MAX_WAIT_SECONDS: int

@@ -1,5 +1,7 @@
-"""GPUs for the engine, in the trainer process: which device ``device="auto"`` means, and CUDA's
-libraries from PyPI (``pip install 'sparktrain[cuda]'``) made findable before a device opens.
+"""GPUs for the engine, in the trainer process (and in the process ``sparktrain doctor``'s
+``gpu-runtime`` check starts from an executor task): which device ``device="auto"`` means, and
+CUDA's libraries from PyPI (``pip install 'sparktrain[cuda]'``) made findable before a device
+opens.
 
 A build with CUDA opens the driver's ``libcuda.so.1``, cuBLAS (with cuBLASLt) and cuRAND only
 when a GPU is asked for, by their file names, as the dynamic loader finds them. PyPI's
@@ -10,7 +12,6 @@ found by its name), as PyTorch does with the same packages."""
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
 import sys
 from pathlib import Path
@@ -74,15 +75,9 @@ def load_pypi_libraries() -> list[str]:
 def cuda_report() -> CudaReport:
     """What this process can see of CUDA, after loading PyPI's libraries: whether the build
     has CUDA, each library and whether it loads, the driver's version and the cards."""
-    if cuda_built():
+    if _native.CUDA:
         load_pypi_libraries()
     return cast(CudaReport, _native.cuda_report())
-
-
-@functools.cache
-def cuda_built() -> bool:
-    """Whether this sparktrain is the CUDA build."""
-    return bool(_native.cuda_report()["built"])
 
 
 def resolve_device(device: str, task_gpus: tuple[str, ...] | None) -> str:
@@ -92,6 +87,6 @@ def resolve_device(device: str, task_gpus: tuple[str, ...] | None) -> str:
     libraries findable (the CPU build never loads them: they are hundreds of MB)."""
     if device == "auto" and task_gpus is not None and not task_gpus:
         return "cpu"
-    if device != "cpu" and cuda_built():
+    if device != "cpu" and _native.CUDA:
         load_pypi_libraries()
     return device

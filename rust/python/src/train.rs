@@ -1051,6 +1051,7 @@ fn cuda_report(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_report, m)?)?;
+    m.add("CUDA", cfg!(feature = "cuda"))?;
     m.add_class::<FeatureSpec>()?;
     m.add_class::<TrainerConfig>()?;
     m.add_class::<Input>()?;

@@ -97,9 +97,9 @@ pub fn open(name: &str) -> Result<Device> {
             let report = cuda_report();
             let usable = report.libraries.iter().all(|l| l.found)
                 && report.cards.first().is_some_and(|c| c.capability >= MIN_CAPABILITY);
-            if usable { open_cuda(name, 0) } else { Ok(Device::Cpu) }
+            if usable { open_cuda(name, 0, &report) } else { Ok(Device::Cpu) }
         }
-        Asked::Cuda(ordinal) => open_cuda(name, ordinal),
+        Asked::Cuda(ordinal) => open_cuda(name, ordinal, &cuda_report()),
     }
 }
 
@@ -113,13 +113,12 @@ pub fn name(device: &Device) -> String {
 }
 
 /// Checks every reason `cuda:<ordinal>` could not open, naming it, then opens it.
-fn open_cuda(name: &str, ordinal: usize) -> Result<Device> {
+fn open_cuda(name: &str, ordinal: usize, report: &CudaReport) -> Result<Device> {
     let unavailable = |library: Option<&str>, reason: String| TrainError::DeviceUnavailable {
         device: name.to_owned(),
         library: library.map(str::to_owned),
         reason,
     };
-    let report = cuda_report();
     if !report.built {
         return Err(unavailable(
             None,

@@ -1,14 +1,21 @@
 //! A batch as a model takes it (dense features, embedding ids and labels as tensors), and the
 //! [`Lookup`] of the embedding rows it touches, which also pools multi-hot columns.
+//!
+//! A lookup hands the model its rows in one of two layouts ([`Gather`]), chosen by the
+//! batch's device: on the CPU a variable of the distinct rows, gathered per id; elsewhere a
+//! variable of one row per id, whose gradient [`crate::segments`] sums into the distinct rows
+//! with kernels that are parallel over their output.
 
 use std::collections::BTreeMap;
 
+use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 
 use crate::error::{Result, TrainError};
 use crate::features::{Encoded, Pooling};
 use crate::params::Entry;
 use crate::rows::gather_rows;
+use crate::segments::{NONE, SegmentSum};
 
 /// One worker's batch.
 pub struct Batch {
@@ -73,18 +80,59 @@ impl Batch {
     }
 }
 
-/// The embedding rows one batch touches: its distinct ids, where each of its ids sits among
-/// them, and for every table a small variable holding just those rows. Gradients flow into
-/// those variables, so a table's gradient has one row per distinct id.
+/// How a [`Lookup`] lays out the rows it hands the model, which decides how their gradients
+/// come back as one row per distinct id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gather {
+    /// A variable of the distinct rows, looked up per id with `index_select`. Its backward
+    /// pass is an `index_add` over the batch's ids: one pass on the CPU, but on CUDA one
+    /// thread per value of a row, each looping over every id of the batch.
+    Distinct,
+    /// A variable of one row per id of the batch (multi-hot lists padded to the longest),
+    /// whose gradient is then summed into the distinct rows ([`SegmentSum`]): gathers and
+    /// sums only, each parallel over its output and the same from run to run.
+    PerPosition,
+}
+
+impl Gather {
+    /// The layout for tensors on `device`.
+    pub fn for_device(device: &Device) -> Gather {
+        if device.is_cpu() { Gather::Distinct } else { Gather::PerPosition }
+    }
+}
+
+/// The embedding rows one batch touches: its distinct ids, and for every table a small
+/// variable holding their rows (in the [`Gather`] layout). Gradients flow into those
+/// variables; [`Lookup::row_grads`] gives a table's gradient as one row per distinct id.
 pub struct Lookup {
     /// The batch's distinct ids, ascending.
     pub unique: Vec<u32>,
-    /// `[rows, ids]`: each id's index in `unique`.
-    pub local: Tensor,
-    /// Per table name: `[unique, dim]`, the table's rows for `unique`.
-    pub rows: BTreeMap<String, Var>,
-    /// The multi-hot ids, placed for pooling.
-    bags: Option<PooledBags>,
+    /// Per table name, the variable gradients flow into.
+    rows: BTreeMap<String, Var>,
+    form: Form,
+}
+
+/// Where each of the batch's ids finds its row in the tables' variables.
+enum Form {
+    /// Variables of `[unique, dim]`.
+    Distinct {
+        /// `[rows, ids]`: each id's index in `unique`.
+        local: Tensor,
+        /// The multi-hot ids, placed for pooling.
+        bags: Option<PooledBags>,
+    },
+    /// Variables of `[rows · ids + bags · longest, dim]`: the single ids' rows, row after row,
+    /// then every bag's, each padded with zero rows to the longest bag.
+    PerPosition { rows: usize, id_width: usize, bags: Option<PaddedBags>, sum: SegmentSum },
+}
+
+/// A batch's bags laid out for [`Gather::PerPosition`]: `rows × width` bags of `longest`
+/// slots each.
+struct PaddedBags {
+    width: usize,
+    longest: usize,
+    /// `[bags, 1]`: the factor on each bag's sum (1, or 1/count for a mean).
+    scale: Tensor,
 }
 
 /// Where a batch's multi-hot ids go when pooled: `rows × width` bags, bag `r · width + j`
@@ -118,6 +166,16 @@ impl Lookup {
     /// Gathers the rows of `batch`'s ids from every table among `entries`, whose values are
     /// in `weights`, onto the batch's device; None when the batch has no ids.
     pub fn gather(batch: &Batch, entries: &[Entry], weights: &[f32]) -> Result<Option<Lookup>> {
+        Self::gather_as(batch, entries, weights, Gather::for_device(batch.dense.device()))
+    }
+
+    /// [`Lookup::gather`], laid out as `gather` says.
+    pub fn gather_as(
+        batch: &Batch,
+        entries: &[Entry],
+        weights: &[f32],
+        gather: Gather,
+    ) -> Result<Option<Lookup>> {
         let Some(unique) = Self::distinct_ids(batch) else { return Ok(None) };
         let mut tables = Vec::new();
         for entry in entries.iter().filter(|e| e.table) {
@@ -126,15 +184,27 @@ impl Lookup {
             let starts: Vec<usize> = unique.iter().map(|&id| entry.offset + id as usize * width).collect();
             tables.push((entry.name.clone(), width, gather_rows(weights, &starts, width)));
         }
-        Self::with_rows(batch, unique, tables).map(Some)
+        Self::with_rows_as(batch, unique, tables, gather).map(Some)
     }
 
     /// The lookup of `batch` whose distinct ids ([`Lookup::distinct_ids`]) are `unique`,
-    /// given every table's rows of them: `(name, width, values)`, row after row.
+    /// given every table's rows of them: `(name, width, values)`, row after row; laid out
+    /// for the batch's device.
     pub fn with_rows(
         batch: &Batch,
         unique: Vec<u32>,
         tables: Vec<(String, usize, Vec<f32>)>,
+    ) -> Result<Lookup> {
+        let gather = Gather::for_device(batch.dense.device());
+        Self::with_rows_as(batch, unique, tables, gather)
+    }
+
+    /// [`Lookup::with_rows`], laid out as `gather` says.
+    pub fn with_rows_as(
+        batch: &Batch,
+        unique: Vec<u32>,
+        tables: Vec<(String, usize, Vec<f32>)>,
+        gather: Gather,
     ) -> Result<Lookup> {
         let no_ids = Vec::new();
         let ids = batch.ids.as_ref().unwrap_or(&no_ids);
@@ -147,15 +217,8 @@ impl Lookup {
             })
         };
         let local: Vec<u32> = ids.iter().map(position).collect::<Result<_>>()?;
-        let bags = batch
-            .bags
-            .as_ref()
-            .map(|b| -> Result<PooledBags> {
-                let local = bag_ids.iter().map(position).collect::<Result<_>>()?;
-                PooledBags::new(b, rows, local, device)
-            })
-            .transpose()?;
-        let mut vars = BTreeMap::new();
+        let bag_local: Vec<u32> = bag_ids.iter().map(position).collect::<Result<_>>()?;
+        let mut distinct = BTreeMap::new();
         for (name, width, values) in tables {
             if values.len() != unique.len() * width {
                 return Err(TrainError::InvalidArgument(format!(
@@ -164,33 +227,160 @@ impl Lookup {
                     unique.len()
                 )));
             }
-            vars.insert(name, Var::from_vec(values, (unique.len(), width), device)?);
+            distinct.insert(name, (width, values));
         }
         let id_width = if batch.ids.is_some() { batch.id_width } else { 0 };
-        let local = Tensor::from_vec(local, (rows, id_width), device)?;
-        Ok(Lookup { unique, local, rows: vars, bags })
+        let slots = match (gather, &batch.bags) {
+            (Gather::Distinct, _) => None,
+            (Gather::PerPosition, bags) => {
+                per_position_slots(&local, &bag_local, bags.as_ref(), rows, device)?
+            }
+        };
+        let Some((slots, padded)) = slots else {
+            let bags =
+                batch.bags.as_ref().map(|b| PooledBags::new(b, rows, bag_local, device)).transpose()?;
+            let mut vars = BTreeMap::new();
+            for (name, (width, values)) in distinct {
+                vars.insert(name, Var::from_vec(values, (unique.len(), width), device)?);
+            }
+            let local = Tensor::from_vec(local, (rows, id_width), device)?;
+            return Ok(Lookup { unique, rows: vars, form: Form::Distinct { local, bags } });
+        };
+        let sum = SegmentSum::new(&slots, unique.len(), device)?;
+        let positions = slots.len();
+        let at = Tensor::from_vec(slots, positions, device)?;
+        let mut vars = BTreeMap::new();
+        for (name, (width, values)) in distinct {
+            let table = Tensor::from_vec(values, (unique.len(), width), device)?;
+            vars.insert(name, Var::from_tensor(&table.index_select(&at, 0)?)?);
+        }
+        let form = Form::PerPosition { rows, id_width, bags: padded, sum };
+        Ok(Lookup { unique, rows: vars, form })
     }
 
     /// `[rows, fields, dim]`: each of the batch's ids looked up in `table`, then each
     /// multi-hot column's rows of it pooled into one.
     pub fn embed(&self, table: &str) -> Result<Tensor> {
-        let var = self.rows.get(table).ok_or_else(|| {
-            TrainError::InvalidArgument(format!("the lookup holds no rows of table '{table}'"))
-        })?;
-        let (rows, width) = self.local.dims2()?;
+        let var = self.var(table)?.as_tensor();
         let dim = var.dim(1)?;
-        let single = if width > 0 {
-            Some(var.as_tensor().index_select(&self.local.flatten_all()?, 0)?.reshape((rows, width, dim))?)
-        } else {
-            None
+        let (rows, single, pooled) = match &self.form {
+            Form::Distinct { local, bags } => {
+                let (rows, width) = local.dims2()?;
+                let single = (width > 0)
+                    .then(|| var.index_select(&local.flatten_all()?, 0)?.reshape((rows, width, dim)))
+                    .transpose()?;
+                (rows, single, bags.as_ref().map(|b| b.pool(var, dim)).transpose()?)
+            }
+            Form::PerPosition { rows, id_width, bags, .. } => {
+                let (rows, singles) = (*rows, rows * id_width);
+                let single = (*id_width > 0)
+                    .then(|| var.narrow(0, 0, singles)?.reshape((rows, *id_width, dim)))
+                    .transpose()?;
+                let pooled = bags.as_ref().map(|b| b.pool(var, singles, rows, dim)).transpose()?;
+                (rows, single, pooled)
+            }
         };
-        let pooled = self.bags.as_ref().map(|b| b.pool(var.as_tensor(), dim)).transpose()?;
         Ok(match (single, pooled) {
             (Some(s), Some(p)) => Tensor::cat(&[&s, &p], 1)?,
             (Some(s), None) => s,
             (None, Some(p)) => p,
             (None, None) => Tensor::zeros((rows, 0, dim), DType::F32, var.device())?,
         })
+    }
+
+    /// `[unique, dim]`: the gradient of `table`'s rows of the distinct ids, from the backward
+    /// pass `grads` (None when the loss does not depend on them).
+    pub fn row_grads(&self, table: &str, grads: &GradStore) -> Result<Option<Tensor>> {
+        let Some(grad) = grads.get(self.var(table)?.as_tensor()) else { return Ok(None) };
+        match &self.form {
+            Form::Distinct { .. } => Ok(Some(grad.clone())),
+            Form::PerPosition { sum, .. } => sum.apply(grad).map(Some),
+        }
+    }
+
+    fn var(&self, table: &str) -> Result<&Var> {
+        self.rows.get(table).ok_or_else(|| {
+            TrainError::InvalidArgument(format!("the lookup holds no rows of table '{table}'"))
+        })
+    }
+}
+
+/// For [`Gather::PerPosition`]: each slot's index among the distinct ids (single ids first,
+/// then every bag padded with [`NONE`] to the longest), and the bags' layout. None where the
+/// padding would cost more than four times the bags' own ids: one long list would make every
+/// bag that long, so such a batch keeps the distinct layout.
+fn per_position_slots(
+    local: &[u32],
+    bag_local: &[u32],
+    bags: Option<&Bags>,
+    rows: usize,
+    device: &Device,
+) -> Result<Option<(Vec<u32>, Option<PaddedBags>)>> {
+    let Some(bags) = bags else {
+        return Ok((!local.is_empty()).then(|| (local.to_vec(), None)));
+    };
+    let width = bags.width();
+    check_bag_counts(bags, rows, bag_local.len())?;
+    let longest = bags.lengths.iter().copied().max().unwrap_or(0) as usize;
+    let padded = bags.lengths.len() * longest;
+    if padded > 4 * bag_local.len().max(bags.lengths.len()) || local.len() + padded == 0 {
+        return Ok(None);
+    }
+    let mut slots = Vec::with_capacity(local.len() + padded);
+    slots.extend_from_slice(local);
+    let mut at = 0;
+    for &n in &bags.lengths {
+        let n = n as usize;
+        slots.extend_from_slice(&bag_local[at..at + n]);
+        slots.resize(slots.len() + longest - n, NONE);
+        at += n;
+    }
+    let scale = Tensor::from_vec(bag_scales(bags), (bags.lengths.len(), 1), device)?;
+    Ok(Some((slots, Some(PaddedBags { width, longest, scale }))))
+}
+
+/// Each bag's factor on its sum: 1, or 1/count for a mean.
+fn bag_scales(bags: &Bags) -> Vec<f32> {
+    let width = bags.width();
+    bags.lengths
+        .iter()
+        .enumerate()
+        .map(|(bag, &n)| match bags.pooling[bag % width] {
+            Pooling::Mean if n > 0 => 1.0 / n as f32,
+            _ => 1.0,
+        })
+        .collect()
+}
+
+/// Refuses multi-hot counts that do not fit the batch.
+fn check_bag_counts(bags: &Bags, rows: usize, ids: usize) -> Result<()> {
+    let width = bags.width();
+    if bags.lengths.len() != rows * width {
+        return Err(TrainError::InvalidArgument(format!(
+            "{} multi-hot counts for {rows} rows of {width} columns",
+            bags.lengths.len()
+        )));
+    }
+    let counted: usize = bags.lengths.iter().map(|&n| n as usize).sum();
+    if counted != ids {
+        return Err(TrainError::InvalidArgument(format!(
+            "the multi-hot counts add up to {counted}, the batch has {ids} ids"
+        )));
+    }
+    Ok(())
+}
+
+impl PaddedBags {
+    /// `[rows, width, dim]`: every bag's slots of `var`, which start after `singles` rows,
+    /// summed and scaled.
+    fn pool(&self, var: &Tensor, singles: usize, rows: usize, dim: usize) -> Result<Tensor> {
+        let bags = rows * self.width;
+        let sums = if self.longest == 0 {
+            Tensor::zeros((bags, dim), DType::F32, var.device())?
+        } else {
+            var.narrow(0, singles, bags * self.longest)?.reshape((bags, self.longest, dim))?.sum(1)?
+        };
+        Ok(sums.broadcast_mul(&self.scale)?.reshape((rows, self.width, dim))?)
     }
 }
 
@@ -213,34 +403,14 @@ impl PooledBags {
     /// `bags` placed for pooling, `local` holding each of their ids' index in the lookup.
     fn new(bags: &Bags, rows: usize, local: Vec<u32>, device: &Device) -> Result<Self> {
         let width = bags.width();
-        if bags.lengths.len() != rows * width {
-            return Err(TrainError::InvalidArgument(format!(
-                "{} multi-hot counts for {rows} rows of {width} columns",
-                bags.lengths.len()
-            )));
-        }
+        check_bag_counts(bags, rows, local.len())?;
         let bag_of: Vec<u32> = bags
             .lengths
             .iter()
             .enumerate()
             .flat_map(|(bag, &n)| std::iter::repeat_n(bag as u32, n as usize))
             .collect();
-        if bag_of.len() != local.len() {
-            return Err(TrainError::InvalidArgument(format!(
-                "the multi-hot counts add up to {}, the batch has {} ids",
-                bag_of.len(),
-                local.len()
-            )));
-        }
-        let scale: Vec<f32> = bags
-            .lengths
-            .iter()
-            .enumerate()
-            .map(|(bag, &n)| match bags.pooling[bag % width] {
-                Pooling::Mean if n > 0 => 1.0 / n as f32,
-                _ => 1.0,
-            })
-            .collect();
+        let scale = bag_scales(bags);
         let n = local.len();
         let (local, bag_of) = if n == 0 {
             (None, None)

@@ -48,13 +48,14 @@ pub mod regularize;
 mod rng;
 mod rows;
 pub mod schedule;
+mod segments;
 pub mod shard;
 mod sharded;
 pub mod step;
 pub mod tensorboard;
 pub mod trainer;
 
-pub use batch::{Batch, Lookup};
+pub use batch::{Batch, Gather, Lookup};
 pub use checkpoint::{Best, CheckpointOptions, Fence, Progress, Restored};
 pub use embedding::{Dcn, DeepFm, EmbeddingConfig, WideDeep};
 pub use error::{Result, TrainError};

@@ -715,8 +715,7 @@ impl<M: Model> DataParallel<M> {
     fn table_grads(&self, grads: &GradStore, lookup: Lookup, scale: f32) -> Result<TableGrads> {
         let mut rows = Vec::new();
         for entry in &self.tables {
-            let var = &lookup.rows[&entry.name];
-            let values = match grads.get(var.as_tensor()) {
+            let values = match lookup.row_grads(&entry.name, grads)? {
                 Some(g) => g.flatten_all()?.to_vec1::<f32>()?.into_iter().map(|v| v * scale).collect(),
                 None => vec![0.0; lookup.unique.len() * entry.row_width()],
             };

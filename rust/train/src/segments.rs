@@ -40,57 +40,77 @@ pub struct SegmentSum {
 impl SegmentSum {
     /// The plan for `group_of[slot]` (a group below `groups`, or [`NONE`]), on `device`.
     pub fn new(group_of: &[u32], groups: usize, device: &Device) -> Result<Self> {
-        let mut members: Vec<Vec<u32>> = vec![Vec::new(); groups];
-        for (slot, &g) in group_of.iter().enumerate() {
-            if g != NONE {
-                members[g as usize].push(slot as u32);
-            }
+        // The current round's rows by group, as offsets into one array (no allocation per
+        // group: a batch has tens of thousands of distinct ids).
+        let mut starts = vec![0usize; groups + 1];
+        for &g in group_of.iter().filter(|&&g| g != NONE) {
+            starts[g as usize + 1] += 1;
         }
+        for g in 0..groups {
+            starts[g + 1] += starts[g];
+        }
+        let mut items = vec![0u32; starts[groups]];
+        let mut cursor = starts.clone();
+        for (slot, &g) in group_of.iter().enumerate().filter(|(_, g)| **g != NONE) {
+            items[cursor[g as usize]] = slot as u32;
+            cursor[g as usize] += 1;
+        }
+        let mut ids: Vec<u32> = (0..groups as u32).collect();
         let mut pick = vec![NONE; groups];
         let (mut offset, mut rows) = (0usize, group_of.len());
         let mut rounds = Vec::new();
+        let classes = SEGMENT.ilog2() as usize;
+        let class_of = |len: usize| len.next_power_of_two().max(2).ilog2() as usize - 1;
         loop {
-            let mut pending = false;
-            for (g, m) in members.iter_mut().enumerate() {
-                if m.len() == 1 {
-                    pick[g] = (offset + m[0] as usize) as u32;
-                    m.clear();
+            let mut pending = Vec::new();
+            for (k, &g) in ids.iter().enumerate() {
+                let (s, e) = (starts[k], starts[k + 1]);
+                match e - s {
+                    0 => {}
+                    1 => pick[g as usize] = (offset + items[s] as usize) as u32,
+                    _ => pending.push((g, s, e)),
                 }
-                pending |= !m.is_empty();
             }
-            if !pending {
+            if pending.is_empty() {
                 break;
             }
-            // Each pending group's segments, by class (rows per segment, a power of two).
-            let mut classes: Vec<Vec<(usize, &[u32])>> = vec![Vec::new(); SEGMENT.ilog2() as usize];
-            for (g, m) in members.iter().enumerate() {
-                for piece in m.chunks(SEGMENT) {
-                    let class = piece.len().next_power_of_two().max(2).ilog2() as usize - 1;
-                    classes[class].push((g, piece));
+            // The segments of each class (rows per segment, a power of two), then where each
+            // class's gathers and sums go: class after class.
+            let mut count = vec![0usize; classes];
+            for &(_, s, e) in &pending {
+                for from in (s..e).step_by(SEGMENT) {
+                    count[class_of((e - from).min(SEGMENT))] += 1;
                 }
             }
-            let mut at = Vec::new();
-            let mut layout = Vec::new();
-            let mut next: Vec<Vec<u32>> = vec![Vec::new(); groups];
-            let mut row = 0u32;
-            for (class, segments) in classes.iter().enumerate() {
-                if segments.is_empty() {
-                    continue;
+            let (mut row_of, mut at_of, mut layout) =
+                (vec![0usize; classes], vec![0usize; classes], Vec::new());
+            let (mut row, mut at_len) = (0, 0);
+            for c in 0..classes {
+                (row_of[c], at_of[c]) = (row, at_len);
+                if count[c] > 0 {
+                    layout.push((at_len, count[c], 2 << c));
                 }
-                let width = 2usize << class;
-                layout.push((at.len(), segments.len(), width));
-                for (g, piece) in segments {
-                    at.extend_from_slice(piece);
-                    at.resize(at.len() + width - piece.len(), NONE);
-                    next[*g].push(row);
-                    row += 1;
-                }
+                row += count[c];
+                at_len += count[c] * (2 << c);
             }
-            let n = at.len();
-            rounds.push(Round { at: Tensor::from_vec(at, n, device)?, classes: layout });
+            let mut at = vec![NONE; at_len];
+            let (mut next_ids, mut next_starts, mut next_items) = (Vec::new(), vec![0], Vec::new());
+            for &(g, s, e) in &pending {
+                for from in (s..e).step_by(SEGMENT) {
+                    let len = (e - from).min(SEGMENT);
+                    let c = class_of(len);
+                    at[at_of[c]..at_of[c] + len].copy_from_slice(&items[from..from + len]);
+                    at_of[c] += 2 << c;
+                    next_items.push(row_of[c] as u32);
+                    row_of[c] += 1;
+                }
+                next_ids.push(g);
+                next_starts.push(next_items.len());
+            }
+            rounds.push(Round { at: Tensor::from_vec(at, at_len, device)?, classes: layout });
             offset += rows;
-            rows = row as usize;
-            members = next;
+            rows = row;
+            (ids, starts, items) = (next_ids, next_starts, next_items);
         }
         Ok(SegmentSum { rounds, pick: Tensor::from_vec(pick, groups, device)? })
     }

@@ -3,7 +3,7 @@
 //!
 //! A lookup hands the model its rows in one of two layouts ([`Gather`]), chosen by the
 //! batch's device: on the CPU a variable of the distinct rows, gathered per id; elsewhere a
-//! variable of one row per id, whose gradient [`crate::segments`] sums into the distinct rows
+//! variable of one row per id, whose gradient `segments::SegmentSum` sums into the distinct rows
 //! with kernels that are parallel over their output.
 
 use std::collections::BTreeMap;
@@ -89,7 +89,7 @@ pub enum Gather {
     /// thread per value of a row, each looping over every id of the batch.
     Distinct,
     /// A variable of one row per id of the batch (multi-hot lists padded to the longest),
-    /// whose gradient is then summed into the distinct rows ([`SegmentSum`]): gathers and
+    /// whose gradient is then summed into the distinct rows (`segments::SegmentSum`): gathers and
     /// sums only, each parallel over its output and the same from run to run.
     PerPosition,
 }

@@ -10,6 +10,8 @@
 #   1e-4 relative);
 # - one trainer's step (DataParallel::step) and the Trainer with its input pipeline, for the
 #   MLP, Wide&Deep, DeepFM and DCN at batch 256 and 4096, beside PyTorch on the same GPU;
+# - where a step's time goes at batch 4096 (the batch's copy, the lookup, forward, backward,
+#   the gradients' copy to host memory, against the whole step);
 # - a job of 2 trainer processes each on the GPU, in one ring (same parameters at the end);
 # - the MLP at 4096 on one CPU thread against PyTorch's.
 # Every figure goes to $OUT/gpu-check.jsonl (OUT defaults to target/gpu-check) and a table
@@ -54,6 +56,7 @@ for rows in 256 4096; do
     run 300 "$torch" tests/gpu/torch_peer.py "$device" "$rows" "$steps" mlp,wide_deep,deepfm,dcn
     run 300 "$bin" trainer "$device" "$rows" $((steps / 2))
 done
+run 300 "$bin" phases "$device" 4096 $((steps / 4))
 run 300 "$bin" job "$device" 2 50
 run 120 env RAYON_NUM_THREADS=1 "$bin" step cpu 4096 30 mlp
 run 120 "$torch" tests/gpu/torch_peer.py cpu 4096 30 mlp
@@ -76,6 +79,14 @@ for size in (256, 4096):
 cpu = get(mode="step", model="mlp", device="cpu", rows=4096, steps=30)
 cpu_peer = get(mode="torch", model="mlp", device="cpu", rows=4096, steps=30)
 print(f"\nMLP at 4096 on one CPU thread: {fmt(cpu)} against PyTorch's {fmt(cpu_peer)}: {ratio(cpu, cpu_peer)}")
+phases = [r for r in rows if r["mode"] == "phases"]
+if phases:
+    parts = ("upload", "lookup", "forward", "backward", "grads_to_host")
+    print(f"\nwhere a step's time goes at 4096 rows, ms: " + ", ".join(parts) + ", the rest of the step (update, parameters back), the whole step (without the upload)")
+    for r in phases:
+        ms = [r[f"{p}_ms"] for p in parts]
+        rest = r["step_ms"] - sum(ms[1:])  # the step's own part: the batch is already on the device
+        print(f"{r['model']:<10} " + " ".join(f"{v:8.3f}" for v in ms) + f" {rest:8.3f} {r['step_ms']:8.3f}")
 job = next((r for r in rows if r["mode"] == "job"), None)
 if job:
     print(f"2 trainers on {device}, Wide&Deep at 256: {fmt(job['examples_per_sec'])} in all, same parameters: {job['same_parameters']}")

@@ -10,6 +10,11 @@
 //!   dimension 16, 256-256); a JSON line per model.
 //! - `trainer DEVICE ROWS [steps] [models]`: the same models through `Trainer::fit` over Parquet files
 //!   (the input pipeline included); a JSON line per model.
+//! - `phases DEVICE ROWS [steps] [models]`: where a step's time goes, for the same models: the
+//!   batch's copy to the device, the lookup of its rows, the forward pass, the loss and
+//!   backward pass, and the gradients' copy to host memory, each timed to the device's
+//!   completion, beside the whole `DataParallel::step` (the rest of which is the update and
+//!   the copy of the parameters back); a JSON line per model, in milliseconds per step.
 //! - `job DEVICE WORKERS [steps]`: WORKERS trainer processes on this machine, each on DEVICE,
 //!   in one ring over loopback, training Wide&Deep; checks they end with the same parameters.
 //!
@@ -26,7 +31,8 @@ use sparktrain_collective::{Communicator, Config};
 use sparktrain_train::input::Input;
 use sparktrain_train::trainer::{FitOptions, Hooks, Trainer, TrainerConfig};
 use sparktrain_train::{
-    Batch, Categorical, DataParallel, FeatureSpec, Loss, Model, ModelKind, OptimizerConfig, Rule, shared,
+    Batch, Categorical, DataParallel, FeatureSpec, Lookup, Loss, Model, ModelKind, OptimizerConfig, Rule,
+    shared,
 };
 
 const DENSE: usize = 13;
@@ -43,11 +49,12 @@ fn main() -> ExitCode {
         Some("exact") => exact(&arg(1, "cpu"), &arg(2, "cuda"), number(3, 10)),
         Some("step") => step(&arg(1, "cuda"), number(2, 4096), number(3, 100), &timed(&arg(4, TIMED))),
         Some("trainer") => trainer(&arg(1, "cuda"), number(2, 4096), number(3, 100), &timed(&arg(4, TIMED))),
+        Some("phases") => phases(&arg(1, "cuda"), number(2, 4096), number(3, 50), &timed(&arg(4, TIMED))),
         Some("job") => job(&arg(1, "cuda"), number(2, 2), number(3, 50)),
         Some("job-worker") => job_worker(&args[1..]),
         _ => {
             eprintln!(
-                "usage: gpu_check exact A B [steps] | step DEVICE ROWS [steps] | trainer DEVICE ROWS [steps] | job DEVICE WORKERS [steps]"
+                "usage: gpu_check exact A B [steps] | step DEVICE ROWS [steps] | trainer DEVICE ROWS [steps] | phases DEVICE ROWS [steps] | job DEVICE WORKERS [steps]"
             );
             ExitCode::from(2)
         }
@@ -217,6 +224,71 @@ fn step(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str, 
             "mode": "step", "model": name, "device": device_name, "rows": rows_per_step, "steps": steps,
             "step_ms": seconds * 1e3 / steps as f64,
             "examples_per_sec": (rows_per_step * steps) as f64 / seconds,
+        });
+        println!("RESULT {line}");
+    }
+    ExitCode::SUCCESS
+}
+
+/// The parts of a step, timed one by one, each until the device has finished it.
+fn phases(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str, ModelKind)]) -> ExitCode {
+    let device = open(device_name);
+    let done = |t: Instant| -> f64 {
+        device.synchronize().expect("the device finishes its work");
+        t.elapsed().as_secs_f64() * 1e3
+    };
+    for (name, kind) in models {
+        let spec = spec(name);
+        let encoded: Vec<_> =
+            (0..8).map(|s| spec.encode(&rows(&spec, rows_per_step, s + 1)).expect("encodes")).collect();
+        let mut dp = data_parallel(kind, &spec, &device, &OptimizerConfig::new(Rule::adam(1e-3)));
+        let entries = dp.entries().to_vec();
+        let mut grads_out = vec![0f32; entries.iter().filter(|e| !e.table).map(|e| e.len()).sum()];
+        let mut totals = [0f64; 6];
+        let warm = (steps / 10).max(3);
+        for s in 0..warm + steps {
+            let t = Instant::now();
+            let batch =
+                Batch::from_encoded_on(&encoded[s % encoded.len()], &device).expect("the batch moves");
+            let upload = done(t);
+            let t = Instant::now();
+            let lookup = Lookup::gather(&batch, &entries, dp.weights()).expect("the rows are gathered");
+            let gather = done(t);
+            let t = Instant::now();
+            let logits = dp.model().forward(&batch, lookup.as_ref()).expect("the forward pass runs");
+            let forward = done(t);
+            let t = Instant::now();
+            let loss = dp.loss().compute(&logits, &batch.labels).expect("the loss");
+            let grads = loss.backward().expect("the backward pass runs");
+            let backward = done(t);
+            let t = Instant::now();
+            dp.model()
+                .parameters()
+                .var_grads(&grads, 1.0, &mut grads_out)
+                .expect("the variables' gradients come back");
+            if let Some(lookup) = &lookup {
+                for entry in dp.table_entries() {
+                    if let Some(g) = lookup.row_grads(&entry.name, &grads).expect("the rows' gradients") {
+                        g.flatten_all().and_then(|g| g.to_vec1::<f32>()).expect("they come back");
+                    }
+                }
+            }
+            let download = done(t);
+            let t = Instant::now();
+            dp.step(Some(&batch)).expect("the step runs");
+            let whole = done(t);
+            if s >= warm {
+                for (total, ms) in totals.iter_mut().zip([upload, gather, forward, backward, download, whole])
+                {
+                    *total += ms;
+                }
+            }
+        }
+        let per = |i: usize| totals[i] / steps as f64;
+        let line = serde_json::json!({
+            "mode": "phases", "model": name, "device": device_name, "rows": rows_per_step, "steps": steps,
+            "upload_ms": per(0), "lookup_ms": per(1), "forward_ms": per(2), "backward_ms": per(3),
+            "grads_to_host_ms": per(4), "step_ms": per(5),
         });
         println!("RESULT {line}");
     }

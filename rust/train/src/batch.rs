@@ -7,6 +7,7 @@
 //! with kernels that are parallel over their output.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
@@ -123,7 +124,16 @@ enum Form {
     },
     /// Variables of `[rows · ids + bags · longest, dim]`: the single ids' rows, row after row,
     /// then every bag's, each padded with zero rows to the longest bag.
-    PerPosition { rows: usize, id_width: usize, bags: Option<PaddedBags>, sum: SegmentSum },
+    PerPosition {
+        rows: usize,
+        id_width: usize,
+        bags: Option<PaddedBags>,
+        /// Each slot's index among the distinct ids ([`NONE`] for padding).
+        slots: Vec<u32>,
+        /// The plan that sums gradients by distinct id: made by the first
+        /// [`Lookup::row_grads`], so that lookups for scoring alone never pay for it.
+        sum: OnceLock<SegmentSum>,
+    },
 }
 
 /// A batch's bags laid out for [`Gather::PerPosition`]: `rows × width` bags of `longest`
@@ -246,15 +256,13 @@ impl Lookup {
             let local = Tensor::from_vec(local, (rows, id_width), device)?;
             return Ok(Lookup { unique, rows: vars, form: Form::Distinct { local, bags } });
         };
-        let sum = SegmentSum::new(&slots, unique.len(), device)?;
-        let positions = slots.len();
-        let at = Tensor::from_vec(slots, positions, device)?;
+        let at = Tensor::from_slice(&slots, slots.len(), device)?;
         let mut vars = BTreeMap::new();
         for (name, (width, values)) in distinct {
             let table = Tensor::from_vec(values, (unique.len(), width), device)?;
             vars.insert(name, Var::from_tensor(&table.index_select(&at, 0)?)?);
         }
-        let form = Form::PerPosition { rows, id_width, bags: padded, sum };
+        let form = Form::PerPosition { rows, id_width, bags: padded, slots, sum: OnceLock::new() };
         Ok(Lookup { unique, rows: vars, form })
     }
 
@@ -294,7 +302,16 @@ impl Lookup {
         let Some(grad) = grads.get(self.var(table)?.as_tensor()) else { return Ok(None) };
         match &self.form {
             Form::Distinct { .. } => Ok(Some(grad.clone())),
-            Form::PerPosition { sum, .. } => sum.apply(grad).map(Some),
+            Form::PerPosition { slots, sum, .. } => {
+                let sum = match sum.get() {
+                    Some(plan) => plan,
+                    None => {
+                        let plan = SegmentSum::new(slots, self.unique.len(), grad.device())?;
+                        sum.get_or_init(|| plan)
+                    }
+                };
+                sum.apply(grad).map(Some)
+            }
         }
     }
 

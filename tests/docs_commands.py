@@ -77,6 +77,7 @@ RULES = [
     Rule(r"^python3 -m venv \.venv && \.venv/bin/pip install", "costly", "the test environment's install"),
     Rule(r"maturin develop", "costly", "a release build of the extension"),
     Rule(r"^cargo build --release|^for n in", "costly", "release builds and scaling runs of the readers"),
+    Rule(r"^RAYON_NUM_THREADS=1 target/release/examples/gpu_check", "costly", "the engine's step, timed"),
     Rule(
         r"^cargo run --release -p [\w-]+ --example \w+",
         "costly",

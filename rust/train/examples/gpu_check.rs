@@ -18,6 +18,9 @@
 //! - `job DEVICE WORKERS [steps]`: WORKERS trainer processes on this machine, each on DEVICE,
 //!   in one ring over loopback, training Wide&Deep; checks they end with the same parameters.
 //!
+//! The C library's allocator is set as the Python binding sets it in trainer processes, so the
+//! host's share of a step costs what it costs in the wheel.
+//!
 //! `cargo run --release -p sparktrain-train --features cuda --example gpu_check -- step cuda 4096`
 
 use std::process::{Command, ExitCode};
@@ -41,6 +44,11 @@ const BUCKETS: u32 = 10_000;
 const DIM: usize = 16;
 
 fn main() -> ExitCode {
+    // SAFETY: mallopt only sets allocator parameters, before any large allocation.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.to_owned());
     let number =

@@ -12,7 +12,6 @@ use std::thread;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
-use crate::rows::{gather_rows, scatter_rows};
 
 /// Buffers shorter than this per thread are updated on one thread: a thread costs more.
 const VALUES_PER_THREAD: usize = 1 << 16;
@@ -268,17 +267,24 @@ impl Optimizer {
                 grads.len()
             )));
         }
+        let threads = self.threads;
+        self.run_rule(Segments { params, grads, segments, threads });
+        Ok(())
+    }
+
+    /// Applies the rule, as the current step, to the values `target` names.
+    fn run_rule(&mut self, target: impl Target) {
         let t = self.step.max(1) as i32;
         match self.rule.scaled(self.scale) {
             Rule::Sgd { lr, momentum, nesterov, weight_decay } => {
                 if momentum == 0.0 {
-                    self.apply(params, grads, segments, |p, g, []| {
+                    target.run(self.buffers_mut(), |p, g, []| {
                         for (p, &g) in p.iter_mut().zip(g) {
                             *p -= lr * (g + weight_decay * *p);
                         }
                     })
                 } else {
-                    self.apply(params, grads, segments, |p, g, [v]| {
+                    target.run(self.buffers_mut(), |p, g, [v]| {
                         for ((p, &g), v) in p.iter_mut().zip(g).zip(v.iter_mut()) {
                             let g = g + weight_decay * *p;
                             *v = momentum * *v + g;
@@ -293,7 +299,7 @@ impl Optimizer {
                 let (grad_decay, weight_decay) =
                     if decoupled { (0.0, lr * weight_decay) } else { (weight_decay, 0.0) };
                 let (step, inv_c2) = (lr / c1, 1.0 / c2);
-                self.apply(params, grads, segments, |p, g, [m, v]| {
+                target.run(self.buffers_mut(), |p, g, [m, v]| {
                     // Indexed over slices of one length, so the loop vectorizes.
                     let n = p.len();
                     let (g, m, v) = (&g[..n], &mut m[..n], &mut v[..n]);
@@ -305,13 +311,13 @@ impl Optimizer {
                     }
                 })
             }
-            Rule::Adagrad { lr, eps, .. } => self.apply(params, grads, segments, |p, g, [acc]| {
+            Rule::Adagrad { lr, eps, .. } => target.run(self.buffers_mut(), |p, g, [acc]| {
                 for ((p, &g), a) in p.iter_mut().zip(g).zip(acc.iter_mut()) {
                     *a += g * g;
                     *p -= lr * g / (a.sqrt() + eps);
                 }
             }),
-            Rule::Ftrl { lr, l1, l2, .. } => self.apply(params, grads, segments, |p, g, [acc, linear]| {
+            Rule::Ftrl { lr, l1, l2, .. } => target.run(self.buffers_mut(), |p, g, [acc, linear]| {
                 for (((p, &g), a), z) in p.iter_mut().zip(g).zip(acc.iter_mut()).zip(linear.iter_mut()) {
                     let fresh = *a + g * g;
                     let sigma = (fresh.sqrt() - a.sqrt()) / lr;
@@ -322,13 +328,12 @@ impl Optimizer {
                 }
             }),
         }
-        Ok(())
     }
 
     /// Updates `rows.len()` rows of `width` values, row `i` starting at `rows[i]` in `params`
-    /// (and the state), with `grads` holding their gradients row after row. The rows are
-    /// gathered into one contiguous run, updated in one pass and put back: thousands of short
-    /// segments, one per embedding row, cost more in calls than in arithmetic.
+    /// (and the state), with `grads` holding their gradients row after row. The starts must
+    /// ascend without overlapping rows (a batch's distinct ids give that): each row is then
+    /// updated where it lies, in one pass, and a long run of rows is split across threads.
     pub fn update_rows(
         &mut self,
         params: &mut [f32],
@@ -336,47 +341,21 @@ impl Optimizer {
         rows: &[usize],
         width: usize,
     ) -> Result<()> {
-        let n = rows.len() * width;
-        if grads.len() != n || rows.iter().any(|&r| r + width > self.len) {
+        let ascending = rows.windows(2).all(|pair| pair[0] + width <= pair[1]);
+        let inside = rows.last().is_none_or(|&last| last + width <= self.len);
+        if grads.len() != rows.len() * width || params.len() != self.len || !ascending || !inside {
             return Err(TrainError::InvalidArgument(format!(
-                "{} rows of {width} with {} gradients, in {} parameters",
+                "{} rows of {width} with {} gradients, in {} of {} parameters{}",
                 rows.len(),
                 grads.len(),
-                self.len
+                params.len(),
+                self.len,
+                if ascending { "" } else { " (row starts must ascend without overlapping)" }
             )));
         }
-        let mut values = gather_rows(params, rows, width);
-        let gathered: Vec<Vec<f32>> = self.buffers.iter().map(|b| gather_rows(b, rows, width)).collect();
-        let (full, len) = (std::mem::replace(&mut self.buffers, gathered), self.len);
-        self.len = n;
-        let outcome = self.update(&mut values, grads, &[Segment { param: 0, grad: 0, len: n }]);
-        let gathered = std::mem::replace(&mut self.buffers, full);
-        self.len = len;
-        outcome?;
-        scatter_rows(params, &values, rows, width);
-        for (buffer, values) in self.buffers.iter_mut().zip(&gathered) {
-            scatter_rows(buffer, values, rows, width);
-        }
-        Ok(())
-    }
-
-    /// Runs `update` over every segment, a large one split across threads.
-    fn apply<const K: usize>(
-        &mut self,
-        params: &mut [f32],
-        grads: &[f32],
-        segments: &[Segment],
-        update: impl Fn(&mut [f32], &[f32], [&mut [f32]; K]) + Sync,
-    ) {
         let threads = self.threads;
-        let mut buffers = self.buffers_mut::<K>();
-        for s in segments {
-            let p = &mut params[s.param..s.param + s.len];
-            let g = &grads[s.grad..s.grad + s.len];
-            let states = buffers.each_mut().map(|b| &mut b[s.param..s.param + s.len]);
-            let parts = threads.min(s.len / VALUES_PER_THREAD).max(1);
-            fused(parts, p, g, states, &update);
-        }
+        self.run_rule(Rows { params, grads, starts: rows, width, threads });
+        Ok(())
     }
 
     fn buffers_mut<const K: usize>(&mut self) -> [&mut [f32]; K] {
@@ -417,6 +396,100 @@ impl Optimizer {
         self.step = state.step;
         self.buffers = state.buffers.into_iter().map(|(_, b)| b).collect();
         Ok(())
+    }
+}
+
+/// The values one update covers, and how its work is split: `run` calls `update` on matching
+/// slices of the parameters, their gradients and the rule's `K` state buffers.
+trait Target {
+    fn run<const K: usize>(
+        self,
+        buffers: [&mut [f32]; K],
+        update: impl Fn(&mut [f32], &[f32], [&mut [f32]; K]) + Sync,
+    );
+}
+
+/// Segments of the parameters (checked to lie inside them), a long one split across threads.
+struct Segments<'a> {
+    params: &'a mut [f32],
+    grads: &'a [f32],
+    segments: &'a [Segment],
+    threads: usize,
+}
+
+impl Target for Segments<'_> {
+    fn run<const K: usize>(
+        self,
+        mut buffers: [&mut [f32]; K],
+        update: impl Fn(&mut [f32], &[f32], [&mut [f32]; K]) + Sync,
+    ) {
+        for s in self.segments {
+            let p = &mut self.params[s.param..s.param + s.len];
+            let g = &self.grads[s.grad..s.grad + s.len];
+            let states = buffers.each_mut().map(|b| &mut b[s.param..s.param + s.len]);
+            let parts = self.threads.min(s.len / VALUES_PER_THREAD).max(1);
+            fused(parts, p, g, states, &update);
+        }
+    }
+}
+
+/// Rows of `width` values at ascending, non-overlapping `starts` (checked), with their
+/// gradients row after row; many rows are split across threads by row.
+struct Rows<'a> {
+    params: &'a mut [f32],
+    grads: &'a [f32],
+    starts: &'a [usize],
+    width: usize,
+    threads: usize,
+}
+
+impl Target for Rows<'_> {
+    fn run<const K: usize>(
+        self,
+        buffers: [&mut [f32]; K],
+        update: impl Fn(&mut [f32], &[f32], [&mut [f32]; K]) + Sync,
+    ) {
+        let Rows { params, grads, starts, width, threads } = self;
+        let parts = threads.min(starts.len() * width / VALUES_PER_THREAD).max(1);
+        if parts <= 1 {
+            return each_row(params, 0, grads, starts, width, buffers, &update);
+        }
+        thread::scope(|scope| {
+            // Each part takes the values from its first row's start to the next part's.
+            let (mut params, mut states, mut base) = (params, buffers, 0);
+            for i in 0..parts {
+                let (first, end) = (i * starts.len() / parts, (i + 1) * starts.len() / parts);
+                let split = starts.get(end).map_or(params.len(), |&next| next - base);
+                let (p, p_rest) = params.split_at_mut(split);
+                let mut rests = Vec::with_capacity(K);
+                let heads = states.map(|s| {
+                    let (head, rest) = s.split_at_mut(split);
+                    rests.push(rest);
+                    head
+                });
+                let (g, mine) = (&grads[first * width..end * width], &starts[first..end]);
+                let update = &update;
+                scope.spawn(move || each_row(p, base, g, mine, width, heads, update));
+                (params, base) = (p_rest, base + split);
+                states = rests.try_into().unwrap_or_else(|_| unreachable!("K rests"));
+            }
+        });
+    }
+}
+
+/// Calls `update` on each row where it lies; `params` and `states` begin at value `base`.
+fn each_row<const K: usize>(
+    params: &mut [f32],
+    base: usize,
+    grads: &[f32],
+    starts: &[usize],
+    width: usize,
+    mut states: [&mut [f32]; K],
+    update: &impl Fn(&mut [f32], &[f32], [&mut [f32]; K]),
+) {
+    for (&start, g) in starts.iter().zip(grads.chunks_exact(width.max(1))) {
+        let at = start - base;
+        update(&mut params[at..at + width], g, states.each_mut().map(|s| &mut s[at..at + width]));
     }
 }
 

@@ -4,26 +4,31 @@
 
 /// The rows of `width` values starting at each of `rows` in `from`, one after the other.
 pub(crate) fn gather_rows(from: &[f32], rows: &[usize], width: usize) -> Vec<f32> {
+    let mut out = vec![0.0; rows.len() * width];
+    gather_rows_into(from, rows, width, &mut out);
+    out
+}
+
+/// [`gather_rows`] into `out` (`rows.len() × width` values).
+pub(crate) fn gather_rows_into(from: &[f32], rows: &[usize], width: usize, out: &mut [f32]) {
     fn fixed<const W: usize>(from: &[f32], rows: &[usize], out: &mut [f32]) {
         for (chunk, &r) in out.chunks_exact_mut(W).zip(rows) {
             chunk.copy_from_slice(&from[r..r + W]);
         }
     }
-    let mut out = vec![0.0; rows.len() * width];
     // A length the compiler knows turns each row's copy into a few moves instead of a call.
     match width {
-        1 => fixed::<1>(from, rows, &mut out),
-        4 => fixed::<4>(from, rows, &mut out),
-        8 => fixed::<8>(from, rows, &mut out),
-        16 => fixed::<16>(from, rows, &mut out),
-        32 => fixed::<32>(from, rows, &mut out),
+        1 => fixed::<1>(from, rows, out),
+        4 => fixed::<4>(from, rows, out),
+        8 => fixed::<8>(from, rows, out),
+        16 => fixed::<16>(from, rows, out),
+        32 => fixed::<32>(from, rows, out),
         _ => {
             for (chunk, &r) in out.chunks_exact_mut(width.max(1)).zip(rows) {
                 chunk.copy_from_slice(&from[r..r + width]);
             }
         }
     }
-    out
 }
 
 /// Writes `values` (rows of `width`, one after the other) back to where `rows` start in `to`.

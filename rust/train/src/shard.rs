@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Result, TrainError};
 use crate::optim::{Optimizer, Rule, Segment};
 use crate::params::{Entry, TableInit};
-use crate::rows::{gather_rows, scatter_rows};
+use crate::rows::{gather_rows_into, scatter_rows};
 
 /// An embedding row's id: the feature spec's hashed id.
 pub type RowId = u32;
@@ -164,7 +164,15 @@ impl TableShard for FixedShard {
 
     fn lookup(&self, ids: &[RowId], out: &mut [f32]) -> Result<()> {
         let starts = self.starts(ids)?;
-        out.copy_from_slice(&gather_rows(&self.values, &starts, self.width));
+        if out.len() != starts.len() * self.width {
+            return Err(TrainError::InvalidArgument(format!(
+                "room for {} values, for {} rows of {}",
+                out.len(),
+                starts.len(),
+                self.width
+            )));
+        }
+        gather_rows_into(&self.values, &starts, self.width, out);
         Ok(())
     }
 

@@ -23,7 +23,7 @@ use crate::optim::Rule;
 use crate::params::{Entry, Parameters, TableInit};
 use crate::regularize::Penalty;
 use crate::shard::{FixedShard, RowId, TableShard, owned_rows, owner};
-use crate::step::{SharedRing, lock};
+use crate::step::{SharedRing, lock, sum_of_squares};
 
 /// One sharded table: its entry in the full layout, its penalty, its optimizer group, and
 /// this worker's rows.
@@ -403,7 +403,7 @@ impl ShardedTables {
                 }
             }
         }
-        Ok(grads.rows.iter().flatten().map(|&g| (g as f64) * (g as f64)).sum())
+        Ok(grads.rows.iter().map(|rows| sum_of_squares(rows)).sum())
     }
 
     /// Applies one update to this worker's rows with `grads`, at the schedule's `scale`. With

@@ -630,7 +630,7 @@ impl<M: Model> DataParallel<M> {
         let grads = &mut self.reduced[..vars];
         grads.iter_mut().for_each(|g| *g /= total);
         match tables.as_mut() {
-            Some(t) => t.rows.iter_mut().flatten().for_each(|g| *g /= total),
+            Some(t) => t.rows.iter_mut().for_each(|rows| rows.iter_mut().for_each(|g| *g /= total)),
             None => self.table_dense.iter_mut().for_each(|g| *g /= total),
         }
         if !self.regularization.is_zero() {
@@ -658,19 +658,18 @@ impl<M: Model> DataParallel<M> {
                 }
             }
         }
-        let table_values: Box<dyn Iterator<Item = &f32>> = match tables.as_ref() {
-            Some(t) => Box::new(t.rows.iter().flatten()),
-            None => Box::new(self.table_dense.iter()),
+        let table_squares: f64 = match tables.as_ref() {
+            Some(t) => t.rows.iter().map(|rows| sum_of_squares(rows)).sum(),
+            None => sum_of_squares(&self.table_dense),
         };
-        let squares: f64 = grads.iter().chain(table_values).map(|&g| (g as f64) * (g as f64)).sum();
-        let norm = squares.sqrt() as f32;
+        let norm = (sum_of_squares(grads) + table_squares).sqrt() as f32;
         if let Some(clip) = self.clip_norm
             && norm > clip
         {
             let factor = clip / norm;
             grads.iter_mut().for_each(|g| *g *= factor);
             match tables.as_mut() {
-                Some(t) => t.rows.iter_mut().flatten().for_each(|g| *g *= factor),
+                Some(t) => t.rows.iter_mut().for_each(|rows| rows.iter_mut().for_each(|g| *g *= factor)),
                 None => self.table_dense.iter_mut().for_each(|g| *g *= factor),
             }
         }
@@ -699,7 +698,7 @@ impl<M: Model> DataParallel<M> {
         if let Some(ring) = &self.ring {
             lock(ring).all_reduce(&mut table_squares, ReduceOp::Sum)?;
         }
-        let squares: f64 = grads.iter().map(|&g| (g as f64) * (g as f64)).sum::<f64>() + table_squares[0];
+        let squares = sum_of_squares(grads) + table_squares[0];
         let norm = squares.sqrt() as f32;
         if let Some(clip) = self.clip_norm
             && norm > clip
@@ -832,14 +831,24 @@ impl<M: Model> DataParallel<M> {
                     match &tables {
                         Some(rows) => {
                             let w = e.row_width();
-                            let (mut starts, mut grads) = (Vec::new(), Vec::new());
-                            for (id, values) in rows.ids.iter().zip(rows.rows[t].chunks_exact(w)) {
-                                if values.iter().any(|v| *v != 0.0) {
-                                    starts.push(e.offset - start + *id as usize * w);
-                                    grads.extend_from_slice(values);
+                            let values = &rows.rows[t];
+                            let live = |g: &[f32]| g.iter().any(|v| *v != 0.0);
+                            let start_of = |id: &u32| e.offset - start + *id as usize * w;
+                            // Rows whose gradient is zero are left as they are; most steps
+                            // have none, and then the gradients are used where they lie.
+                            if values.chunks_exact(w.max(1)).all(live) {
+                                let starts: Vec<usize> = rows.ids.iter().map(start_of).collect();
+                                group.optimizer.update_rows(params, values, &starts, w)?;
+                            } else {
+                                let (mut starts, mut grads) = (Vec::new(), Vec::new());
+                                for (id, g) in rows.ids.iter().zip(values.chunks_exact(w.max(1))) {
+                                    if live(g) {
+                                        starts.push(start_of(id));
+                                        grads.extend_from_slice(g);
+                                    }
                                 }
+                                group.optimizer.update_rows(params, &grads, &starts, w)?;
                             }
-                            group.optimizer.update_rows(params, &grads, &starts, w)?;
                         }
                         None => {
                             let segment = Segment { param: e.offset - start, grad: dense, len: e.len() };
@@ -858,6 +867,20 @@ impl<M: Model> DataParallel<M> {
         }
         Ok(())
     }
+}
+
+/// The sum of the values' squares in float64, over eight running sums so that the additions
+/// do not wait on one another (the same sum on every worker: the order is fixed).
+pub(crate) fn sum_of_squares(values: &[f32]) -> f64 {
+    let mut sums = [0f64; 8];
+    let chunks = values.chunks_exact(8);
+    let rest: f64 = chunks.remainder().iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+    for chunk in chunks {
+        for (sum, &v) in sums.iter_mut().zip(chunk) {
+            *sum += f64::from(v) * f64::from(v);
+        }
+    }
+    sums.iter().sum::<f64>() + rest
 }
 
 /// `[count][ids][rows of table 0][rows of table 1]...` as little-endian bytes.

@@ -2,7 +2,7 @@
 //! checkpoints and multi-threading rely on: a restored state continues exactly, and threads
 //! change nothing.
 
-use sparktrain_train::{Optimizer, Rule};
+use sparktrain_train::{Optimizer, Rule, Segment};
 
 fn grads_at(params: &[f32]) -> Vec<f32> {
     // The gradient of sum((p - 3)^2) / 2 plus a little per-index wobble.
@@ -128,4 +128,53 @@ fn a_state_that_does_not_fit_is_refused() {
     assert!(err.contains("'m' holds 10 values for 11 parameters"), "{err}");
     let mut sgd = Optimizer::new(Rule::sgd(0.1), 10, 1);
     assert!(sgd.load_state(adam.state()).is_err());
+}
+
+/// Rows of `width` at every third row of a buffer, updated by `update_rows` on `threads`
+/// threads, and the same rows as one segment each (the rule applied to each row alone).
+fn rows_both_ways(rule: Rule, rows: usize, width: usize, threads: usize) -> (Vec<f32>, Vec<f32>) {
+    let len = 3 * rows * width + 5;
+    let starts: Vec<usize> = (0..rows).map(|r| 3 * r * width + 2).collect();
+    let start: Vec<f32> = (0..len).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
+    let (mut by_rows, mut by_segments) = (start.clone(), start);
+    let (mut fast, mut slow) = (Optimizer::new(rule, len, threads), Optimizer::new(rule, len, 1));
+    for step in 0..3 {
+        let grads: Vec<f32> = (0..rows * width).map(|i| ((i + step) % 17) as f32 * 0.05 - 0.4).collect();
+        fast.advance();
+        fast.update_rows(&mut by_rows, &grads, &starts, width).unwrap();
+        let segments: Vec<Segment> = starts
+            .iter()
+            .enumerate()
+            .map(|(r, &s)| Segment { param: s, grad: r * width, len: width })
+            .collect();
+        slow.advance();
+        slow.update(&mut by_segments, &grads, &segments).unwrap();
+    }
+    assert_eq!(fast.state(), slow.state(), "{rule:?}: the state buffers");
+    (by_rows, by_segments)
+}
+
+#[test]
+fn updating_rows_in_place_is_updating_each_row_on_any_thread_count() {
+    for rule in all_rules() {
+        for (rows, width, threads) in [(7, 16, 1), (100_000, 4, 3), (9_001, 17, 4)] {
+            let (by_rows, by_segments) = rows_both_ways(rule, rows, width, threads);
+            assert!(
+                by_rows.iter().zip(&by_segments).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{rule:?}, {rows} rows of {width} on {threads} threads"
+            );
+        }
+    }
+}
+
+#[test]
+fn rows_out_of_order_or_overlapping_are_refused() {
+    let mut params = vec![0.0; 64];
+    let mut opt = Optimizer::new(Rule::adam(0.1), 64, 1);
+    opt.advance();
+    for starts in [[8, 0], [0, 3], [0, 62]] {
+        let err = opt.update_rows(&mut params, &[1.0; 8], &starts, 4).unwrap_err();
+        assert!(err.to_string().contains("rows of 4"), "{starts:?}: {err}");
+    }
+    assert!(params.iter().all(|p| *p == 0.0), "a refused update changes nothing");
 }

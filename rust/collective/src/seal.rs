@@ -5,8 +5,11 @@
 //! and a frame's nonce is its number on the connection. So a party on the network path can
 //! neither read the values nor alter, drop, replay, reorder or splice frames without the next
 //! frame failing its check; a recorded connection is useless on another. AES-GCM was chosen
-//! over a MAC alone because on CPUs with AES instructions it costs the same (measured:
-//! 9.7 GB/s sealed against 9.4 GB/s for keyed BLAKE3 and 1.9 GB/s for HMAC-SHA256, one core).
+//! over a MAC alone because on CPUs with AES instructions it costs the same (measured with
+//! ring's AES-GCM: 9.7 GB/s sealed against 9.4 GB/s for keyed BLAKE3 and 1.9 GB/s for
+//! HMAC-SHA256, one core). The cipher is AWS-LC's (through aws-lc-rs): on a CPU with the wide
+//! AES and carry-less multiply instructions (VAES, VPCLMULQDQ) it sealed 22 GB/s on one core,
+//! where ring's reached 10-11 GB/s, and a step's sealing is mostly the cipher.
 //!
 //! Both sides of a connection know how many bytes each message has (the ring runs in lock
 //! step), so a frame carries no length: a message is cut into frames of at most
@@ -19,7 +22,7 @@
 
 use std::io::{self, Read, Write};
 
-use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, Tag, UnboundKey};
+use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 
 /// Bytes of a frame's authentication tag.
 pub const TAG_BYTES: usize = 16;
@@ -154,10 +157,7 @@ impl<S: Read> Opener<S> {
                 self.stream.read_exact(piece)?;
                 self.stream.read_exact(&mut tag)?;
             }
-            keyed
-                .key
-                .open_in_place_separate_tag(nonce, Aad::empty(), Tag::from(tag), piece, 0..)
-                .map_err(|_| forged())?;
+            keyed.key.open_in_place_separate_tag(nonce, Aad::empty(), &tag, piece).map_err(|_| forged())?;
         }
         Ok(())
     }

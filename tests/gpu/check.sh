@@ -57,6 +57,7 @@ for rows in 256 4096; do
     run 300 "$bin" trainer "$device" "$rows" $((steps / 2))
 done
 run 300 "$bin" phases "$device" 4096 $((steps / 4))
+run 300 "$bin" input 4096 $((steps / 2))
 run 300 "$bin" job "$device" 2 50
 run 120 env RAYON_NUM_THREADS=1 "$bin" step cpu 4096 30 mlp
 run 120 "$torch" tests/gpu/torch_peer.py cpu 4096 30 mlp
@@ -79,6 +80,10 @@ for size in (256, 4096):
 cpu = get(mode="step", model="mlp", device="cpu", rows=4096, steps=30)
 cpu_peer = get(mode="torch", model="mlp", device="cpu", rows=4096, steps=30)
 print(f"\nMLP at 4096 on one CPU thread: {fmt(cpu)} against PyTorch's {fmt(cpu_peer)}: {ratio(cpu, cpu_peer)}")
+feeds = [r for r in rows if r["mode"] == "input"]
+if feeds:
+    print("the input pipeline alone at 4096 rows (what it can feed the Trainer at most): "
+          + ", ".join(f"{r['model']} {fmt(r['examples_per_sec'])}" for r in feeds))
 phases = [r for r in rows if r["mode"] == "phases"]
 if phases:
     parts = ("upload", "lookup", "forward", "backward", "grads_to_host")

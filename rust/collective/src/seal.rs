@@ -15,7 +15,7 @@
 //! step), so a frame carries no length: a message is cut into frames of at most
 //! [`FRAME_BYTES`], each sent as its ciphertext followed by its 16-byte tag.
 //!
-//! Sealing costs CPU time (about 1.5× the time of a large all-reduce between two processes
+//! Sealing costs CPU time (1.3-1.6× the time of a large all-reduce between two processes
 //! sharing two cores, far less where the network is the bottleneck), so a job on a network it
 //! trusts may send frames in the clear (no key); the handshake still authenticates every
 //! connection, and both ends must agree.

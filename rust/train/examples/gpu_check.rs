@@ -15,6 +15,10 @@
 //!   backward pass, and the gradients' copy to host memory, each timed to the device's
 //!   completion, beside the whole `DataParallel::step` (the rest of which is the update and
 //!   the copy of the parameters back); a JSON line per model, in milliseconds per step.
+//! - `input ROWS [steps] [models]`: the `trainer` mode's input pipeline alone over the same
+//!   files (read, encoded and cut into batches on its thread, then copied to the CPU as the
+//!   trainer copies a batch to its device): the examples per second it can feed at most; a
+//!   JSON line per model.
 //! - `job DEVICE WORKERS [steps]`: WORKERS trainer processes on this machine, each on DEVICE,
 //!   in one ring over loopback, training Wide&Deep; checks they end with the same parameters.
 //!
@@ -58,11 +62,12 @@ fn main() -> ExitCode {
         Some("step") => step(&arg(1, "cuda"), number(2, 4096), number(3, 100), &timed(&arg(4, TIMED))),
         Some("trainer") => trainer(&arg(1, "cuda"), number(2, 4096), number(3, 100), &timed(&arg(4, TIMED))),
         Some("phases") => phases(&arg(1, "cuda"), number(2, 4096), number(3, 50), &timed(&arg(4, TIMED))),
+        Some("input") => input(number(1, 4096), number(2, 100), &timed(&arg(3, TIMED))),
         Some("job") => job(&arg(1, "cuda"), number(2, 2), number(3, 50)),
         Some("job-worker") => job_worker(&args[1..]),
         _ => {
             eprintln!(
-                "usage: gpu_check exact A B [steps] | step DEVICE ROWS [steps] | trainer DEVICE ROWS [steps] | phases DEVICE ROWS [steps] | job DEVICE WORKERS [steps]"
+                "usage: gpu_check exact A B [steps] | step DEVICE ROWS [steps] | trainer DEVICE ROWS [steps] | phases DEVICE ROWS [steps] | input ROWS [steps] | job DEVICE WORKERS [steps]"
             );
             ExitCode::from(2)
         }
@@ -347,6 +352,35 @@ fn trainer(device: &str, rows_per_step: usize, steps: usize, models: &[(&str, Mo
         let line = serde_json::json!({
             "mode": "trainer", "model": name, "device": device, "rows": rows_per_step,
             "steps": summary.new_steps, "examples_per_sec": summary.examples_per_sec,
+        });
+        println!("RESULT {line}");
+    }
+    ExitCode::SUCCESS
+}
+
+fn input(rows_per_step: usize, steps: usize, models: &[(&str, ModelKind)]) -> ExitCode {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    for (name, kind) in models {
+        let spec = spec(name);
+        let folder = dir.path().join(name);
+        write_parquet(&folder, &spec, 4, rows_per_step * (steps + 10).div_ceil(4));
+        let path = folder.to_string_lossy().into_owned();
+        let config = config_for(kind.clone(), "cpu", rows_per_step);
+        let input = Input::open(&path, 1, 0, config.input_options()).expect("the input opens");
+        let spec = Arc::new(spec);
+        let (mut examples, mut started) = (0usize, None);
+        for (i, encoded) in input.epoch(0, &spec).expect("the epoch starts").enumerate() {
+            let batch = Batch::from_encoded(&encoded.expect("a batch")).expect("the batch's tensors");
+            // The first batches fill the prefetch queue: the rate counts from the tenth on.
+            if i == 10 {
+                started = Some(Instant::now());
+            } else if i > 10 {
+                examples += batch.rows().expect("rows");
+            }
+        }
+        let seconds = started.map_or(f64::NAN, |t| t.elapsed().as_secs_f64());
+        let line = serde_json::json!({
+            "mode": "input", "model": name, "rows": rows_per_step, "examples_per_sec": examples as f64 / seconds,
         });
         println!("RESULT {line}");
     }

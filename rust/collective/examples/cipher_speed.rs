@@ -25,6 +25,20 @@ fn nonce_bytes(frame: u64) -> [u8; 12] {
     nonce
 }
 
+/// The rate of AES-`bits`-GCM from `krate` (ring and aws-lc-rs share one `aead` API).
+macro_rules! sealing_rate {
+    ($krate:ident, $bits:expr, $buffer:expr, $times:expr) => {{
+        use $krate::aead::{AES_128_GCM, AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
+        let algorithm = if $bits == 256 { &AES_256_GCM } else { &AES_128_GCM };
+        let key = vec![1u8; $bits / 8];
+        let key = LessSafeKey::new(UnboundKey::new(algorithm, &key).expect("a key of the right length"));
+        rate($buffer, $times, |frame, data| {
+            let nonce = Nonce::assume_unique_for_key(nonce_bytes(frame));
+            black_box(key.seal_in_place_separate_tag(nonce, Aad::empty(), data).expect("seals").as_ref()[0]);
+        })
+    }};
+}
+
 fn main() {
     let args: Vec<usize> = std::env::args()
         .skip(1)
@@ -35,30 +49,9 @@ fn main() {
     let mut buffer = vec![7u8; kib << 10];
     let times = ((total_mib << 20) / buffer.len()).max(1);
     println!("sealing {kib} KiB buffers in place, {times} times each, one core");
-    for bits in [256, 128] {
-        let key = vec![1u8; bits / 8];
-        let ring_rate = {
-            use ring::aead::{AES_128_GCM, AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
-            let algorithm = if bits == 256 { &AES_256_GCM } else { &AES_128_GCM };
-            let key = LessSafeKey::new(UnboundKey::new(algorithm, &key).expect("a key of the right length"));
-            rate(&mut buffer, times, |frame, data| {
-                let nonce = Nonce::assume_unique_for_key(nonce_bytes(frame));
-                black_box(
-                    key.seal_in_place_separate_tag(nonce, Aad::empty(), data).expect("seals").as_ref()[0],
-                );
-            })
-        };
-        let aws_rate = {
-            use aws_lc_rs::aead::{AES_128_GCM, AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
-            let algorithm = if bits == 256 { &AES_256_GCM } else { &AES_128_GCM };
-            let key = LessSafeKey::new(UnboundKey::new(algorithm, &key).expect("a key of the right length"));
-            rate(&mut buffer, times, |frame, data| {
-                let nonce = Nonce::assume_unique_for_key(nonce_bytes(frame));
-                black_box(
-                    key.seal_in_place_separate_tag(nonce, Aad::empty(), data).expect("seals").as_ref()[0],
-                );
-            })
-        };
+    for bits in [256usize, 128] {
+        let ring_rate = sealing_rate!(ring, bits, &mut buffer, times);
+        let aws_rate = sealing_rate!(aws_lc_rs, bits, &mut buffer, times);
         println!(
             "AES-{bits}-GCM: ring {:.2} GB/s, aws-lc-rs {:.2} GB/s, aws-lc-rs / ring {:.2}x",
             ring_rate / 1e9,

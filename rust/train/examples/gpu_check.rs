@@ -330,13 +330,24 @@ fn config_for(kind: ModelKind, device: &str, rows_per_step: usize) -> TrainerCon
     config
 }
 
+/// Four Parquet files under `dir`/`name` holding ten batches more than `steps`; their folder.
+fn training_files(
+    dir: &std::path::Path,
+    name: &str,
+    spec: &FeatureSpec,
+    rows_per_step: usize,
+    steps: usize,
+) -> String {
+    let folder = dir.join(name);
+    write_parquet(&folder, spec, 4, rows_per_step * (steps + 10).div_ceil(4));
+    folder.to_string_lossy().into_owned()
+}
+
 fn trainer(device: &str, rows_per_step: usize, steps: usize, models: &[(&str, ModelKind)]) -> ExitCode {
     let dir = tempfile::tempdir().expect("a temporary folder");
     for (name, kind) in models {
         let spec = spec(name);
-        let folder = dir.path().join(name);
-        write_parquet(&folder, &spec, 4, rows_per_step * (steps + 10).div_ceil(4));
-        let path = folder.to_string_lossy().into_owned();
+        let path = training_files(dir.path(), name, &spec, rows_per_step, steps);
         let mut trainer = match Trainer::new(config_for(kind.clone(), device, rows_per_step), spec, None) {
             Ok(t) => t,
             Err(e) => {
@@ -358,13 +369,12 @@ fn trainer(device: &str, rows_per_step: usize, steps: usize, models: &[(&str, Mo
     ExitCode::SUCCESS
 }
 
+/// The `trainer` mode's input pipeline alone: the examples per second it feeds.
 fn input(rows_per_step: usize, steps: usize, models: &[(&str, ModelKind)]) -> ExitCode {
     let dir = tempfile::tempdir().expect("a temporary folder");
     for (name, kind) in models {
         let spec = spec(name);
-        let folder = dir.path().join(name);
-        write_parquet(&folder, &spec, 4, rows_per_step * (steps + 10).div_ceil(4));
-        let path = folder.to_string_lossy().into_owned();
+        let path = training_files(dir.path(), name, &spec, rows_per_step, steps);
         let config = config_for(kind.clone(), "cpu", rows_per_step);
         let input = Input::open(&path, 1, 0, config.input_options()).expect("the input opens");
         let spec = Arc::new(spec);

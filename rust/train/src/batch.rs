@@ -164,6 +164,16 @@ impl Lookup {
         Some(distinct(&all_ids(batch)?).0)
     }
 
+    /// The lookup of `batch` whose ids are placed by `places` ([`Places::of`] the batch),
+    /// given every table's rows of `places.unique`, as [`Lookup::with_rows`] takes them.
+    pub(crate) fn placed(
+        batch: &Batch,
+        places: Places,
+        tables: Vec<(String, usize, Vec<f32>)>,
+    ) -> Result<Lookup> {
+        Self::assemble(batch, places, tables, Gather::for_device(batch.dense.device()))
+    }
+
     /// Gathers the rows of `batch`'s ids from every table among `entries`, whose values are
     /// in `weights`, onto the batch's device; None when the batch has no ids.
     pub fn gather(batch: &Batch, entries: &[Entry], weights: &[f32]) -> Result<Option<Lookup>> {
@@ -177,17 +187,16 @@ impl Lookup {
         weights: &[f32],
         gather: Gather,
     ) -> Result<Option<Lookup>> {
-        let Some(all) = all_ids(batch) else { return Ok(None) };
-        let (unique, mut local) = distinct(&all);
+        let Some(places) = Places::of(batch) else { return Ok(None) };
         let mut tables = Vec::new();
         for entry in entries.iter().filter(|e| e.table) {
-            check_ids(&unique, entry)?;
+            check_ids(&places.unique, entry)?;
             let width = entry.row_width();
-            let starts: Vec<usize> = unique.iter().map(|&id| entry.offset + id as usize * width).collect();
+            let starts: Vec<usize> =
+                places.unique.iter().map(|&id| entry.offset + id as usize * width).collect();
             tables.push((entry.name.clone(), width, gather_rows(weights, &starts, width)));
         }
-        let bag_local = local.split_off(batch.ids.as_ref().map_or(0, Vec::len));
-        Self::assemble(batch, unique, local, bag_local, tables, gather).map(Some)
+        Self::assemble(batch, places, tables, gather).map(Some)
     }
 
     /// The lookup of `batch` whose distinct ids ([`Lookup::distinct_ids`]) are `unique`,
@@ -219,19 +228,18 @@ impl Lookup {
         };
         let local: Vec<u32> = ids.iter().map(position).collect::<Result<_>>()?;
         let bag_local: Vec<u32> = bag_ids.iter().map(position).collect::<Result<_>>()?;
-        Self::assemble(batch, unique, local, bag_local, tables, gather)
+        Self::assemble(batch, Places { unique, local, bag_local }, tables, gather)
     }
 
-    /// The lookup, given each single id's (`local`) and multi-hot id's (`bag_local`) index
-    /// among the distinct ids `unique`, and every table's rows of them.
+    /// The lookup of `batch` whose ids `places` places, given every table's rows of the
+    /// distinct ids.
     fn assemble(
         batch: &Batch,
-        unique: Vec<u32>,
-        local: Vec<u32>,
-        bag_local: Vec<u32>,
+        places: Places,
         tables: Vec<(String, usize, Vec<f32>)>,
         gather: Gather,
     ) -> Result<Lookup> {
+        let Places { unique, local, bag_local } = places;
         let device = batch.dense.device();
         let rows = batch.rows()?;
         let mut distinct = BTreeMap::new();
@@ -404,6 +412,26 @@ impl PaddedBags {
             var.narrow(0, singles, bags * self.longest)?.reshape((bags, self.longest, dim))?.sum(1)?
         };
         Ok(sums.broadcast_mul(&self.scale)?.reshape((rows, self.width, dim))?)
+    }
+}
+
+/// A batch's distinct ids, ascending, and where each of its single and multi-hot ids sits
+/// among them.
+pub(crate) struct Places {
+    /// The distinct ids, ascending.
+    pub(crate) unique: Vec<u32>,
+    /// Each single id's index in `unique`, in the batch's order.
+    local: Vec<u32>,
+    /// Each multi-hot id's index in `unique`, in the bags' order.
+    bag_local: Vec<u32>,
+}
+
+impl Places {
+    /// The places of `batch`'s ids, from one sort of them; None when it has none.
+    pub(crate) fn of(batch: &Batch) -> Option<Places> {
+        let (unique, mut local) = distinct(&all_ids(batch)?);
+        let bag_local = local.split_off(batch.ids.as_ref().map_or(0, Vec::len));
+        Some(Places { unique, local, bag_local })
     }
 }
 

@@ -461,17 +461,11 @@ impl Target for Rows<'_> {
                 let (first, end) = (i * starts.len() / parts, (i + 1) * starts.len() / parts);
                 let split = starts.get(end).map_or(params.len(), |&next| next - base);
                 let (p, p_rest) = params.split_at_mut(split);
-                let mut rests = Vec::with_capacity(K);
-                let heads = states.map(|s| {
-                    let (head, rest) = s.split_at_mut(split);
-                    rests.push(rest);
-                    head
-                });
+                let (heads, rests) = split_each(states, split);
                 let (g, mine) = (&grads[first * width..end * width], &starts[first..end]);
                 let update = &update;
                 scope.spawn(move || each_row(p, base, g, mine, width, heads, update));
-                (params, base) = (p_rest, base + split);
-                states = rests.try_into().unwrap_or_else(|_| unreachable!("K rests"));
+                (params, states, base) = (p_rest, rests, base + split);
             }
         });
     }
@@ -512,16 +506,21 @@ fn fused<const K: usize>(
             let len = (i + 1) * total / parts - i * total / parts;
             let (p, p_rest) = params.split_at_mut(len);
             let (g, g_rest) = grads.split_at(len);
-            let mut rests = Vec::with_capacity(K);
-            let heads = states.map(|s| {
-                let (head, rest) = s.split_at_mut(len);
-                rests.push(rest);
-                head
-            });
+            let (heads, rests) = split_each(states, len);
             let update = &update;
             scope.spawn(move || update(p, g, heads));
-            (params, grads) = (p_rest, g_rest);
-            states = rests.try_into().unwrap_or_else(|_| unreachable!("K rests"));
+            (params, grads, states) = (p_rest, g_rest, rests);
         }
     });
+}
+
+/// Each of the state buffers split at `at`: their heads and their rests.
+fn split_each<const K: usize>(states: [&mut [f32]; K], at: usize) -> ([&mut [f32]; K], [&mut [f32]; K]) {
+    let mut rests = Vec::with_capacity(K);
+    let heads = states.map(|s| {
+        let (head, rest) = s.split_at_mut(at);
+        rests.push(rest);
+        head
+    });
+    (heads, rests.try_into().unwrap_or_else(|_| unreachable!("K rests")))
 }

@@ -2,6 +2,8 @@
 //! (1 to 64 values) and many (thousands per step), so each copy is written for a length the
 //! compiler knows: a few moves rather than a `memcpy` call per row.
 
+use std::borrow::Cow;
+
 /// The rows of `width` values starting at each of `rows` in `from`, one after the other.
 pub(crate) fn gather_rows(from: &[f32], rows: &[usize], width: usize) -> Vec<f32> {
     let mut out = vec![0.0; rows.len() * width];
@@ -29,6 +31,28 @@ pub(crate) fn gather_rows_into(from: &[f32], rows: &[usize], width: usize, out: 
             }
         }
     }
+}
+
+/// The rows of `values` (rows of `width`, the gradients of the rows `ids` name) that hold a
+/// non-zero value, with their ids: a touched row whose gradient is zero is left alone, as a
+/// dense update would leave it. Most steps have no such row, and then both are borrowed.
+pub(crate) fn live_rows<'a, T: Copy>(
+    ids: &'a [T],
+    values: &'a [f32],
+    width: usize,
+) -> (Cow<'a, [T]>, Cow<'a, [f32]>) {
+    let live = |row: &[f32]| row.iter().any(|v| *v != 0.0);
+    if values.chunks_exact(width.max(1)).all(live) {
+        return (Cow::Borrowed(ids), Cow::Borrowed(values));
+    }
+    let (mut kept, mut rows) = (Vec::new(), Vec::new());
+    for (id, row) in ids.iter().zip(values.chunks_exact(width.max(1))) {
+        if live(row) {
+            kept.push(*id);
+            rows.extend_from_slice(row);
+        }
+    }
+    (Cow::Owned(kept), Cow::Owned(rows))
 }
 
 /// Writes `values` (rows of `width`, one after the other) back to where `rows` start in `to`.

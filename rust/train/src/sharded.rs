@@ -22,6 +22,7 @@ use crate::groups::{GroupState, OptimizerConfig, WIDE_PREFIX};
 use crate::optim::Rule;
 use crate::params::{Entry, Parameters, TableInit};
 use crate::regularize::Penalty;
+use crate::rows::live_rows;
 use crate::shard::{FixedShard, RowId, TableShard, owned_rows, owner};
 use crate::step::{SharedRing, lock, sum_of_squares};
 
@@ -414,18 +415,11 @@ impl ShardedTables {
             let optimizer = table.shard.optimizer_mut();
             optimizer.set_scale(scale);
             optimizer.advance();
-            let w = table.shard.width();
             if !skip_zero_rows {
                 table.shard.apply(&grads.ids, rows)?;
                 continue;
             }
-            let (mut ids, mut values) = (Vec::with_capacity(grads.ids.len()), Vec::with_capacity(rows.len()));
-            for (id, row) in grads.ids.iter().zip(rows.chunks_exact(w)) {
-                if row.iter().any(|v| *v != 0.0) {
-                    ids.push(*id);
-                    values.extend_from_slice(row);
-                }
-            }
+            let (ids, values) = live_rows(&grads.ids, rows, table.shard.width());
             table.shard.apply(&ids, &values)?;
         }
         Ok(())

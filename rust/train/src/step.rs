@@ -28,7 +28,7 @@ use candle_core::Tensor;
 use candle_core::backprop::GradStore;
 use sparktrain_collective::{Communicator, ReduceOp, Wire};
 
-use crate::batch::{Batch, Lookup};
+use crate::batch::{Batch, Lookup, Places};
 use crate::checkpoint::{self, CheckpointOptions, Progress, Restored, TableFiles};
 use crate::error::{Result, TrainError};
 use crate::groups::{OptimizerConfig, Optimizers};
@@ -38,6 +38,7 @@ use crate::model::Model;
 use crate::optim::Segment;
 use crate::params::Entry;
 use crate::regularize::Regularization;
+use crate::rows::live_rows;
 use crate::schedule::Schedule;
 use crate::shard::{Placement, TableOptions, default_table_budget};
 use crate::sharded::{Fetched, OwnedGrads, ShardedTables, rule_of};
@@ -293,18 +294,18 @@ impl<M: Model> DataParallel<M> {
                 batch.map(|b| Lookup::gather(b, &self.entries, &self.weights)).transpose()?.flatten();
             return Ok((lookup, Fetched::default()));
         };
-        let unique = batch.and_then(Lookup::distinct_ids);
-        let mut fetched =
-            sharded.fetch(self.ring.as_ref(), batch.is_some(), unique.as_deref().unwrap_or_default())?;
-        let lookup = match (batch, unique) {
-            (Some(batch), Some(unique)) => {
+        let places = batch.and_then(Places::of);
+        let unique = places.as_ref().map_or(&[][..], |p| &p.unique[..]);
+        let mut fetched = sharded.fetch(self.ring.as_ref(), batch.is_some(), unique)?;
+        let lookup = match (batch, places) {
+            (Some(batch), Some(places)) => {
                 let tables = self
                     .tables
                     .iter()
                     .zip(std::mem::take(&mut fetched.rows))
                     .map(|(e, rows)| (e.name.clone(), e.row_width(), rows))
                     .collect();
-                Some(Lookup::with_rows(batch, unique, tables)?)
+                Some(Lookup::placed(batch, places, tables)?)
             }
             _ => None,
         };
@@ -831,24 +832,10 @@ impl<M: Model> DataParallel<M> {
                     match &tables {
                         Some(rows) => {
                             let w = e.row_width();
-                            let values = &rows.rows[t];
-                            let live = |g: &[f32]| g.iter().any(|v| *v != 0.0);
-                            let start_of = |id: &u32| e.offset - start + *id as usize * w;
-                            // Rows whose gradient is zero are left as they are; most steps
-                            // have none, and then the gradients are used where they lie.
-                            if values.chunks_exact(w.max(1)).all(live) {
-                                let starts: Vec<usize> = rows.ids.iter().map(start_of).collect();
-                                group.optimizer.update_rows(params, values, &starts, w)?;
-                            } else {
-                                let (mut starts, mut grads) = (Vec::new(), Vec::new());
-                                for (id, g) in rows.ids.iter().zip(values.chunks_exact(w.max(1))) {
-                                    if live(g) {
-                                        starts.push(start_of(id));
-                                        grads.extend_from_slice(g);
-                                    }
-                                }
-                                group.optimizer.update_rows(params, &grads, &starts, w)?;
-                            }
+                            let (ids, grads) = live_rows(&rows.ids, &rows.rows[t], w);
+                            let starts: Vec<usize> =
+                                ids.iter().map(|&id| e.offset - start + id as usize * w).collect();
+                            group.optimizer.update_rows(params, &grads, &starts, w)?;
                         }
                         None => {
                             let segment = Segment { param: e.offset - start, grad: dense, len: e.len() };

@@ -142,7 +142,7 @@ fn measure(n: usize, buckets: u32, steps: usize, shard: ShardTables) -> Figures 
                 let data = batches(&spec, buckets, w, warmup + steps);
                 let config = EmbeddingConfig { dim: 16, hidden: vec![64, 32], cross_layers: 0, seed: 1 };
                 let model = WideDeep::new(&spec, &config).unwrap();
-                let tables = TableOptions { shard, budget_bytes: None };
+                let tables = TableOptions { shard, budget_bytes: None, on_device: None };
                 let mut dp = DataParallel::with_tables(
                     model,
                     Loss::BinaryCrossEntropy,

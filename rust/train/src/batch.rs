@@ -113,6 +113,14 @@ pub struct Lookup {
     form: Form,
 }
 
+/// A table's rows of a batch's distinct ids, as a lookup is given them.
+enum Rows {
+    /// Row after row, in main memory.
+    Host(Vec<f32>),
+    /// `[unique, width]`, on the batch's device.
+    Device(Tensor),
+}
+
 /// Where each of the batch's ids finds its row in the tables' variables.
 enum Form {
     /// Variables of `[unique, dim]`.
@@ -171,6 +179,21 @@ impl Lookup {
         places: Places,
         tables: Vec<(String, usize, Vec<f32>)>,
     ) -> Result<Lookup> {
+        let tables = tables.into_iter().map(|(name, width, values)| (name, width, Rows::Host(values)));
+        Self::assemble(batch, places, tables.collect(), Gather::for_device(batch.dense.device()))
+    }
+
+    /// The lookup of `batch` whose ids are placed by `places`, given every table's rows of
+    /// `places.unique` as `[unique, width]` tensors already on the batch's device.
+    pub(crate) fn placed_on_device(
+        batch: &Batch,
+        places: Places,
+        tables: Vec<(String, Tensor)>,
+    ) -> Result<Lookup> {
+        let tables = tables
+            .into_iter()
+            .map(|(name, rows)| Ok((name, rows.dim(1)?, Rows::Device(rows))))
+            .collect::<Result<_>>()?;
         Self::assemble(batch, places, tables, Gather::for_device(batch.dense.device()))
     }
 
@@ -194,7 +217,7 @@ impl Lookup {
             let width = entry.row_width();
             let starts: Vec<usize> =
                 places.unique.iter().map(|&id| entry.offset + id as usize * width).collect();
-            tables.push((entry.name.clone(), width, gather_rows(weights, &starts, width)));
+            tables.push((entry.name.clone(), width, Rows::Host(gather_rows(weights, &starts, width))));
         }
         Self::assemble(batch, places, tables, gather).map(Some)
     }
@@ -228,7 +251,8 @@ impl Lookup {
         };
         let local: Vec<u32> = ids.iter().map(position).collect::<Result<_>>()?;
         let bag_local: Vec<u32> = bag_ids.iter().map(position).collect::<Result<_>>()?;
-        Self::assemble(batch, Places { unique, local, bag_local }, tables, gather)
+        let tables = tables.into_iter().map(|(name, width, values)| (name, width, Rows::Host(values)));
+        Self::assemble(batch, Places { unique, local, bag_local }, tables.collect(), gather)
     }
 
     /// The lookup of `batch` whose ids `places` places, given every table's rows of the
@@ -236,7 +260,7 @@ impl Lookup {
     fn assemble(
         batch: &Batch,
         places: Places,
-        tables: Vec<(String, usize, Vec<f32>)>,
+        tables: Vec<(String, usize, Rows)>,
         gather: Gather,
     ) -> Result<Lookup> {
         let Places { unique, local, bag_local } = places;
@@ -244,10 +268,13 @@ impl Lookup {
         let rows = batch.rows()?;
         let mut distinct = BTreeMap::new();
         for (name, width, values) in tables {
-            if values.len() != unique.len() * width {
+            let count = match &values {
+                Rows::Host(values) => values.len(),
+                Rows::Device(rows) => rows.elem_count(),
+            };
+            if count != unique.len() * width {
                 return Err(TrainError::InvalidArgument(format!(
-                    "{} values of table '{name}' for {} ids of {width} values",
-                    values.len(),
+                    "{count} values of table '{name}' for {} ids of {width} values",
                     unique.len()
                 )));
             }
@@ -265,7 +292,11 @@ impl Lookup {
                 batch.bags.as_ref().map(|b| PooledBags::new(b, rows, bag_local, device)).transpose()?;
             let mut vars = BTreeMap::new();
             for (name, (width, values)) in distinct {
-                vars.insert(name, Var::from_vec(values, (unique.len(), width), device)?);
+                let var = match values {
+                    Rows::Host(values) => Var::from_vec(values, (unique.len(), width), device)?,
+                    Rows::Device(rows) => Var::from_tensor(&rows)?,
+                };
+                vars.insert(name, var);
             }
             let local = Tensor::from_vec(local, (rows, id_width), device)?;
             return Ok(Lookup { unique, rows: vars, form: Form::Distinct { local, bags } });
@@ -273,7 +304,10 @@ impl Lookup {
         let at = Tensor::from_slice(&slots, slots.len(), device)?;
         let mut vars = BTreeMap::new();
         for (name, (width, values)) in distinct {
-            let table = Tensor::from_vec(values, (unique.len(), width), device)?;
+            let table = match values {
+                Rows::Host(values) => Tensor::from_vec(values, (unique.len(), width), device)?,
+                Rows::Device(rows) => rows,
+            };
             vars.insert(name, Var::from_tensor(&table.index_select(&at, 0)?)?);
         }
         let form = Form::PerPosition { rows, id_width, bags: padded, slots, sum: OnceLock::new() };

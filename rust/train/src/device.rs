@@ -112,6 +112,17 @@ pub fn name(device: &Device) -> String {
     }
 }
 
+/// The memory of the GPU `device` is, in bytes; None for the CPU or when the driver does not
+/// say.
+pub fn memory_bytes(device: &Device) -> Option<u64> {
+    match device.location() {
+        candle_core::DeviceLocation::Cuda { gpu_id } => {
+            cuda_report().cards.get(gpu_id).map(|card| card.memory_bytes)
+        }
+        _ => None,
+    }
+}
+
 /// Checks every reason `cuda:<ordinal>` could not open, naming it, then opens it.
 fn open_cuda(name: &str, ordinal: usize, report: &CudaReport) -> Result<Device> {
     let unavailable = |library: Option<&str>, reason: String| TrainError::DeviceUnavailable {

@@ -30,6 +30,7 @@
 pub mod batch;
 pub mod checkpoint;
 pub mod device;
+mod device_tables;
 pub mod embedding;
 pub mod error;
 pub mod export;

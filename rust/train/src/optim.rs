@@ -139,7 +139,8 @@ impl Rule {
         }
     }
 
-    fn initial_value(&self, buffer: usize) -> f32 {
+    /// The starting value of state buffer `buffer`.
+    pub(crate) fn initial_value(&self, buffer: usize) -> f32 {
         match self {
             Rule::Adagrad { initial_accumulator, .. } | Rule::Ftrl { initial_accumulator, .. }
                 if buffer == 0 =>
@@ -160,7 +161,7 @@ impl Rule {
     }
 
     /// The same rule with its step size multiplied by `factor`.
-    fn scaled(mut self, factor: f32) -> Self {
+    pub(crate) fn scaled(mut self, factor: f32) -> Self {
         match &mut self {
             Rule::Sgd { lr, .. }
             | Rule::Adam { lr, .. }

@@ -263,6 +263,11 @@ pub struct TableOptions {
     /// [`default_table_budget`].
     #[serde(default)]
     pub budget_bytes: Option<u64>,
+    /// Whether tables that are not sharded live on the model's device with their optimizer
+    /// state, gathered and updated there; None: on a GPU when they take at most half its
+    /// memory, never on the CPU (where updating rows in place in main memory is faster).
+    #[serde(default)]
+    pub on_device: Option<bool>,
 }
 
 /// Where the tables live, as [`TableOptions::plan`] decides.
@@ -416,7 +421,12 @@ mod tests {
         // 1000 rows × 8 floats with Adam (m, v): 96 000 bytes; a quarter of it on 4 trainers.
         let tables = [table("deep/embeddings", 1000, 8)];
         let plan = |shard, budget| {
-            TableOptions { shard, budget_bytes: Some(budget) }.plan(&tables, |_| Rule::adam(0.1), false, 4)
+            TableOptions { shard, budget_bytes: Some(budget), on_device: None }.plan(
+                &tables,
+                |_| Rule::adam(0.1),
+                false,
+                4,
+            )
         };
         assert_eq!(
             plan(ShardTables::Auto, 100_000).unwrap(),

@@ -70,6 +70,15 @@ pub(crate) fn rule_of(config: &OptimizerConfig, entry: &Entry) -> Rule {
     }
 }
 
+/// The optimizer group that trains a table: as `Optimizers` splits the parameters.
+pub(crate) fn group_of(config: &OptimizerConfig, entry: &Entry) -> &'static str {
+    match config.wide {
+        None => "all",
+        Some(_) if entry.name.starts_with(WIDE_PREFIX) => "wide",
+        Some(_) => "deep",
+    }
+}
+
 /// `bytes` as float32 values, copied only when they are not aligned for them.
 fn floats(bytes: &[u8]) -> Cow<'_, [f32]> {
     match bytemuck::try_cast_slice(bytes) {
@@ -132,12 +141,7 @@ impl ShardedTables {
                     }
                 };
                 let penalty = config.regularization.of(&entry);
-                // The optimizer group that trains it: as `Optimizers` splits them.
-                let group = match config.wide {
-                    None => "all",
-                    Some(_) if entry.name.starts_with(WIDE_PREFIX) => "wide",
-                    Some(_) => "deep",
-                };
+                let group = group_of(config, &entry);
                 Ok(Table { entry, penalty, group, shard: Box::new(shard) as Box<dyn TableShard> })
             })
             .collect::<Result<_>>()?;

@@ -13,6 +13,10 @@
 //!   start at zero; the "lazy"
 //!   form of momentum and Adam); with `sparse_tables` off, every row is, as a dense model
 //!   would.
+//! - On a GPU, whole tables live on the device with their optimizer state
+//!   (`device_tables.rs`): rows are gathered there, and the summed row gradients update them
+//!   there; the weights then hold the variables alone, as with sharded tables, and
+//!   checkpoints, snapshots and exports copy the tables out.
 //! - With sharded tables ([`crate::shard`]), each worker holds its share of every table and
 //!   exchanges ids, rows and gradients with their owners (all-to-all, `sharded.rs`);
 //!   owners sum and apply the tables' updates, the variables go as above. The tables' part of
@@ -30,8 +34,9 @@ use sparktrain_collective::{Communicator, ReduceOp, Wire};
 
 use crate::batch::{Batch, Lookup, Places};
 use crate::checkpoint::{self, CheckpointOptions, Progress, Restored, TableFiles};
+use crate::device_tables::DeviceTables;
 use crate::error::{Result, TrainError};
-use crate::groups::{OptimizerConfig, Optimizers};
+use crate::groups::{GroupState, OptimizerConfig, Optimizers};
 use crate::loss::Loss;
 use crate::metrics::{Evaluation, Metrics};
 use crate::model::Model;
@@ -89,6 +94,8 @@ pub struct DataParallel<M: Model> {
     tables: Vec<Entry>,
     /// This worker's shares of the tables, when they are sharded.
     sharded: Option<ShardedTables>,
+    /// The tables, whole, on the model's device, when they are kept there.
+    on_device: Option<DeviceTables>,
     placement: Placement,
     sparse_tables: bool,
     schedule: Schedule,
@@ -134,7 +141,7 @@ impl<M: Model> DataParallel<M> {
         let tables = TableOptions { budget_bytes: Some(budget[0] as u64), ..*tables };
         let placement =
             tables.plan(&table_entries, |e| rule_of(optimizer, e), !optimizer.sparse_tables, workers)?;
-        let (mut weights, entries) = if placement.sharded {
+        let (mut weights, mut entries) = if placement.sharded {
             (model.parameters().flat_vars()?, model.parameters().var_entries())
         } else {
             (model.parameters().flat()?, model.parameters().entries())
@@ -142,8 +149,21 @@ impl<M: Model> DataParallel<M> {
         if let Some(ring) = &ring {
             lock(ring).broadcast(bytemuck::cast_slice_mut(&mut weights), 0)?;
         }
+        let device = model.parameters().device().clone();
+        // By default a GPU keeps the tables when they take at most half its memory (the rest
+        // is the model's activations and the batches'); the CPU never: its in-place updates
+        // are faster than tensor operations over gathered rows.
+        let keep_on_device = tables.on_device.unwrap_or_else(|| {
+            crate::device::memory_bytes(&device).is_some_and(|memory| placement.bytes <= memory / 2)
+        });
+        let mut on_device = None;
         if placement.sharded {
             model.parameters().set_flat_vars(&weights)?;
+        } else if keep_on_device && !table_entries.is_empty() {
+            let (vars, values) = split_flat(&entries, &weights)?;
+            model.parameters().set_flat_vars(&vars)?;
+            on_device = Some(DeviceTables::new(&table_entries, values, optimizer, &device)?);
+            (weights, entries) = (vars, model.parameters().var_entries());
         } else {
             model.parameters().set_flat(&weights)?;
         }
@@ -162,6 +182,7 @@ impl<M: Model> DataParallel<M> {
             entries,
             tables: table_entries,
             sharded,
+            on_device,
             placement,
             sparse_tables: optimizer.sparse_tables,
             schedule: optimizer.schedule,
@@ -178,6 +199,12 @@ impl<M: Model> DataParallel<M> {
     /// Whether the embedding tables are sharded across the workers.
     pub fn is_sharded(&self) -> bool {
         self.sharded.is_some()
+    }
+
+    /// Whether the embedding tables (whole) and their optimizer state live on the model's
+    /// device rather than in main memory ([`TableOptions::on_device`]).
+    pub fn tables_on_device(&self) -> bool {
+        self.on_device.is_some()
     }
 
     /// This worker's shares of the tables, when they are sharded.
@@ -197,22 +224,14 @@ impl<M: Model> DataParallel<M> {
 
     /// Every parameter's values, flat in the layout of all parameters, tables whole: with
     /// sharded tables, gathered from every worker (all call it together), so only for models
-    /// that fit one worker.
+    /// that fit one worker; tables on the device are copied out.
     pub fn full_weights(&self) -> Result<Vec<f32>> {
-        let Some(sharded) = &self.sharded else { return Ok(self.weights.clone()) };
-        let mut tables = sharded.gather(self.ring.as_ref())?.into_iter();
-        let all = self.model.parameters().entries();
-        let mut out = Vec::with_capacity(all.iter().map(Entry::len).sum());
-        let mut vars = self.entries.iter();
-        for e in &all {
-            if e.table {
-                out.extend(tables.next().expect("a table per table entry"));
-            } else {
-                let v = vars.next().expect("a variable per variable entry");
-                out.extend_from_slice(&self.weights[v.offset..v.offset + v.len()]);
-            }
-        }
-        Ok(out)
+        let tables = match (&self.sharded, &self.on_device) {
+            (Some(sharded), _) => sharded.gather(self.ring.as_ref())?,
+            (None, Some(device)) => device.values()?,
+            (None, None) => return Ok(self.weights.clone()),
+        };
+        Ok(join_flat(&self.model.parameters().entries(), &self.weights, tables))
     }
 
     /// Weighs each example's loss by its class (`weights[c]` for class `c`, as Keras's
@@ -243,9 +262,18 @@ impl<M: Model> DataParallel<M> {
                 self.weights.len()
             )));
         }
-        self.model.parameters().set_flat(&weights)?;
+        self.set_model_weights(&weights)?;
         self.weights = weights;
         Ok(())
+    }
+
+    /// Puts `weights` (laid out as [`DataParallel::weights`]) into the model's variables.
+    fn set_model_weights(&self, weights: &[f32]) -> Result<()> {
+        if self.sharded.is_some() || self.on_device.is_some() {
+            self.model.parameters().set_flat_vars(weights)
+        } else {
+            self.model.parameters().set_flat(weights)
+        }
     }
 
     /// The model.
@@ -259,7 +287,7 @@ impl<M: Model> DataParallel<M> {
     }
 
     /// The weights, flat in parameter-name order (the variables alone when the tables are
-    /// sharded: see [`DataParallel::full_weights`]).
+    /// sharded or on the device: see [`DataParallel::full_weights`]).
     pub fn weights(&self) -> &[f32] {
         &self.weights
     }
@@ -286,9 +314,25 @@ impl<M: Model> DataParallel<M> {
         self.model.forward(batch, lookup.as_ref())
     }
 
+    /// The embedding rows the step hands the model for `batch` (None when it has no ids):
+    /// gathered where the tables live. With sharded tables every worker calls it together.
+    pub fn lookup_of(&self, batch: &Batch) -> Result<Option<Lookup>> {
+        Ok(self.lookup(Some(batch))?.0)
+    }
+
     /// The batch's embedding rows: gathered from the weights, or with sharded tables asked of
     /// their owners (a collective: every worker calls it, with None when it has no batch).
     fn lookup(&self, batch: Option<&Batch>) -> Result<(Option<Lookup>, Fetched)> {
+        if let Some(device) = &self.on_device {
+            let Some((batch, places)) = batch.and_then(|b| Some((b, Places::of(b)?))) else {
+                return Ok((None, Fetched::default()));
+            };
+            let ids = device.ids(&places.unique)?;
+            let tables = (self.tables.iter().enumerate())
+                .map(|(t, e)| Ok((e.name.clone(), device.gather(t, &ids)?)))
+                .collect::<Result<_>>()?;
+            return Ok((Some(Lookup::placed_on_device(batch, places, tables)?), Fetched::default()));
+        }
         let Some(sharded) = &self.sharded else {
             let lookup =
                 batch.map(|b| Lookup::gather(b, &self.entries, &self.weights)).transpose()?.flatten();
@@ -362,14 +406,11 @@ impl<M: Model> DataParallel<M> {
     ) -> Result<String> {
         let Some(sharded) = &self.sharded else {
             let layout = self.model.parameters().layout();
-            return checkpoint::save(
-                model_dir,
-                &layout,
-                &self.weights,
-                &self.optimizers.state(),
-                progress,
-                options,
-            );
+            let (weights, states) = match &self.on_device {
+                Some(device) => (self.full_weights()?, self.full_states(device)?),
+                None => (self.weights.clone(), self.optimizers.state()),
+            };
+            return checkpoint::save(model_dir, &layout, &weights, &states, progress, options);
         };
         let (rank, workers) = sharded.place();
         // The chief's staging folder, for everyone.
@@ -471,6 +512,9 @@ impl<M: Model> DataParallel<M> {
     /// Loads a restored checkpoint into the weights and the optimizers (with sharded tables,
     /// the variables'; see [`DataParallel::load_table_rows`] for the tables).
     pub fn load(&mut self, restored: Restored) -> Result<Progress> {
+        if self.on_device.is_some() {
+            return self.load_with_device_tables(restored);
+        }
         if restored.weights.len() != self.weights.len() {
             return Err(TrainError::StateMismatch(format!(
                 "{} weights restored for {} parameters",
@@ -486,6 +530,106 @@ impl<M: Model> DataParallel<M> {
         }
         self.weights = restored.weights;
         Ok(restored.progress)
+    }
+
+    /// [`DataParallel::load`] of a checkpoint of all parameters into the variables here and
+    /// the tables on the device.
+    fn load_with_device_tables(&mut self, restored: Restored) -> Result<Progress> {
+        let all = self.model.parameters().entries();
+        let (vars, values) = split_flat(&all, &restored.weights)?;
+        let mut states = restored.optimizer;
+        let table_states = self.split_states(&all, &mut states)?;
+        self.optimizers.load_state(states)?;
+        let device = self.on_device.as_mut().expect("tables on the device");
+        device.put_values(values)?;
+        for (t, buffers) in table_states.into_iter().enumerate() {
+            device.put_state(t, buffers)?;
+        }
+        self.model.parameters().set_flat_vars(&vars)?;
+        self.weights = vars;
+        Ok(restored.progress)
+    }
+
+    /// Every group's state in the layout of all parameters, as a checkpoint holds it: the
+    /// variables' from the optimizers, the tables' copied from the device.
+    fn full_states(&self, device: &DeviceTables) -> Result<Vec<GroupState>> {
+        let mut states = self.optimizers.state();
+        for group in &mut states {
+            let mut var_at = 0;
+            let (mut tensors, mut buffers) = (Vec::new(), vec![Vec::new(); group.state.buffers.len()]);
+            for e in self.model.parameters().entries() {
+                if let Some(t) = self.tables.iter().position(|table| table.name == e.name) {
+                    if device.group(t) != group.group {
+                        continue;
+                    }
+                    for (merged, values) in buffers.iter_mut().zip(device.state(t)?) {
+                        merged.extend(values);
+                    }
+                } else if group.tensors.contains(&e.name) {
+                    for (merged, (_, values)) in buffers.iter_mut().zip(&group.state.buffers) {
+                        merged.extend_from_slice(&values[var_at..var_at + e.len()]);
+                    }
+                    var_at += e.len();
+                } else {
+                    continue;
+                }
+                tensors.push(e.name);
+            }
+            group.tensors = tensors;
+            for ((_, values), merged) in group.state.buffers.iter_mut().zip(buffers) {
+                *values = merged;
+            }
+        }
+        Ok(states)
+    }
+
+    /// Takes the tables' parts out of `states` (a checkpoint's, in the layout of all
+    /// parameters `all`), leaving the variables' for the optimizers; returns each table's
+    /// buffers, in table order. A table a checkpoint holds no state for is an error.
+    fn split_states(&self, all: &[Entry], states: &mut [GroupState]) -> Result<Vec<Vec<Vec<f32>>>> {
+        let mut tables: Vec<Option<Vec<Vec<f32>>>> = vec![None; self.tables.len()];
+        for group in states.iter_mut() {
+            let total: usize = (group.tensors.iter())
+                .map(|name| all.iter().find(|e| &e.name == name).map_or(0, Entry::len))
+                .sum();
+            if let Some((name, values)) = group.state.buffers.iter().find(|(_, v)| v.len() != total) {
+                return Err(TrainError::StateMismatch(format!(
+                    "optimizer buffer '{name}' of group '{}' holds {} values for its {total} parameters",
+                    group.group,
+                    values.len()
+                )));
+            }
+            let (mut at, mut vars) = (0, Vec::new());
+            let mut kept = vec![Vec::new(); group.state.buffers.len()];
+            for name in &group.tensors {
+                let len = all.iter().find(|e| &e.name == name).map_or(0, Entry::len);
+                let part = |b: &(String, Vec<f32>)| b.1[at..at + len].to_vec();
+                match self.tables.iter().position(|t| &t.name == name) {
+                    Some(t) => tables[t] = Some(group.state.buffers.iter().map(part).collect()),
+                    None => {
+                        for (kept, buffer) in kept.iter_mut().zip(&group.state.buffers) {
+                            kept.extend_from_slice(&buffer.1[at..at + len]);
+                        }
+                        vars.push(name.clone());
+                    }
+                }
+                at += len;
+            }
+            group.tensors = vars;
+            for ((_, values), kept) in group.state.buffers.iter_mut().zip(kept) {
+                *values = kept;
+            }
+        }
+        (self.tables.iter().zip(tables))
+            .map(|(e, state)| {
+                state.ok_or_else(|| {
+                    TrainError::StateMismatch(format!(
+                        "the checkpoint holds no optimizer state for '{}'",
+                        e.name
+                    ))
+                })
+            })
+            .collect()
     }
 
     /// With sharded tables: reads this worker's rows (and their optimizer state) from the
@@ -526,15 +670,24 @@ impl<M: Model> DataParallel<M> {
         }
     }
 
-    /// The weights that [`DataParallel::put_snapshot`] puts back: the variables' and this
-    /// worker's rows of sharded tables.
-    pub fn snapshot(&self) -> (Vec<f32>, Vec<Vec<f32>>) {
-        (self.weights.clone(), self.sharded.as_ref().map(ShardedTables::values).unwrap_or_default())
+    /// The weights that [`DataParallel::put_snapshot`] puts back: the variables', and this
+    /// worker's rows of sharded tables or the tables on the device (copied out).
+    pub fn snapshot(&self) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
+        let tables = match (&self.sharded, &self.on_device) {
+            (Some(sharded), _) => sharded.values(),
+            (None, Some(device)) => device.values()?,
+            (None, None) => Vec::new(),
+        };
+        Ok((self.weights.clone(), tables))
     }
 
     /// Puts back weights taken by [`DataParallel::snapshot`]; the optimizers' state stays.
     pub fn put_snapshot(&mut self, snapshot: (Vec<f32>, Vec<Vec<f32>>)) -> Result<()> {
         let (weights, tables) = snapshot;
+        if let Some(device) = &mut self.on_device {
+            device.put_values(tables)?;
+            return self.set_weights(weights);
+        }
         if let Some(sharded) = &mut self.sharded {
             sharded.put_values(tables)?;
             if weights.len() != self.weights.len() {
@@ -601,7 +754,7 @@ impl<M: Model> DataParallel<M> {
             let mut owned = sharded.push_grads(self.ring.as_ref(), &fetched, &local.rows)?;
             let norm = self.finish_sharded(&mut owned, total)?;
             self.optimizers.set_scale(factor);
-            self.apply(Some(TableGrads::default()))?;
+            self.apply(Some(TableGrads::default()), factor)?;
             let sharded = self.sharded.as_mut().expect("sharded tables");
             sharded.apply(&owned, factor, self.sparse_tables)?;
             self.model.parameters().set_flat_vars(&self.weights)?;
@@ -609,10 +762,10 @@ impl<M: Model> DataParallel<M> {
         } else {
             let distinct_ids = self.reduced[vars + 2];
             let mut tables = self.exchange_tables(local, distinct_ids)?;
-            let norm = self.finish_gradients(&mut tables, total);
+            let norm = self.finish_gradients(&mut tables, total)?;
             self.optimizers.set_scale(factor);
-            self.apply(tables)?;
-            self.model.parameters().set_flat(&self.weights)?;
+            self.apply(tables, factor)?;
+            self.set_model_weights(&self.weights)?;
             norm
         };
         Ok(Some(StepStats {
@@ -626,7 +779,7 @@ impl<M: Model> DataParallel<M> {
     /// Turns the summed gradients into the step's gradient, the same on every worker: the
     /// mean over `total` examples, plus the penalties' gradients, clipped to `clip_norm` by
     /// the global norm. Returns the norm before clipping.
-    fn finish_gradients(&mut self, tables: &mut Option<TableGrads>, total: f32) -> f32 {
+    fn finish_gradients(&mut self, tables: &mut Option<TableGrads>, total: f32) -> Result<f32> {
         let vars = self.reduced.len() - 3;
         let grads = &mut self.reduced[..vars];
         grads.iter_mut().for_each(|g| *g /= total);
@@ -635,26 +788,39 @@ impl<M: Model> DataParallel<M> {
             None => self.table_dense.iter_mut().for_each(|g| *g /= total),
         }
         if !self.regularization.is_zero() {
-            let (mut var_at, mut table_index, mut dense_at) = (0, 0, 0);
-            for e in &self.entries {
+            let mut var_at = 0;
+            for e in self.entries.iter().filter(|e| !e.table) {
                 let penalty = self.regularization.of(e);
                 let weights = &self.weights[e.offset..e.offset + e.len()];
-                match (e.table, tables.as_mut()) {
-                    (false, _) => {
-                        penalty.add_gradient(weights, &mut grads[var_at..var_at + e.len()]);
-                        var_at += e.len();
-                    }
-                    (true, Some(t)) => {
-                        let w = e.row_width();
-                        for (id, row) in t.ids.iter().zip(t.rows[table_index].chunks_exact_mut(w)) {
+                penalty.add_gradient(weights, &mut grads[var_at..var_at + e.len()]);
+                var_at += e.len();
+            }
+            let mut dense_at = 0;
+            for (t, e) in self.tables.iter().enumerate() {
+                let (penalty, w, dense) =
+                    (self.regularization.of(e), e.row_width(), dense_at..dense_at + e.len());
+                dense_at += e.len();
+                if penalty.is_zero() {
+                    continue;
+                }
+                match (tables.as_mut(), &self.on_device) {
+                    (Some(rows), None) => {
+                        let weights = &self.weights[e.offset..e.offset + e.len()];
+                        for (id, row) in rows.ids.iter().zip(rows.rows[t].chunks_exact_mut(w)) {
                             let at = *id as usize * w;
                             penalty.add_gradient(&weights[at..at + w], row);
                         }
-                        table_index += 1;
                     }
-                    (true, None) => {
-                        penalty.add_gradient(weights, &mut self.table_dense[dense_at..dense_at + e.len()]);
-                        dense_at += e.len();
+                    (None, None) => {
+                        let weights = &self.weights[e.offset..e.offset + e.len()];
+                        penalty.add_gradient(weights, &mut self.table_dense[dense]);
+                    }
+                    (Some(rows), Some(device)) => {
+                        penalty.add_gradient(&device.rows(t, &rows.ids)?, &mut rows.rows[t]);
+                    }
+                    (None, Some(device)) => {
+                        let all: Vec<u32> = (0..e.shape[0] as u32).collect();
+                        penalty.add_gradient(&device.rows(t, &all)?, &mut self.table_dense[dense]);
                     }
                 }
             }
@@ -674,7 +840,7 @@ impl<M: Model> DataParallel<M> {
                 None => self.table_dense.iter_mut().for_each(|g| *g *= factor),
             }
         }
-        norm
+        Ok(norm)
     }
 
     /// With sharded tables: the variables' gradient made the step's as
@@ -725,7 +891,7 @@ impl<M: Model> DataParallel<M> {
     }
 
     fn table_widths(&self) -> Vec<usize> {
-        self.entries.iter().filter(|e| e.table).map(Entry::row_width).collect()
+        self.tables.iter().map(Entry::row_width).collect()
     }
 
     /// Every worker's table gradients added up: None when the whole tables are to be
@@ -735,7 +901,7 @@ impl<M: Model> DataParallel<M> {
         if widths.is_empty() {
             return Ok(Some(TableGrads::default()));
         }
-        let table_values: usize = self.entries.iter().filter(|e| e.table).map(Entry::len).sum();
+        let table_values: usize = self.tables.iter().map(Entry::len).sum();
         let row_values: usize = widths.iter().sum::<usize>() + 1;
         // An all-gather moves each list once; an all-reduce moves about twice the tables.
         let sparse_cheaper = (distinct_ids as usize).saturating_mul(row_values) <= 2 * table_values;
@@ -761,11 +927,11 @@ impl<M: Model> DataParallel<M> {
 
     /// Writes `local`'s rows into zeroed dense tables.
     fn scatter_dense(&mut self, local: &TableGrads) {
-        let table_values: usize = self.entries.iter().filter(|e| e.table).map(Entry::len).sum();
+        let table_values: usize = self.tables.iter().map(Entry::len).sum();
         self.table_dense.clear();
         self.table_dense.resize(table_values, 0.0);
         let mut base = 0;
-        for (entry, rows) in self.entries.iter().filter(|e| e.table).zip(&local.rows) {
+        for (entry, rows) in self.tables.iter().zip(&local.rows) {
             let w = entry.row_width();
             for (i, &id) in local.ids.iter().enumerate() {
                 let at = base + id as usize * w;
@@ -777,7 +943,7 @@ impl<M: Model> DataParallel<M> {
 
     /// The rows of the dense tables that hold a non-zero value in any table.
     fn gather_nonzero(&self, widths: &[usize]) -> TableGrads {
-        let tables: Vec<&Entry> = self.entries.iter().filter(|e| e.table).collect();
+        let tables: Vec<&Entry> = self.tables.iter().collect();
         let bases: Vec<usize> = tables
             .iter()
             .scan(0, |base, e| {
@@ -802,8 +968,9 @@ impl<M: Model> DataParallel<M> {
     }
 
     /// Updates every group: its variables from the reduced buffer, its tables from `tables`
-    /// (the rows of the touched ids) or, when None, from the dense tables.
-    fn apply(&mut self, tables: Option<TableGrads>) -> Result<()> {
+    /// (the rows of the touched ids) or, when None, from the dense tables; `factor` is the
+    /// schedule's on the step size.
+    fn apply(&mut self, tables: Option<TableGrads>, factor: f32) -> Result<()> {
         let vars = self.reduced.len() - 3;
         // Compact offsets: of each variable in the reduced buffer, of each table in the
         // table buffers.
@@ -851,6 +1018,22 @@ impl<M: Model> DataParallel<M> {
                 }
             }
             group.optimizer.update(params, &self.reduced[..vars], &var_segments)?;
+            let Some(device) = &mut self.on_device else { continue };
+            let (step, mut dense_at) = (group.optimizer.steps(), 0);
+            for (t, e) in self.tables.iter().enumerate() {
+                let dense = dense_at..dense_at + e.len();
+                dense_at += e.len();
+                if device.group(t) != group.name {
+                    continue;
+                }
+                match &tables {
+                    Some(rows) => {
+                        let (ids, grads) = live_rows(&rows.ids, &rows.rows[t], e.row_width());
+                        device.update_rows(t, &ids, &grads, factor, step)?;
+                    }
+                    None => device.update_all(t, &self.table_dense[dense], factor, step)?,
+                }
+            }
         }
         Ok(())
     }
@@ -918,4 +1101,42 @@ fn merge_rows(all: &[Vec<u8>], widths: &[usize]) -> Result<TableGrads> {
         }
     }
     Ok(TableGrads { ids, rows })
+}
+
+/// `flat` (in the layout of all parameters `all`) cut into the variables' values, laid end
+/// to end, and each table's.
+fn split_flat(all: &[Entry], flat: &[f32]) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
+    let total: usize = all.iter().map(Entry::len).sum();
+    if flat.len() != total {
+        return Err(TrainError::StateMismatch(format!(
+            "{} weights given for {total} parameters",
+            flat.len()
+        )));
+    }
+    let (mut vars, mut tables) = (Vec::new(), Vec::new());
+    for e in all {
+        let values = &flat[e.offset..e.offset + e.len()];
+        if e.table {
+            tables.push(values.to_vec());
+        } else {
+            vars.extend_from_slice(values);
+        }
+    }
+    Ok((vars, tables))
+}
+
+/// The inverse of [`split_flat`]: the variables' `vars` and each table's values, laid out as
+/// `all` says.
+fn join_flat(all: &[Entry], vars: &[f32], tables: Vec<Vec<f32>>) -> Vec<f32> {
+    let mut out = Vec::with_capacity(all.iter().map(Entry::len).sum());
+    let (mut tables, mut var_at) = (tables.into_iter(), 0);
+    for e in all {
+        if e.table {
+            out.extend(tables.next().expect("a table per table entry"));
+        } else {
+            out.extend_from_slice(&vars[var_at..var_at + e.len()]);
+            var_at += e.len();
+        }
+    }
+    out
 }

@@ -103,6 +103,11 @@ pub struct TrainerConfig {
     /// None: half the memory the trainer may use ([`crate::shard::default_table_budget`]).
     #[serde(default)]
     pub table_budget_bytes: Option<u64>,
+    /// Whether embedding tables that are not sharded live on the model's device with their
+    /// optimizer state; None: on a GPU when they fit half its memory, never on the CPU
+    /// ([`TableOptions::on_device`]).
+    #[serde(default)]
+    pub tables_on_device: Option<bool>,
 }
 
 mod defaults {
@@ -436,14 +441,14 @@ pub fn table_plan(
     let tables = model.parameters().table_entries();
     let rule = |e: &crate::params::Entry| crate::sharded::rule_of(&config.optimizer, e);
     let dense = !config.optimizer.sparse_tables;
-    let unbounded = |shard| TableOptions { shard, budget_bytes: Some(u64::MAX) };
+    let unbounded = |shard| TableOptions { shard, budget_bytes: Some(u64::MAX), on_device: None };
     let whole_bytes = unbounded(ShardTables::Off).plan(&tables, rule, dense, workers.max(1))?.bytes;
     let shard_bytes = unbounded(ShardTables::On).plan(&tables, rule, dense, workers.max(1))?.bytes;
     let placement = config
         .table_budget_bytes
         .or(budget)
         .map(|budget| {
-            TableOptions { shard: config.shard_tables, budget_bytes: Some(budget) }.plan(
+            TableOptions { shard: config.shard_tables, budget_bytes: Some(budget), on_device: None }.plan(
                 &tables,
                 rule,
                 dense,
@@ -477,7 +482,11 @@ impl Trainer {
         let workers = ring.as_ref().map_or(1, |r| lock(r).size()) as u64;
         let device = crate::device::open(&config.device)?;
         let model = config.model.build_on(&device, &features, config.seed)?;
-        let tables = TableOptions { shard: config.shard_tables, budget_bytes: config.table_budget_bytes };
+        let tables = TableOptions {
+            shard: config.shard_tables,
+            budget_bytes: config.table_budget_bytes,
+            on_device: config.tables_on_device,
+        };
         let mut dp = DataParallel::with_tables(model, config.loss, &config.optimizer, ring, &tables)?;
         dp.set_class_weights(config.class_weights.clone())?;
         let mut trainer = Trainer {
@@ -537,9 +546,15 @@ impl Trainer {
     }
 
     /// The weights, flat in parameter-name order (the variables alone when the tables are
-    /// sharded).
+    /// sharded or on the device; see [`Trainer::full_weights`]).
     pub fn weights(&self) -> &[f32] {
         self.dp.weights()
+    }
+
+    /// Every parameter's values, tables included, in the layout of all parameters; with
+    /// sharded tables, gathered from every trainer (all call it together).
+    pub fn full_weights(&self) -> Result<Vec<f32>> {
+        self.dp.full_weights()
     }
 
     /// Whether the embedding tables are sharded across the trainers.
@@ -757,7 +772,7 @@ impl Trainer {
         // Sharded tables are restored from the best checkpoint rather than kept twice in
         // memory, when there is one.
         if es.restore_best && !(self.dp.is_sharded() && self.best_dir().is_some()) {
-            self.best_weights = Some(self.dp.snapshot());
+            self.best_weights = Some(self.dp.snapshot()?);
         }
         if let Some(dir) = self.best_dir() {
             self.claim(&dir)?;
@@ -908,13 +923,15 @@ impl Trainer {
         if self.rank != 0 {
             return Ok(false);
         }
+        // Every parameter, tables included wherever they live.
+        let entries = self.dp.model().parameters().entries();
         export::export(
             dir,
             &self.config.model,
             &self.features,
             self.config.loss,
-            self.dp.entries(),
-            self.dp.weights(),
+            &entries,
+            &self.dp.full_weights()?,
         )?;
         Ok(true)
     }

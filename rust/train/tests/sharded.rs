@@ -82,7 +82,7 @@ fn train(
 ) -> Vec<(Vec<f32>, f32)> {
     let optimizer = optimizer.clone();
     on_workers(n, move |w, ring: Option<SharedRing>| {
-        let tables = TableOptions { shard, budget_bytes: None };
+        let tables = TableOptions { shard, budget_bytes: None, on_device: None };
         let mut dp =
             DataParallel::with_tables(model(kind), Loss::BinaryCrossEntropy, &optimizer, ring, &tables)
                 .unwrap();
@@ -194,7 +194,7 @@ fn workers_whose_data_ran_out_still_answer_for_their_rows() {
     let run = |shard| {
         let optimizer = OptimizerConfig::new(Rule::adagrad(0.1));
         on_workers(2, move |w, ring| {
-            let tables = TableOptions { shard, budget_bytes: None };
+            let tables = TableOptions { shard, budget_bytes: None, on_device: None };
             let mut dp = DataParallel::with_tables(
                 model("wide_deep"),
                 Loss::BinaryCrossEntropy,
@@ -243,7 +243,7 @@ fn tables_over_the_budget_are_refused_replicated_and_train_sharded() {
             Loss::BinaryCrossEntropy,
             &optimizer,
             ring.clone(),
-            &TableOptions { shard: ShardTables::Off, budget_bytes: budget },
+            &TableOptions { shard: ShardTables::Off, budget_bytes: budget, on_device: None },
         )
         .err()
         .expect("over budget");
@@ -252,7 +252,7 @@ fn tables_over_the_budget_are_refused_replicated_and_train_sharded() {
             Loss::BinaryCrossEntropy,
             &optimizer,
             ring,
-            &TableOptions { shard: ShardTables::Auto, budget_bytes: budget },
+            &TableOptions { shard: ShardTables::Auto, budget_bytes: budget, on_device: None },
         )
         .unwrap();
         let placement = dp.placement();
@@ -291,7 +291,7 @@ fn train_between(
 ) -> Vec<Vec<f32>> {
     let optimizer = optimizer.clone();
     on_workers(n, move |w, ring| {
-        let tables = TableOptions { shard, budget_bytes: None };
+        let tables = TableOptions { shard, budget_bytes: None, on_device: None };
         let mut dp =
             DataParallel::with_tables(model(kind), Loss::BinaryCrossEntropy, &optimizer, ring, &tables)
                 .unwrap();
@@ -381,7 +381,7 @@ fn the_same_number_of_owners_reads_only_its_own_files() {
     }
     let optimizer_for = optimizer.clone();
     let outcomes = on_workers(3, move |_, ring| {
-        let tables = TableOptions { shard: ShardTables::On, budget_bytes: None };
+        let tables = TableOptions { shard: ShardTables::On, budget_bytes: None, on_device: None };
         let mut dp = DataParallel::with_tables(
             model("wide_deep"),
             Loss::BinaryCrossEntropy,
@@ -403,7 +403,7 @@ fn workers_with_different_budgets_place_the_tables_alike() {
     let outcomes = on_workers(2, |w, ring| {
         let budget = Some(if w == 1 { 6000 } else { 1 << 30 });
         let optimizer = OptimizerConfig::new(Rule::adam(0.01));
-        let tables = TableOptions { shard: ShardTables::Auto, budget_bytes: budget };
+        let tables = TableOptions { shard: ShardTables::Auto, budget_bytes: budget, on_device: None };
         let mut dp = DataParallel::with_tables(
             model("wide_deep"),
             Loss::BinaryCrossEntropy,

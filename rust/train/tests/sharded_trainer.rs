@@ -136,7 +136,7 @@ fn sharded_tables_checkpoint_stop_early_export_and_restart_on_fewer_trainers() {
         Loss::BinaryCrossEntropy,
         &layout.optimizer,
         None,
-        &TableOptions { shard: ShardTables::Off, budget_bytes: None },
+        &TableOptions { shard: ShardTables::Off, budget_bytes: None, on_device: None },
     )
     .unwrap();
     assert_eq!(reader.restore(&best_dir).unwrap().map(|p| p.step), Some(2));

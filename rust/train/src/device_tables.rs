@@ -1,0 +1,300 @@
+//! Embedding tables kept on the model's device with their optimizer state, for models that
+//! compute on a GPU.
+//!
+//! On the host path a step gathers the batch's rows from host memory, copies them to the
+//! device, and after the backward pass updates the touched rows on the host and copies the
+//! parameters back: on a GPU that host work and traffic take longer than the whole step
+//! does in PyTorch. Here the rows are gathered on the device (`index_select`), and the step's
+//! row gradients (summed over the workers on the host, where the ring is) go back to update
+//! only those rows there, so the tables never cross to the host while training. Checkpoints,
+//! snapshots and exports copy them out when asked.
+//!
+//! Each update rule is the host's (`optim.rs`) written in tensor operations, every value
+//! computed by the same float32 operations in the same order: on the CPU the two agree bit
+//! for bit, and on a GPU to its rounding of the same operations. Updated rows are written
+//! back by one gather over the whole table from the table and the new rows laid end to end:
+//! candle's CUDA `scatter` and `index_add` loop over every row in each thread, a gather is
+//! parallel over its output.
+
+use candle_core::{Device, Tensor};
+
+use crate::error::{Result, TrainError};
+use crate::groups::OptimizerConfig;
+use crate::optim::Rule;
+use crate::params::Entry;
+use crate::sharded::{group_of, rule_of};
+
+/// One table on the device.
+struct DeviceTable {
+    /// Its entry in the layout of all parameters.
+    entry: Entry,
+    /// The optimizer group that trains it (`Optimizers`' names).
+    group: &'static str,
+    rule: Rule,
+    /// `[rows, width]`.
+    values: Tensor,
+    /// The rule's state buffers ([`Rule::buffer_names`]), each `[rows, width]`.
+    state: Vec<Tensor>,
+}
+
+/// Every embedding table of a model, on its device, in entry order.
+pub(crate) struct DeviceTables {
+    tables: Vec<DeviceTable>,
+    device: Device,
+    /// The last rows updated, for the next table of a step, which updates the same ones.
+    last: Option<Written>,
+}
+
+/// Where an update of some rows reads and writes, on the device.
+struct Written {
+    /// The rows, ascending, and the table's row count.
+    ids: Vec<u32>,
+    rows: usize,
+    /// `[ids]`: the rows to read.
+    at: Tensor,
+    /// `[rows]`: each row's place in the table followed by the updated rows.
+    pick: Tensor,
+}
+
+impl DeviceTables {
+    /// The tables `entries` (in the layout of all parameters), starting from `values` (each
+    /// table's, row after row), trained as `config` says, on `device`.
+    pub(crate) fn new(
+        entries: &[Entry],
+        values: Vec<Vec<f32>>,
+        config: &OptimizerConfig,
+        device: &Device,
+    ) -> Result<Self> {
+        let tables = entries
+            .iter()
+            .zip(values)
+            .map(|(entry, values)| {
+                let shape = (entry.shape[0], entry.row_width());
+                let rule = rule_of(config, entry);
+                let state = (0..rule.buffer_names().len())
+                    .map(|i| Tensor::full(rule.initial_value(i), shape, device))
+                    .collect::<candle_core::Result<_>>()?;
+                Ok(DeviceTable {
+                    entry: entry.clone(),
+                    group: group_of(config, entry),
+                    rule,
+                    values: Tensor::from_vec(values, shape, device)?,
+                    state,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(DeviceTables { tables, device: device.clone(), last: None })
+    }
+
+    /// The group that trains table `t`.
+    pub(crate) fn group(&self, t: usize) -> &'static str {
+        self.tables[t].group
+    }
+
+    /// The ids as a tensor on the tables' device, to gather or update their rows.
+    pub(crate) fn ids(&self, ids: &[u32]) -> Result<Tensor> {
+        Ok(Tensor::from_slice(ids, ids.len(), &self.device)?)
+    }
+
+    /// `[ids, width]`: table `t`'s rows of `ids` (from [`Self::ids`]), on the device.
+    pub(crate) fn gather(&self, t: usize, ids: &Tensor) -> Result<Tensor> {
+        Ok(self.tables[t].values.index_select(ids, 0)?)
+    }
+
+    /// Table `t`'s rows of `ids`, copied to the host (for penalties on them).
+    pub(crate) fn rows(&self, t: usize, ids: &[u32]) -> Result<Vec<f32>> {
+        Ok(self.gather(t, &self.ids(ids)?)?.flatten_all()?.to_vec1()?)
+    }
+
+    /// Every table's values, copied to the host.
+    pub(crate) fn values(&self) -> Result<Vec<Vec<f32>>> {
+        self.tables.iter().map(|t| Ok(t.values.flatten_all()?.to_vec1()?)).collect()
+    }
+
+    /// Replaces every table's values (as [`Self::values`] gives them); the state stays.
+    pub(crate) fn put_values(&mut self, values: Vec<Vec<f32>>) -> Result<()> {
+        if values.len() != self.tables.len() {
+            return Err(TrainError::StateMismatch(format!(
+                "{} tables given for {}",
+                values.len(),
+                self.tables.len()
+            )));
+        }
+        for (table, values) in self.tables.iter_mut().zip(values) {
+            table.values = upload(&table.entry, "values", values, &self.device)?;
+        }
+        Ok(())
+    }
+
+    /// Table `t`'s state buffers, copied to the host, in [`Rule::buffer_names`] order.
+    pub(crate) fn state(&self, t: usize) -> Result<Vec<Vec<f32>>> {
+        self.tables[t].state.iter().map(|s| Ok(s.flatten_all()?.to_vec1()?)).collect()
+    }
+
+    /// Replaces table `t`'s state buffers (as [`Self::state`] gives them).
+    pub(crate) fn put_state(&mut self, t: usize, buffers: Vec<Vec<f32>>) -> Result<()> {
+        let table = &mut self.tables[t];
+        if buffers.len() != table.state.len() {
+            return Err(TrainError::StateMismatch(format!(
+                "{} optimizer buffers given for table '{}', its rule keeps {}",
+                buffers.len(),
+                table.entry.name,
+                table.state.len()
+            )));
+        }
+        for (i, buffer) in buffers.into_iter().enumerate() {
+            let name = table.rule.buffer_names()[i];
+            table.state[i] = upload(&table.entry, name, buffer, &self.device)?;
+        }
+        Ok(())
+    }
+
+    /// Updates table `t`'s rows `ids` (ascending, distinct) with `grads` (their gradients,
+    /// row after row) by its rule with its step size times `scale`, as update `step` of its
+    /// group; every other row and its state stay as they are.
+    pub(crate) fn update_rows(
+        &mut self,
+        t: usize,
+        ids: &[u32],
+        grads: &[f32],
+        scale: f32,
+        step: u64,
+    ) -> Result<()> {
+        let table = &mut self.tables[t];
+        let (rows, width) = (table.entry.shape[0], table.entry.row_width());
+        if grads.len() != ids.len() * width || ids.iter().any(|&id| id as usize >= rows) {
+            return Err(TrainError::InvalidArgument(format!(
+                "{} gradients for {} rows of '{}' ({rows} rows of {width})",
+                grads.len(),
+                ids.len(),
+                table.entry.name
+            )));
+        }
+        if ids.is_empty() {
+            return Ok(());
+        }
+        // The tables of a step mostly update the same rows (they share the id space): the
+        // places are made and copied to the device once.
+        let written = match self.last.take() {
+            Some(last) if last.rows == rows && last.ids == ids => last,
+            _ => {
+                // Row r of the result is row r of the table, or the k-th new row for ids[k].
+                let mut pick: Vec<u32> = (0..rows as u32).collect();
+                for (k, &id) in ids.iter().enumerate() {
+                    pick[id as usize] = (rows + k) as u32;
+                }
+                Written {
+                    ids: ids.to_vec(),
+                    rows,
+                    at: Tensor::from_slice(ids, ids.len(), &self.device)?,
+                    pick: Tensor::from_vec(pick, rows, &self.device)?,
+                }
+            }
+        };
+        let (at, pick) = (&written.at, &written.pick);
+        let g = Tensor::from_slice(grads, (ids.len(), width), &self.device)?;
+        let p = table.values.index_select(at, 0)?;
+        let state =
+            table.state.iter().map(|s| s.index_select(at, 0)).collect::<candle_core::Result<Vec<_>>>()?;
+        let (p, state) = apply_rule(table.rule.scaled(scale), step, &p, &g, &state)?;
+        let write = |old: &Tensor, new: &Tensor| Tensor::cat(&[old, new], 0)?.index_select(pick, 0);
+        table.values = write(&table.values, &p)?;
+        for (old, new) in table.state.iter_mut().zip(&state) {
+            *old = write(old, new)?;
+        }
+        self.last = Some(written);
+        Ok(())
+    }
+
+    /// Updates every row of table `t` with `grads` (the whole table's gradient), as
+    /// [`Self::update_rows`] does its rows.
+    pub(crate) fn update_all(&mut self, t: usize, grads: &[f32], scale: f32, step: u64) -> Result<()> {
+        let table = &mut self.tables[t];
+        let g = upload(&table.entry, "gradient", grads.to_vec(), &self.device)?;
+        let (p, state) = apply_rule(table.rule.scaled(scale), step, &table.values, &g, &table.state)?;
+        table.values = p;
+        table.state = state;
+        Ok(())
+    }
+}
+
+/// `values` as a `[rows, width]` tensor of `entry`'s shape on `device`, or an error naming
+/// the table and what the values were.
+fn upload(entry: &Entry, what: &str, values: Vec<f32>, device: &Device) -> Result<Tensor> {
+    if values.len() != entry.len() {
+        return Err(TrainError::StateMismatch(format!(
+            "{} {what} given for table '{}' of {} values",
+            values.len(),
+            entry.name,
+            entry.len()
+        )));
+    }
+    Ok(Tensor::from_vec(values, (entry.shape[0], entry.row_width()), device)?)
+}
+
+/// `x / s`, rounded as a float32 division (candle's `x / s` multiplies by `1 / s`).
+fn div(x: &Tensor, s: f32) -> candle_core::Result<Tensor> {
+    x.broadcast_div(&Tensor::new(s, x.device())?)
+}
+
+/// `x · s`, one rounding (candle's `affine` adds a zero, which turns -0 into +0).
+fn mul(x: &Tensor, s: f32) -> candle_core::Result<Tensor> {
+    x.broadcast_mul(&Tensor::new(s, x.device())?)
+}
+
+/// `x + s`, one rounding.
+fn add(x: &Tensor, s: f32) -> candle_core::Result<Tensor> {
+    x.broadcast_add(&Tensor::new(s, x.device())?)
+}
+
+/// The rule's update of parameters `p` with gradients `g` and state `state` (the rule's
+/// buffers, shaped as `p`), as update `step`: the new parameters and state. The arithmetic
+/// is `Optimizer::run_rule`'s, operation for operation.
+fn apply_rule(
+    rule: Rule,
+    step: u64,
+    p: &Tensor,
+    g: &Tensor,
+    state: &[Tensor],
+) -> candle_core::Result<(Tensor, Vec<Tensor>)> {
+    let t = step.max(1) as i32;
+    Ok(match rule {
+        Rule::Sgd { lr, momentum, nesterov, weight_decay } => {
+            let g = (g + mul(p, weight_decay)?)?;
+            if momentum == 0.0 {
+                ((p - mul(&g, lr)?)?, Vec::new())
+            } else {
+                let v = (mul(&state[0], momentum)? + &g)?;
+                let direction = if nesterov { (&g + mul(&v, momentum)?)? } else { v.clone() };
+                ((p - mul(&direction, lr)?)?, vec![v])
+            }
+        }
+        Rule::Adam { lr, beta1, beta2, eps, weight_decay, decoupled } => {
+            let (c1, c2) = (1.0 - beta1.powi(t), 1.0 - beta2.powi(t));
+            let (grad_decay, weight_decay) =
+                if decoupled { (0.0, lr * weight_decay) } else { (weight_decay, 0.0) };
+            let (step, inv_c2) = (lr / c1, 1.0 / c2);
+            let g = (g + mul(p, grad_decay)?)?;
+            let m = (mul(&state[0], beta1)? + mul(&g, 1.0 - beta1)?)?;
+            let v = (mul(&state[1], beta2)? + (mul(&g, 1.0 - beta2)? * &g)?)?;
+            let denominator = add(&mul(&v, inv_c2)?.sqrt()?, eps)?;
+            let p = ((p - mul(p, weight_decay)?)? - (mul(&m, step)? / denominator)?)?;
+            (p, vec![m, v])
+        }
+        Rule::Adagrad { lr, eps, .. } => {
+            let acc = (&state[0] + g.sqr()?)?;
+            let p = (p - (mul(g, lr)? / add(&acc.sqrt()?, eps)?)?)?;
+            (p, vec![acc])
+        }
+        Rule::Ftrl { lr, l1, l2, .. } => {
+            let (acc, linear) = (&state[0], &state[1]);
+            let fresh = (acc + g.sqr()?)?;
+            let sigma = div(&(fresh.sqrt()? - acc.sqrt()?)?, lr)?;
+            let z = (linear + (g - (sigma * p)?)?)?;
+            let quadratic = add(&div(&fresh.sqrt()?, lr)?, 2.0 * l2)?;
+            let shrunk = ((mul(&z.sign()?, l1)? - &z)? / quadratic)?;
+            let p = z.abs()?.gt(f64::from(l1))?.where_cond(&shrunk, &shrunk.zeros_like()?)?;
+            (p, vec![fresh, z])
+        }
+    })
+}

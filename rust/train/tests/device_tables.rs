@@ -1,0 +1,315 @@
+//! Embedding tables kept on the model's device train exactly as tables in main memory do:
+//! under every update rule, with updates of the touched rows or of every row, penalties,
+//! clipping and a schedule, on one worker and on two; a checkpoint written from either
+//! resumes in the other; and the training loop's best model, checkpoints and export are the
+//! same wherever the tables lived. The tests keep the tables "on the device" on the CPU, which
+//! runs the same tensor code a GPU does.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Float32Array, Int64Array, StringArray};
+use arrow::record_batch::RecordBatch;
+use sparktrain_dataset::ExampleFileWriter;
+use sparktrain_train::{
+    Batch, Categorical, CheckpointOptions, DataParallel, Decay, DeepFm, EmbeddingConfig, FeatureSpec, Loss,
+    Model, OptimizerConfig, Penalty, Progress, Regularization, Rule, Schedule, ShardTables, TableOptions,
+    WideDeep,
+};
+use sparktrain_train::{
+    EarlyStopping, Exported, FitOptions, Hooks, Input, ModelKind, Monitor, Trainer, TrainerConfig,
+};
+use support::on_workers;
+
+fn spec() -> FeatureSpec {
+    FeatureSpec {
+        dense: vec!["x".into()],
+        categorical: vec![
+            Categorical { name: "shop".into(), buckets: 50 },
+            Categorical { name: "city".into(), buckets: 40 },
+        ],
+        crossed: vec![],
+        multi_hot: vec![],
+        label: "label".into(),
+    }
+}
+
+/// Rows `range`: low shop ids are hot, so a batch touches some rows many times and most
+/// rows never.
+fn batch(range: std::ops::Range<u64>) -> Batch {
+    Batch::from_encoded(&spec().encode(&rows(range)).unwrap()).unwrap()
+}
+
+/// The columns of [`batch`].
+fn rows(range: std::ops::Range<u64>) -> RecordBatch {
+    let mix = |i: u64| i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(23);
+    let shop: Vec<i64> = range.clone().map(|i| ((mix(i) % 64) * (mix(i) % 64) / 64) as i64).collect();
+    let city: Vec<String> = range.clone().map(|i| format!("c{}", mix(i + 5) % 30)).collect();
+    let label: Vec<i64> =
+        (0..shop.len()).map(|r| ((shop[r] % 3 == 0) != city[r].ends_with('1')) as i64).collect();
+    let x: Vec<f32> = range.map(|i| (mix(i + 3) % 100) as f32 / 50.0 - 1.0).collect();
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        ("label", Arc::new(Int64Array::from(label))),
+        ("x", Arc::new(Float32Array::from(x))),
+        ("shop", Arc::new(Int64Array::from(shop))),
+        ("city", Arc::new(StringArray::from(city))),
+    ];
+    RecordBatch::try_from_iter(columns).unwrap()
+}
+
+fn model() -> WideDeep {
+    WideDeep::new(&spec(), &EmbeddingConfig { dim: 4, hidden: vec![8], cross_layers: 0, seed: 3 }).unwrap()
+}
+
+fn tables(on_device: bool) -> TableOptions {
+    TableOptions { shard: ShardTables::Off, budget_bytes: None, on_device: Some(on_device) }
+}
+
+/// Every rule and setting the tables' update takes, each with a name for failures.
+fn optimizers() -> Vec<(&'static str, OptimizerConfig)> {
+    let sgd = Rule::Sgd { lr: 0.1, momentum: 0.9, nesterov: true, weight_decay: 0.01 };
+    let adam =
+        Rule::Adam { lr: 0.01, beta1: 0.8, beta2: 0.99, eps: 1e-6, weight_decay: 0.02, decoupled: false };
+    let penalties = Regularization {
+        kernel: Penalty { l1: 0.0, l2: 0.001 },
+        bias: Penalty::default(),
+        embedding: Penalty { l1: 0.0005, l2: 0.002 },
+    };
+    let schedule = Schedule { warmup_steps: 3, decay: Decay::Constant };
+    vec![
+        ("sgd", OptimizerConfig::new(Rule::sgd(0.3))),
+        ("sgd with Nesterov momentum and decay", OptimizerConfig::new(sgd)),
+        ("adam", OptimizerConfig::new(Rule::adam(0.02))),
+        ("adam with decay", OptimizerConfig::new(adam)),
+        ("adamw", OptimizerConfig::new(Rule::adamw(0.02, 0.05))),
+        ("adagrad", OptimizerConfig::new(Rule::adagrad(0.2))),
+        ("ftrl", OptimizerConfig::new(Rule::ftrl(0.2, 0.01, 0.01))),
+        (
+            "adam, ftrl on the wide part, penalties, clipping and warm-up",
+            OptimizerConfig {
+                wide: Some(Rule::ftrl(0.1, 0.001, 0.002)),
+                clip_norm: Some(0.05),
+                regularization: penalties,
+                schedule,
+                ..OptimizerConfig::new(Rule::adam(0.02))
+            },
+        ),
+    ]
+}
+
+/// The weights of all parameters after `steps` steps of `workers` workers, each with its
+/// half of every batch, tables on the device or in memory; and every step's loss and norm.
+fn train(
+    optimizer: &OptimizerConfig,
+    on_device: bool,
+    workers: usize,
+    steps: u64,
+) -> (Vec<f32>, Vec<(f32, f32)>) {
+    let optimizer = optimizer.clone();
+    let runs = on_workers(workers, move |w, ring| {
+        let mut dp = DataParallel::with_tables(
+            model(),
+            Loss::BinaryCrossEntropy,
+            &optimizer,
+            ring,
+            &tables(on_device),
+        )
+        .unwrap();
+        assert_eq!(dp.tables_on_device(), on_device);
+        let share = 64 / workers as u64;
+        let stats: Vec<(f32, f32)> = (0..steps)
+            .map(|s| {
+                let start = s * 64 + w as u64 * share;
+                let stats = dp.step(Some(&batch(start..start + share))).unwrap().unwrap();
+                (stats.loss, stats.grad_norm)
+            })
+            .collect();
+        (dp.full_weights().unwrap(), stats)
+    });
+    runs.into_iter().next().unwrap()
+}
+
+#[test]
+fn tables_on_the_device_train_bit_for_bit_as_tables_in_memory() {
+    for (name, optimizer) in optimizers() {
+        for sparse_tables in [true, false] {
+            let optimizer = OptimizerConfig { sparse_tables, ..optimizer.clone() };
+            for workers in [1, 2] {
+                let (memory, memory_stats) = train(&optimizer, false, workers, 6);
+                let (device, device_stats) = train(&optimizer, true, workers, 6);
+                let case = format!("{name}, sparse_tables={sparse_tables}, {workers} worker(s)");
+                assert_eq!(device_stats, memory_stats, "{case}: losses and norms");
+                let all = model().parameters().entries();
+                let differing = memory.iter().zip(&device).position(|(a, b)| a.to_bits() != b.to_bits());
+                if let Some(i) = differing {
+                    let e = all.iter().find(|e| e.offset <= i && i < e.offset + e.len()).expect("an entry");
+                    let (at, ours, theirs) = (i - e.offset, device[i], memory[i]);
+                    panic!(
+                        "{case}: '{}'[{at}] is {ours} with tables on the device, {theirs} in memory",
+                        e.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Steps `from` to `to` of one worker, 64 rows each.
+fn run_steps(dp: &mut DataParallel<WideDeep>, from: u64, to: u64) {
+    for s in from..to {
+        dp.step(Some(&batch(s * 64..s * 64 + 64))).unwrap();
+    }
+}
+
+#[test]
+fn a_checkpoint_from_either_place_resumes_in_the_other() {
+    let optimizer = OptimizerConfig {
+        wide: Some(Rule::ftrl(0.1, 0.001, 0.002)),
+        ..OptimizerConfig::new(Rule::adam(0.02))
+    };
+    let make = |on_device| {
+        DataParallel::with_tables(model(), Loss::BinaryCrossEntropy, &optimizer, None, &tables(on_device))
+            .unwrap()
+    };
+    let mut straight = make(false);
+    run_steps(&mut straight, 0, 8);
+    let expected = straight.full_weights().unwrap();
+    for (written_on_device, read_on_device) in [(true, false), (false, true), (true, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let model_dir = dir.path().to_str().unwrap();
+        let mut first = make(written_on_device);
+        run_steps(&mut first, 0, 4);
+        let progress = Progress { step: 4, workers: 1, ..Progress::default() };
+        first.save_checkpoint(model_dir, progress, &CheckpointOptions::default()).unwrap();
+        let mut resumed = make(read_on_device);
+        assert_eq!(resumed.restore(model_dir).unwrap().map(|p| p.step), Some(4));
+        assert_eq!(resumed.optimizers().steps(), 4);
+        run_steps(&mut resumed, 4, 8);
+        let case = format!("written with tables on the device: {written_on_device}, read: {read_on_device}");
+        assert!(resumed.full_weights().unwrap() == expected, "{case}: the resumed run differs");
+    }
+}
+
+#[test]
+fn a_snapshot_puts_back_the_tables_on_the_device() {
+    let optimizer = OptimizerConfig::new(Rule::adagrad(0.2));
+    let model =
+        DeepFm::new(&spec(), &EmbeddingConfig { dim: 4, hidden: vec![8], cross_layers: 0, seed: 9 }).unwrap();
+    let mut dp =
+        DataParallel::with_tables(model, Loss::BinaryCrossEntropy, &optimizer, None, &tables(true)).unwrap();
+    for s in 0..3 {
+        dp.step(Some(&batch(s * 64..s * 64 + 64))).unwrap();
+    }
+    let (snapshot, at_snapshot) = (dp.snapshot().unwrap(), dp.full_weights().unwrap());
+    let test = batch(10_000..10_256);
+    let logits = dp.logits(&test).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    for s in 3..6 {
+        dp.step(Some(&batch(s * 64..s * 64 + 64))).unwrap();
+    }
+    assert!(dp.full_weights().unwrap() != at_snapshot, "training moved the weights");
+    dp.put_snapshot(snapshot).unwrap();
+    assert!(dp.full_weights().unwrap() == at_snapshot);
+    assert_eq!(dp.logits(&test).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap(), logits);
+}
+
+#[test]
+fn the_variables_alone_are_the_weights_when_the_tables_are_on_the_device() {
+    let optimizer = OptimizerConfig::new(Rule::adam(0.01));
+    let on_device =
+        DataParallel::with_tables(model(), Loss::BinaryCrossEntropy, &optimizer, None, &tables(true))
+            .unwrap();
+    let in_memory =
+        DataParallel::with_tables(model(), Loss::BinaryCrossEntropy, &optimizer, None, &tables(false))
+            .unwrap();
+    let all = in_memory.model().parameters().entries();
+    let vars: usize = all.iter().filter(|e| !e.table).map(|e| e.len()).sum();
+    assert_eq!(on_device.weights().len(), vars);
+    assert!(on_device.entries().iter().all(|e| !e.table));
+    assert_eq!(in_memory.weights().len(), all.iter().map(|e| e.len()).sum::<usize>());
+    assert!(on_device.full_weights().unwrap() == in_memory.weights(), "the same starting weights");
+    // By default only a device other than the CPU keeps them.
+    let default = DataParallel::new(model(), Loss::BinaryCrossEntropy, &optimizer, None).unwrap();
+    assert!(!default.tables_on_device());
+}
+
+/// Eight TFRecord files of 48 rows under `dir`, from row `first` on.
+fn write_files(dir: &std::path::Path, first: u64) -> String {
+    for i in 0..8u64 {
+        let url = dir.join(format!("part-{i:05}.tfrecord")).to_string_lossy().into_owned();
+        let mut w = ExampleFileWriter::create(&url, None, false, HashMap::new()).unwrap();
+        w.write_batch(&rows(first + i * 48..first + i * 48 + 48)).unwrap();
+        w.commit().unwrap();
+    }
+    dir.to_string_lossy().into_owned()
+}
+
+#[test]
+fn the_training_loop_ends_the_same_wherever_the_tables_live() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = write_files(&dir.path().join("train"), 0);
+    let eval = write_files(&dir.path().join("eval"), 50_000);
+    let outcome = |on_device: bool| {
+        let model_dir = dir.path().join(format!("model-{on_device}")).to_string_lossy().into_owned();
+        let export_dir = dir.path().join(format!("export-{on_device}")).to_string_lossy().into_owned();
+        let (da, ev, md, ed) = (data.clone(), eval.clone(), model_dir.clone(), export_dir.clone());
+        let runs = on_workers(2, move |w, ring| {
+            let mut config = TrainerConfig::new(
+                ModelKind::WideDeep { dim: 4, hidden: vec![8] },
+                OptimizerConfig {
+                    wide: Some(Rule::ftrl(0.1, 0.001, 0.002)),
+                    ..OptimizerConfig::new(Rule::adam(0.02))
+                },
+            );
+            (config.batch_size, config.shuffle_buffer, config.seed) = (16, 0, 3);
+            (config.model_dir, config.checkpoint_every) = (Some(md.clone()), Some(4));
+            (config.shard_tables, config.tables_on_device) = (ShardTables::Off, Some(on_device));
+            let mut trainer = Trainer::new(config, spec(), ring).unwrap();
+            assert_eq!(trainer.data_parallel().tables_on_device(), on_device);
+            let input = Input::open(&da, 2, w, trainer.config().input_options()).unwrap();
+            let eval = Input::open(&ev, 2, w, trainer.config().input_options()).unwrap();
+            // No evaluation after the first counts as better: step 2's model is restored.
+            let early_stopping =
+                EarlyStopping { monitor: Monitor::Loss, patience: 100, min_delta: 1e9, restore_best: true };
+            let options = FitOptions {
+                epochs: 1,
+                max_steps: Some(10),
+                eval_every: Some(2),
+                early_stopping: Some(early_stopping),
+            };
+            let mut on_log = |_: &_| Ok(());
+            let mut hooks = Hooks { on_log: &mut on_log, on_eval: None };
+            let summary = trainer.fit(&input, &options, Some(&eval), &mut hooks).unwrap();
+            trainer.export(&ed).unwrap();
+            (summary.steps, summary.best.map(|b| b.step), trainer.full_weights().unwrap())
+        });
+        assert!(runs.iter().all(|r| r == &runs[0]), "every trainer ends alike");
+        let (steps, best, weights) = runs.into_iter().next().unwrap();
+        assert_eq!((steps, best), (10, Some(2)));
+        let exported = Exported::load(&export_dir).unwrap();
+        (weights, exported.predict(&rows(90_000..90_064)).unwrap(), model_dir)
+    };
+    let (memory, memory_scores, memory_dir) = outcome(false);
+    let (device, device_scores, device_dir) = outcome(true);
+    assert!(device == memory, "the best model's weights");
+    assert_eq!(device_scores, memory_scores, "the exported models' scores");
+    // The last checkpoints (step 10, at the end) hold the same parameters and optimizer state: a run of
+    // two more steps from either, with tables in memory, ends alike.
+    let resume = |model_dir: &str| {
+        let optimizer = OptimizerConfig {
+            wide: Some(Rule::ftrl(0.1, 0.001, 0.002)),
+            ..OptimizerConfig::new(Rule::adam(0.02))
+        };
+        let model = ModelKind::WideDeep { dim: 4, hidden: vec![8] }.build(&spec(), 3).unwrap();
+        let mut dp =
+            DataParallel::with_tables(model, Loss::BinaryCrossEntropy, &optimizer, None, &tables(false))
+                .unwrap();
+        assert_eq!(dp.restore(model_dir).unwrap().map(|p| p.step), Some(10));
+        for s in 0..2 {
+            dp.step(Some(&batch(s * 32..s * 32 + 32))).unwrap();
+        }
+        dp.full_weights().unwrap()
+    };
+    assert!(resume(&device_dir) == resume(&memory_dir), "the checkpoints resume alike");
+}

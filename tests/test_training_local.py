@@ -1,6 +1,7 @@
 """The training API in one process (``Trainer(ctx=None)``): Parquet and TFRecord inputs train
 alike, softmax models score every class, the feature spec is inferred from the data and saved
-with the export, and bad input is refused naming what is wrong."""
+with the export, embedding tables kept on the device train, checkpoint and export as tables in
+memory do, and bad input is refused naming what is wrong."""
 
 from __future__ import annotations
 
@@ -69,6 +70,34 @@ def test_a_softmax_model_scores_every_class(tmp_path):
     assert probabilities.shape == (data.num_rows, 3)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
     assert trainer.evaluate(str(tmp_path / "train.tfrecord")).auc is None
+
+
+def test_tables_kept_on_the_device_give_the_same_model(tmp_path):
+    # On the CPU the device's tensor code runs where a GPU would run it, bit for bit.
+    st.tfrecord.write_batches(str(tmp_path / "train.tfrecord"), table(2_000))
+    features = {"dense": ["x0", "x1", "x2"], "categorical": {"shop": 30, "city": 10}}
+    outcome = {}
+    for on_device in (False, True):
+        trainer = Trainer(
+            model="deep_fm",
+            features=features,
+            hidden=[8],
+            shuffle_buffer=0,
+            batch_size=100,
+            seed=3,
+            optimizer="adagrad",
+            learning_rate=0.1,
+            tables_on_device=on_device,
+        )
+        assert trainer.config.tables_on_device is on_device
+        trainer.fit(str(tmp_path / "train.tfrecord"), epochs=2)
+        export = trainer.export(str(tmp_path / f"export-{on_device}"))
+        scored = score_batch(export, table(300, seed=9).drop(["label"]).to_batches()[0], "probabilities")
+        outcome[on_device] = (np.asarray(trainer.weights()), scored["probabilities"].to_pylist())
+    np.testing.assert_array_equal(outcome[True][0], outcome[False][0])
+    assert outcome[True][1] == outcome[False][1]
+    with pytest.raises(InvalidArgumentError, match="tables_on_device"):
+        Trainer(tables_on_device="yes")  # type: ignore[arg-type]
 
 
 def test_bad_arguments_are_refused_by_name(tmp_path):

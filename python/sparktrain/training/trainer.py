@@ -168,6 +168,10 @@ class Trainer:
     and a missing driver or library raises :class:`~sparktrain.errors.MissingDependencyError`
     naming its file. ``"auto"``, the default, is the task's GPU when Spark gave it one and the
     build has CUDA, and otherwise the CPU (outside Spark: the first GPU this process sees).
+    On a GPU, embedding tables that are not sharded live on it with their optimizer state
+    when they take at most half its memory, so a step gathers and updates their rows there;
+    ``tables_on_device`` (``True`` / ``False``) decides instead. ``weights()`` and
+    checkpoints copy them out.
     ``threads`` splits large optimizer updates across threads.
 
     ``callbacks`` (:class:`~sparktrain.training.Callback`, such as
@@ -211,6 +215,7 @@ class Trainer:
         cross_layers: int | None = None,
         shard_tables: bool | str = DEFAULTS.shard_tables,
         table_budget_bytes: int | None = DEFAULTS.table_budget_bytes,
+        tables_on_device: bool | None = DEFAULTS.tables_on_device,
         gradient_wire: str = DEFAULTS.gradient_wire,
         callbacks: Sequence[JobCallback] | None = None,
         **hyperparameters: float,
@@ -238,6 +243,8 @@ class Trainer:
         _checks.optional_integer("dim", dim, minimum=1)
         _checks.optional_integer("cross_layers", cross_layers, minimum=1)
         _checks.optional_integer("table_budget_bytes", table_budget_bytes, minimum=1)
+        if tables_on_device is not None:
+            _checks.instance("tables_on_device", tables_on_device, bool, "True, False or None")
         if clip_norm is not None:
             _checks.positive_number("clip_norm", clip_norm)
         _checks.text("gradient_wire", gradient_wire)
@@ -281,6 +288,7 @@ class Trainer:
                 shard_tables=shard_tables,
                 table_budget_bytes=table_budget_bytes,
                 gradient_wire=gradient_wire,
+                tables_on_device=tables_on_device,
             )
         except (OverflowError, TypeError) as e:
             # pyo3 refuses a negative count or a wrong type before the engine sees it.

@@ -268,7 +268,7 @@ impl TrainerConfig {
         prefetch=None, seed=None, model_dir=None, checkpoint_every=None, keep_checkpoints=None,
         max_shard_bytes=None, tensorboard_dir=None, log_every=None, device=None, loss=None,
         class_weight=None, lr_schedule=None, clip_norm=None, regularization=None, cross_layers=None,
-        shard_tables=None, table_budget_bytes=None, gradient_wire=None,
+        shard_tables=None, table_budget_bytes=None, gradient_wire=None, tables_on_device=None,
     ))]
     fn new(
         model: &str,
@@ -299,6 +299,7 @@ impl TrainerConfig {
         shard_tables: Option<ShardArg>,
         table_budget_bytes: Option<u64>,
         gradient_wire: Option<&str>,
+        tables_on_device: Option<bool>,
     ) -> Result<Self> {
         let rule = |(name, lr, settings): &RuleArgs| Rule::named(name, *lr, settings);
         let mut optimizers = OptimizerConfig::new(rule(&optimizer)?);
@@ -343,6 +344,7 @@ impl TrainerConfig {
             config.shard_tables = shard.parse()?;
         }
         config.table_budget_bytes = table_budget_bytes;
+        config.tables_on_device = tables_on_device;
         config.validate()?;
         Ok(TrainerConfig { inner: config, classes, optimizer: optimizer.0 })
     }
@@ -491,6 +493,13 @@ impl TrainerConfig {
     #[getter]
     fn table_budget_bytes(&self) -> Option<u64> {
         self.inner.table_budget_bytes
+    }
+
+    /// Whether embedding tables that are not sharded live on the GPU with their optimizer
+    /// state; None: when they fit half its memory (never on the CPU).
+    #[getter]
+    fn tables_on_device(&self) -> Option<bool> {
+        self.inner.tables_on_device
     }
 
     /// The whole configuration as the engine resolved it, as JSON: every default filled in
@@ -835,9 +844,13 @@ impl Trainer {
     }
 
     /// The weights, flat in parameter-name order, as a `pyarrow.Float32Array` (the variables
-    /// alone when the tables are sharded).
+    /// alone when the tables are sharded; tables kept on a GPU are copied out).
     fn weights<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyAny>> {
-        let values = Float32Array::from(lock(&self.inner).weights().to_vec());
+        let values = {
+            let trainer = lock(&self.inner);
+            if trainer.is_sharded() { trainer.weights().to_vec() } else { trainer.full_weights()? }
+        };
+        let values = Float32Array::from(values);
         Ok(values.to_data().to_pyarrow(py)?)
     }
 

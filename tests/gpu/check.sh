@@ -10,9 +10,14 @@
 #   1e-4 relative);
 # - one trainer's step (DataParallel::step) and the Trainer with its input pipeline, for the
 #   MLP, Wide&Deep, DeepFM and DCN at batch 256 and 4096, beside PyTorch on the same GPU;
+# - the embedding models' step at 4096 with their tables the other way (on a GPU the engine
+#   keeps them on the device; this runs them in main memory, as before), to show what that
+#   placement is worth;
 # - where a step's time goes at batch 4096 (the batch's copy, the lookup, forward, backward,
 #   the gradients' copy to host memory, against the whole step);
 # - a job of 2 trainer processes each on the GPU, in one ring (same parameters at the end);
+# - the ring's all-reduce alone, sealed and in the clear, against PyTorch's gloo, 2, 4 and 8
+#   processes over loopback, 1, 16 and 64 MiB (tests/gpu/gloo_peer.py; bus bandwidth);
 # - the MLP at 4096 on one CPU thread against PyTorch's.
 # Every figure goes to $OUT/gpu-check.jsonl (OUT defaults to target/gpu-check) and a table
 # comparing them ends the output. Each command has a time-out; a failed one is reported and the
@@ -56,9 +61,15 @@ for rows in 256 4096; do
     run 300 "$torch" tests/gpu/torch_peer.py "$device" "$rows" "$steps" mlp,wide_deep,deepfm,dcn
     run 300 "$bin" trainer "$device" "$rows" $((steps / 2))
 done
+other=memory
+[ "$device" = cpu ] && other=device
+run 300 env GPU_CHECK_TABLES=$other "$bin" step "$device" 4096 "$steps" wide_deep,deepfm,dcn
 run 300 "$bin" phases "$device" 4096 $((steps / 4))
 run 300 "$bin" input 4096 $((steps / 2))
 run 300 "$bin" job "$device" 2 50
+ranks=${GPU_CHECK_RANKS:-2,4,8}
+run 300 "$bin" allreduce "$ranks" 1,16,64
+run 300 "$torch" tests/gpu/gloo_peer.py "$ranks" 1,16,64
 run 120 env RAYON_NUM_THREADS=1 "$bin" step cpu 4096 30 mlp
 run 120 "$torch" tests/gpu/torch_peer.py cpu 4096 30 mlp
 
@@ -77,6 +88,11 @@ for size in (256, 4096):
         trainer = get(mode="trainer", model=model, rows=size, device=device)
         peer = get(mode="torch", model=model, rows=size, device=device)
         print(f"{model:<10} {size:>6} {fmt(step):>10} {fmt(trainer):>10} {fmt(peer):>10} {ratio(step, peer):>13} {ratio(trainer, step):>13}")
+placed = [r for r in rows if r["mode"] == "step" and r["rows"] == 4096 and r["device"] == device and "tables" in r]
+for model in ("wide_deep", "deepfm", "dcn"):
+    by = {r["tables"]: r["examples_per_sec"] for r in placed if r["model"] == model}
+    if len(by) == 2:
+        print(f"{model} at 4096, tables on the device: {fmt(by['device'])}, in memory: {fmt(by['memory'])}: {ratio(by['device'], by['memory'])}")
 cpu = get(mode="step", model="mlp", device="cpu", rows=4096, steps=30)
 cpu_peer = get(mode="torch", model="mlp", device="cpu", rows=4096, steps=30)
 print(f"\nMLP at 4096 on one CPU thread: {fmt(cpu)} against PyTorch's {fmt(cpu_peer)}: {ratio(cpu, cpu_peer)}")
@@ -92,6 +108,16 @@ if phases:
         ms = [r[f"{p}_ms"] for p in parts]
         rest = r["step_ms"] - sum(ms[1:])  # the step's own part: the batch is already on the device
         print(f"{r['model']:<10} " + " ".join(f"{v:8.3f}" for v in ms) + f" {rest:8.3f} {r['step_ms']:8.3f}")
+reduces = [r for r in rows if r["mode"] == "allreduce"]
+if reduces:
+    print("\nall-reduce over loopback, float32 sums, bus bandwidth GB/s (median call on rank 0)")
+    print(f"{'ranks':>5} {'MiB':>5} {'sealed':>8} {'clear':>8} {'gloo':>8} {'sealed/gloo':>12} {'clear/gloo':>11}")
+    for n in sorted({r["ranks"] for r in reduces}):
+        for size in sorted({r["bytes"] for r in reduces}):
+            bw = {r["contender"]: r["busbw_gbs"] for r in reduces if r["ranks"] == n and r["bytes"] == size}
+            cell = lambda c: "-" if c not in bw else f"{bw[c]:.2f}"
+            over = lambda c: "-" if c not in bw or "gloo" not in bw else f"{bw[c] / bw['gloo']:.2f}x"
+            print(f"{n:>5} {size >> 20:>5} {cell('sealed'):>8} {cell('clear'):>8} {cell('gloo'):>8} {over('sealed'):>12} {over('clear'):>11}")
 job = next((r for r in rows if r["mode"] == "job"), None)
 if job:
     print(f"2 trainers on {device}, Wide&Deep at 256: {fmt(job['examples_per_sec'])} in all, same parameters: {job['same_parameters']}")

@@ -21,6 +21,14 @@
 //!   JSON line per model.
 //! - `job DEVICE WORKERS [steps]`: WORKERS trainer processes on this machine, each on DEVICE,
 //!   in one ring over loopback, training Wide&Deep; checks they end with the same parameters.
+//! - `allreduce RANKS[,RANKS...] MIB[,MIB...]`: the ring's float32 sum alone, RANKS processes
+//!   over loopback, sealed and in the clear, buffers of MIB MiB: the median call time on rank 0
+//!   and the bus bandwidth (`2(N-1)/N × bytes / time`, as NCCL's tests count it), for
+//!   `tests/gpu/gloo_peer.py`'s figures of PyTorch's gloo on the same machine.
+//!
+//! `GPU_CHECK_TABLES=device` or `memory` keeps the embedding tables on the device or in main
+//! memory (`TableOptions::on_device`); unset, the engine decides (on a GPU, on the device).
+//! Every timed line says where they were.
 //!
 //! The C library's allocator is set as the Python binding sets it in trainer processes, so the
 //! host's share of a step costs what it costs in the wheel.
@@ -38,8 +46,8 @@ use sparktrain_collective::{Communicator, Config};
 use sparktrain_train::input::Input;
 use sparktrain_train::trainer::{FitOptions, Hooks, Trainer, TrainerConfig};
 use sparktrain_train::{
-    Batch, Categorical, DataParallel, FeatureSpec, Lookup, Loss, Model, ModelKind, OptimizerConfig, Rule,
-    shared,
+    Batch, Categorical, DataParallel, FeatureSpec, Loss, Model, ModelKind, OptimizerConfig, Rule,
+    ShardTables, TableOptions, shared,
 };
 
 const DENSE: usize = 13;
@@ -65,9 +73,11 @@ fn main() -> ExitCode {
         Some("input") => input(number(1, 4096), number(2, 100), &timed(&arg(3, TIMED))),
         Some("job") => job(&arg(1, "cuda"), number(2, 2), number(3, 50)),
         Some("job-worker") => job_worker(&args[1..]),
+        Some("allreduce") => all_reduce(&arg(1, "2,4,8"), &arg(2, "1,16,64")),
+        Some("allreduce-rank") => all_reduce_rank(&args[1..]),
         _ => {
             eprintln!(
-                "usage: gpu_check exact A B [steps] | step DEVICE ROWS [steps] | trainer DEVICE ROWS [steps] | phases DEVICE ROWS [steps] | input ROWS [steps] | job DEVICE WORKERS [steps]"
+                "usage: gpu_check exact A B [steps] | step DEVICE ROWS [steps] | trainer DEVICE ROWS [steps] | phases DEVICE ROWS [steps] | input ROWS [steps] | job DEVICE WORKERS [steps] | allreduce RANKS MIB"
             );
             ExitCode::from(2)
         }
@@ -173,7 +183,25 @@ fn data_parallel(
     optimizer: &OptimizerConfig,
 ) -> DataParallel<Box<dyn Model>> {
     let model = kind.build_on(device, spec, 7).expect("the model builds");
-    DataParallel::new(model, Loss::BinaryCrossEntropy, optimizer, None).expect("the step builds")
+    let tables = TableOptions { shard: ShardTables::Off, budget_bytes: None, on_device: tables_on_device() };
+    DataParallel::with_tables(model, Loss::BinaryCrossEntropy, optimizer, None, &tables)
+        .expect("the step builds")
+}
+
+/// Where `GPU_CHECK_TABLES` puts the embedding tables: `device`, `memory`, or (unset or
+/// `auto`) where the engine decides.
+fn tables_on_device() -> Option<bool> {
+    match std::env::var("GPU_CHECK_TABLES").as_deref() {
+        Ok("device") => Some(true),
+        Ok("memory") => Some(false),
+        Ok("auto") | Err(_) => None,
+        Ok(other) => panic!("GPU_CHECK_TABLES={other}: use device, memory or auto"),
+    }
+}
+
+/// Where a step's tables were, for the result lines.
+fn tables_name<M: Model>(dp: &DataParallel<M>) -> &'static str {
+    if dp.tables_on_device() { "device" } else { "memory" }
 }
 
 fn exact(a: &str, b: &str, steps: usize) -> ExitCode {
@@ -235,7 +263,7 @@ fn step(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str, 
         let seconds = started.elapsed().as_secs_f64();
         let line = serde_json::json!({
             "mode": "step", "model": name, "device": device_name, "rows": rows_per_step, "steps": steps,
-            "step_ms": seconds * 1e3 / steps as f64,
+            "tables": tables_name(&dp), "step_ms": seconds * 1e3 / steps as f64,
             "examples_per_sec": (rows_per_step * steps) as f64 / seconds,
         });
         println!("RESULT {line}");
@@ -265,7 +293,7 @@ fn phases(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str
                 Batch::from_encoded_on(&encoded[s % encoded.len()], &device).expect("the batch moves");
             let upload = done(t);
             let t = Instant::now();
-            let lookup = Lookup::gather(&batch, &entries, dp.weights()).expect("the rows are gathered");
+            let lookup = dp.lookup_of(&batch).expect("the rows are gathered");
             let gather = done(t);
             let t = Instant::now();
             let logits = dp.model().forward(&batch, lookup.as_ref()).expect("the forward pass runs");
@@ -300,6 +328,7 @@ fn phases(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str
         let per = |i: usize| totals[i] / steps as f64;
         let line = serde_json::json!({
             "mode": "phases", "model": name, "device": device_name, "rows": rows_per_step, "steps": steps,
+            "tables": tables_name(&dp),
             "upload_ms": per(0), "lookup_ms": per(1), "forward_ms": per(2), "backward_ms": per(3),
             "grads_to_host_ms": per(4), "step_ms": per(5),
         });
@@ -327,6 +356,7 @@ fn config_for(kind: ModelKind, device: &str, rows_per_step: usize) -> TrainerCon
     config.batch_size = rows_per_step;
     config.shuffle_buffer = 0;
     config.log_every = u64::MAX / 2;
+    config.tables_on_device = tables_on_device();
     config
 }
 
@@ -362,6 +392,7 @@ fn trainer(device: &str, rows_per_step: usize, steps: usize, models: &[(&str, Mo
         let summary = trainer.fit(&input, &options, None, &mut hooks).expect("training runs");
         let line = serde_json::json!({
             "mode": "trainer", "model": name, "device": device, "rows": rows_per_step,
+            "tables": tables_name(trainer.data_parallel()),
             "steps": summary.new_steps, "examples_per_sec": summary.examples_per_sec,
         });
         println!("RESULT {line}");
@@ -482,5 +513,87 @@ fn job_worker(args: &[String]) -> ExitCode {
         .fold(0xcbf2_9ce4_8422_2325u64, |h, w| (h ^ u64::from(w.to_bits())).wrapping_mul(0x100_0000_01b3));
     let line = serde_json::json!({"examples_per_sec": summary.examples_per_sec, "steps": summary.new_steps, "weights": format!("{digest:016x}")});
     println!("WORKER {line}");
+    ExitCode::SUCCESS
+}
+
+/// Comma-separated whole numbers.
+fn numbers(list: &str) -> Vec<usize> {
+    list.split(',').map(|n| n.trim().parse().expect("a whole number")).collect()
+}
+
+/// Starts RANKS `allreduce-rank` processes for every count in `ranks`, sealed and in the clear,
+/// and prints rank 0's median call time and the bus bandwidth for every size in `mib`.
+fn all_reduce(ranks: &str, mib: &str) -> ExitCode {
+    let sizes: Vec<String> = numbers(mib).iter().map(|m| (m << 20).to_string()).collect();
+    let exe = std::env::current_exe().expect("this program");
+    for n in numbers(ranks) {
+        for sealed in [true, false] {
+            // Free ports for the ring, found by binding and letting go (each rank binds its own).
+            let peers: Vec<String> = (0..n)
+                .map(|_| {
+                    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string()
+                })
+                .collect();
+            let children: Vec<_> = (0..n)
+                .map(|rank| {
+                    Command::new(&exe)
+                        .args(["allreduce-rank", &rank.to_string(), &sealed.to_string(), &sizes.join(",")])
+                        .args(&peers)
+                        .stdout(std::process::Stdio::piped())
+                        .spawn()
+                        .expect("a rank starts")
+                })
+                .collect();
+            let mut outputs = Vec::new();
+            for child in children {
+                outputs.push(child.wait_with_output().expect("its output"));
+            }
+            if let Some(failed) = outputs.iter().find(|o| !o.status.success()) {
+                eprintln!("a rank failed ({}) with {n} ranks, sealed={sealed}", failed.status);
+                return ExitCode::FAILURE;
+            }
+            let text = String::from_utf8_lossy(&outputs[0].stdout).into_owned();
+            for line in text.lines().filter_map(|l| l.strip_prefix("TIME ")) {
+                let (bytes, seconds): (usize, f64) = serde_json::from_str(line).expect("a timing");
+                let busbw = 2.0 * (n - 1) as f64 / n as f64 * bytes as f64 / seconds / 1e9;
+                let line = serde_json::json!({
+                    "mode": "allreduce", "contender": if sealed { "sealed" } else { "clear" }, "ranks": n,
+                    "bytes": bytes, "seconds": seconds, "busbw_gbs": busbw,
+                });
+                println!("RESULT {line}");
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// One rank of `allreduce`: `RANK SEALED SIZES PEER...`; rank 0 prints `TIME [bytes, median
+/// seconds]` per size.
+fn all_reduce_rank(args: &[String]) -> ExitCode {
+    let rank: usize = args[0].parse().expect("rank");
+    let sealed: bool = args[1].parse().expect("true or false");
+    let peers = args[3..].to_vec();
+    let listener = std::net::TcpListener::bind(&peers[rank]).expect("its port");
+    let config =
+        Config { sealed, ..Config::new(rank, peers, b"gpu-check".to_vec(), Duration::from_secs(120)) };
+    let mut ring = Communicator::connect(listener, config).expect("the ring");
+    for bytes in numbers(&args[2]) {
+        let mut data = vec![1.0f32; bytes / 4];
+        for _ in 0..3 {
+            ring.all_reduce(&mut data, sparktrain_collective::ReduceOp::Sum).expect("warms up");
+        }
+        let calls = if bytes >= 16 << 20 { 10 } else { 100 };
+        let mut times = Vec::with_capacity(calls);
+        for _ in 0..calls {
+            ring.barrier().expect("a barrier");
+            let started = Instant::now();
+            ring.all_reduce(&mut data, sparktrain_collective::ReduceOp::Sum).expect("sums");
+            times.push(started.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        if rank == 0 {
+            println!("TIME {}", serde_json::json!([bytes, times[calls / 2]]));
+        }
+    }
     ExitCode::SUCCESS
 }

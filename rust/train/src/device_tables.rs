@@ -237,14 +237,16 @@ fn div(x: &Tensor, s: f32) -> candle_core::Result<Tensor> {
     x.broadcast_div(&Tensor::new(s, x.device())?)
 }
 
-/// `x · s`, one rounding (candle's `affine` adds a zero, which turns -0 into +0).
+/// `x · s`, one rounding. candle's affine map computes `x · s + add`: adding -0 leaves every
+/// product as it is, -0 included (adding +0 would turn -0 into +0), and it needs no scalar
+/// copied to the device, as a tensor operand would.
 fn mul(x: &Tensor, s: f32) -> candle_core::Result<Tensor> {
-    x.broadcast_mul(&Tensor::new(s, x.device())?)
+    x.affine(f64::from(s), -0.0)
 }
 
-/// `x + s`, one rounding.
+/// `x + s`, one rounding (`x · 1` is exact).
 fn add(x: &Tensor, s: f32) -> candle_core::Result<Tensor> {
-    x.broadcast_add(&Tensor::new(s, x.device())?)
+    x.affine(1.0, f64::from(s))
 }
 
 /// The rule's update of parameters `p` with gradients `g` and state `state` (the rule's

@@ -1,18 +1,20 @@
 //! Embedding tables kept on the model's device train exactly as tables in main memory do:
-//! under every update rule, with updates of the touched rows or of every row, penalties,
-//! clipping and a schedule, on one worker and on two; a checkpoint written from either
-//! resumes in the other; and the training loop's best model, checkpoints and export are the
-//! same wherever the tables lived. The tests keep the tables "on the device" on the CPU, which
-//! runs the same tensor code a GPU does.
+//! under every update rule (single ids and mean-pooled multi-hot lists), with updates of the
+//! touched rows or of every row, penalties, clipping and a schedule, on one worker and on two;
+//! a checkpoint written from either resumes in the other; and the training loop's best model,
+//! checkpoints and export are the same wherever the tables lived. The tests keep the tables
+//! "on the device" on the CPU, which runs the same tensor code a GPU does.
 
 mod support;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Float32Array, Int64Array, StringArray};
+use arrow::array::{ArrayRef, Float32Array, Int64Array, ListArray, StringArray};
+use arrow::datatypes::Int64Type;
 use arrow::record_batch::RecordBatch;
 use sparktrain_dataset::ExampleFileWriter;
+use sparktrain_train::features::{MultiHot, Pooling};
 use sparktrain_train::{
     Batch, Categorical, CheckpointOptions, DataParallel, Decay, DeepFm, EmbeddingConfig, FeatureSpec, Loss,
     Model, OptimizerConfig, Penalty, Progress, Regularization, Rule, Schedule, ShardTables, TableOptions,
@@ -31,13 +33,13 @@ fn spec() -> FeatureSpec {
             Categorical { name: "city".into(), buckets: 40 },
         ],
         crossed: vec![],
-        multi_hot: vec![],
+        multi_hot: vec![MultiHot { name: "tags".into(), buckets: 30, pooling: Pooling::Mean }],
         label: "label".into(),
     }
 }
 
 /// Rows `range`: low shop ids are hot, so a batch touches some rows many times and most
-/// rows never.
+/// rows never; each row has 0 to 3 tags, pooled by their mean.
 fn batch(range: std::ops::Range<u64>) -> Batch {
     Batch::from_encoded(&spec().encode(&rows(range)).unwrap()).unwrap()
 }
@@ -47,14 +49,21 @@ fn rows(range: std::ops::Range<u64>) -> RecordBatch {
     let mix = |i: u64| i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(23);
     let shop: Vec<i64> = range.clone().map(|i| ((mix(i) % 64) * (mix(i) % 64) / 64) as i64).collect();
     let city: Vec<String> = range.clone().map(|i| format!("c{}", mix(i + 5) % 30)).collect();
-    let label: Vec<i64> =
-        (0..shop.len()).map(|r| ((shop[r] % 3 == 0) != city[r].ends_with('1')) as i64).collect();
+    let tags: Vec<Vec<i64>> = range
+        .clone()
+        .map(|i| (0..mix(i + 11) % 4).map(|k| (mix(i + 13 + k) % 20) as i64).collect())
+        .collect();
+    let label: Vec<i64> = (0..shop.len())
+        .map(|r| (((shop[r] % 3 == 0) != city[r].ends_with('1')) != tags[r].contains(&3)) as i64)
+        .collect();
     let x: Vec<f32> = range.map(|i| (mix(i + 3) % 100) as f32 / 50.0 - 1.0).collect();
+    let lists = tags.into_iter().map(|t| Some(t.into_iter().map(Some).collect::<Vec<_>>()));
     let columns: Vec<(&str, ArrayRef)> = vec![
         ("label", Arc::new(Int64Array::from(label))),
         ("x", Arc::new(Float32Array::from(x))),
         ("shop", Arc::new(Int64Array::from(shop))),
         ("city", Arc::new(StringArray::from(city))),
+        ("tags", Arc::new(ListArray::from_iter_primitive::<Int64Type, _, _>(lists))),
     ];
     RecordBatch::try_from_iter(columns).unwrap()
 }

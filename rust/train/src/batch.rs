@@ -121,6 +121,13 @@ enum Rows {
     Device(Tensor),
 }
 
+impl Rows {
+    /// Every table's `(name, width, values)` in main memory, as `assemble` takes them.
+    fn host(tables: Vec<(String, usize, Vec<f32>)>) -> Vec<(String, usize, Rows)> {
+        tables.into_iter().map(|(name, width, values)| (name, width, Rows::Host(values))).collect()
+    }
+}
+
 /// Where each of the batch's ids finds its row in the tables' variables.
 enum Form {
     /// Variables of `[unique, dim]`.
@@ -179,8 +186,7 @@ impl Lookup {
         places: Places,
         tables: Vec<(String, usize, Vec<f32>)>,
     ) -> Result<Lookup> {
-        let tables = tables.into_iter().map(|(name, width, values)| (name, width, Rows::Host(values)));
-        Self::assemble(batch, places, tables.collect(), Gather::for_device(batch.dense.device()))
+        Self::assemble(batch, places, Rows::host(tables), Gather::for_device(batch.dense.device()))
     }
 
     /// The lookup of `batch` whose ids are placed by `places`, given every table's rows of
@@ -251,8 +257,7 @@ impl Lookup {
         };
         let local: Vec<u32> = ids.iter().map(position).collect::<Result<_>>()?;
         let bag_local: Vec<u32> = bag_ids.iter().map(position).collect::<Result<_>>()?;
-        let tables = tables.into_iter().map(|(name, width, values)| (name, width, Rows::Host(values)));
-        Self::assemble(batch, Places { unique, local, bag_local }, tables.collect(), gather)
+        Self::assemble(batch, Places { unique, local, bag_local }, Rows::host(tables), gather)
     }
 
     /// The lookup of `batch` whose ids `places` places, given every table's rows of the

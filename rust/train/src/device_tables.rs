@@ -108,7 +108,12 @@ impl DeviceTables {
 
     /// Every table's values, copied to the host.
     pub(crate) fn values(&self) -> Result<Vec<Vec<f32>>> {
-        self.tables.iter().map(|t| Ok(t.values.flatten_all()?.to_vec1()?)).collect()
+        (0..self.tables.len()).map(|t| self.values_of(t)).collect()
+    }
+
+    /// Table `t`'s values, copied to the host.
+    pub(crate) fn values_of(&self, t: usize) -> Result<Vec<f32>> {
+        Ok(self.tables[t].values.flatten_all()?.to_vec1()?)
     }
 
     /// Replaces every table's values (as [`Self::values`] gives them); the state stays.
@@ -210,7 +215,7 @@ impl DeviceTables {
     /// [`Self::update_rows`] does its rows.
     pub(crate) fn update_all(&mut self, t: usize, grads: &[f32], scale: f32, step: u64) -> Result<()> {
         let table = &mut self.tables[t];
-        let g = upload(&table.entry, "gradient", grads.to_vec(), &self.device)?;
+        let g = upload(&table.entry, "gradient", grads, &self.device)?;
         let (p, state) = apply_rule(table.rule.scaled(scale), step, &table.values, &g, &table.state)?;
         table.values = p;
         table.state = state;
@@ -220,7 +225,8 @@ impl DeviceTables {
 
 /// `values` as a `[rows, width]` tensor of `entry`'s shape on `device`, or an error naming
 /// the table and what the values were.
-fn upload(entry: &Entry, what: &str, values: Vec<f32>, device: &Device) -> Result<Tensor> {
+fn upload(entry: &Entry, what: &str, values: impl AsRef<[f32]>, device: &Device) -> Result<Tensor> {
+    let values = values.as_ref();
     if values.len() != entry.len() {
         return Err(TrainError::StateMismatch(format!(
             "{} {what} given for table '{}' of {} values",
@@ -229,7 +235,7 @@ fn upload(entry: &Entry, what: &str, values: Vec<f32>, device: &Device) -> Resul
             entry.len()
         )));
     }
-    Ok(Tensor::from_vec(values, (entry.shape[0], entry.row_width()), device)?)
+    Ok(Tensor::from_slice(values, (entry.shape[0], entry.row_width()), device)?)
 }
 
 /// `x / s`, rounded as a float32 division (candle's `x / s` multiplies by `1 / s`).

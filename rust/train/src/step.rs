@@ -25,7 +25,7 @@
 //!   on every worker at once when the total count is zero, so uneven shards never hang.
 //! - Every worker computes bit-identical updates, so weights never drift apart.
 
-use std::borrow::Borrow;
+use std::borrow::{Borrow, Cow};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use candle_core::Tensor;
@@ -153,13 +153,15 @@ impl<M: Model> DataParallel<M> {
         // By default a GPU keeps the tables when they take at most half its memory (the rest
         // is the model's activations and the batches'); the CPU never: its in-place updates
         // are faster than tensor operations over gathered rows.
-        let keep_on_device = tables.on_device.unwrap_or_else(|| {
-            crate::device::memory_bytes(&device).is_some_and(|memory| placement.bytes <= memory / 2)
-        });
+        let keep_on_device = || {
+            tables.on_device.unwrap_or_else(|| {
+                crate::device::memory_bytes(&device).is_some_and(|memory| placement.bytes <= memory / 2)
+            })
+        };
         let mut on_device = None;
         if placement.sharded {
             model.parameters().set_flat_vars(&weights)?;
-        } else if keep_on_device && !table_entries.is_empty() {
+        } else if !table_entries.is_empty() && keep_on_device() {
             let (vars, values) = split_flat(&entries, &weights)?;
             model.parameters().set_flat_vars(&vars)?;
             on_device = Some(DeviceTables::new(&table_entries, values, optimizer, &device)?);
@@ -226,12 +228,25 @@ impl<M: Model> DataParallel<M> {
     /// sharded tables, gathered from every worker (all call it together), so only for models
     /// that fit one worker; tables on the device are copied out.
     pub fn full_weights(&self) -> Result<Vec<f32>> {
+        Ok(self.all_weights()?.into_owned())
+    }
+
+    /// [`DataParallel::full_weights`], borrowed when the weights already hold every
+    /// parameter (tables whole in main memory), so that checkpoints and exports of large
+    /// tables do not copy them.
+    fn all_weights(&self) -> Result<Cow<'_, [f32]>> {
         let tables = match (&self.sharded, &self.on_device) {
             (Some(sharded), _) => sharded.gather(self.ring.as_ref())?,
             (None, Some(device)) => device.values()?,
-            (None, None) => return Ok(self.weights.clone()),
+            (None, None) => return Ok(Cow::Borrowed(&self.weights)),
         };
-        Ok(join_flat(&self.model.parameters().entries(), &self.weights, tables))
+        Ok(Cow::Owned(join_flat(&self.model.parameters().entries(), &self.weights, tables)))
+    }
+
+    /// Every parameter's entry and value, tables whole, for the chief's export when the
+    /// tables are not sharded (wherever they live).
+    pub(crate) fn export_weights(&self) -> Result<(Vec<Entry>, Cow<'_, [f32]>)> {
+        Ok((self.model.parameters().entries(), self.all_weights()?))
     }
 
     /// Weighs each example's loss by its class (`weights[c]` for class `c`, as Keras's
@@ -406,10 +421,11 @@ impl<M: Model> DataParallel<M> {
     ) -> Result<String> {
         let Some(sharded) = &self.sharded else {
             let layout = self.model.parameters().layout();
-            let (weights, states) = match &self.on_device {
-                Some(device) => (self.full_weights()?, self.full_states(device)?),
-                None => (self.weights.clone(), self.optimizers.state()),
+            let states = match &self.on_device {
+                Some(device) => self.full_states(device)?,
+                None => self.optimizers.state(),
             };
+            let weights = self.all_weights()?;
             return checkpoint::save(model_dir, &layout, &weights, &states, progress, options);
         };
         let (rank, workers) = sharded.place();
@@ -819,8 +835,7 @@ impl<M: Model> DataParallel<M> {
                         penalty.add_gradient(&device.rows(t, &rows.ids)?, &mut rows.rows[t]);
                     }
                     (None, Some(device)) => {
-                        let all: Vec<u32> = (0..e.shape[0] as u32).collect();
-                        penalty.add_gradient(&device.rows(t, &all)?, &mut self.table_dense[dense]);
+                        penalty.add_gradient(&device.values_of(t)?, &mut self.table_dense[dense]);
                     }
                 }
             }

@@ -923,16 +923,8 @@ impl Trainer {
         if self.rank != 0 {
             return Ok(false);
         }
-        // Every parameter, tables included wherever they live.
-        let entries = self.dp.model().parameters().entries();
-        export::export(
-            dir,
-            &self.config.model,
-            &self.features,
-            self.config.loss,
-            &entries,
-            &self.dp.full_weights()?,
-        )?;
+        let (entries, weights) = self.dp.export_weights()?;
+        export::export(dir, &self.config.model, &self.features, self.config.loss, &entries, &weights)?;
         Ok(true)
     }
 

@@ -51,13 +51,16 @@ def main() -> None:
             port = probe.getsockname()[1]
         ctx = mp.get_context("spawn")
         out = ctx.SimpleQueue()
-        procs = [ctx.Process(target=rank_main, args=(r, n, port, sizes, out)) for r in range(n)]
+        procs = [ctx.Process(target=rank_main, args=(r, n, port, sizes, out), daemon=True) for r in range(n)]
         for p in procs:
             p.start()
+        deadline = time.monotonic() + 600
         for p in procs:
-            p.join(timeout=600)
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
         if any(p.exitcode != 0 for p in procs):
-            sys.exit(f"a gloo rank failed with {n} ranks: {[p.exitcode for p in procs]}")
+            for p in procs:
+                p.kill()  # a rank still waiting on one that failed
+            sys.exit(f"a gloo rank failed or hung with {n} ranks: {[p.exitcode for p in procs]}")
         while not out.empty():
             nbytes, seconds = out.get()
             busbw = 2 * (n - 1) / n * nbytes / seconds / 1e9

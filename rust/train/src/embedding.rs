@@ -175,6 +175,10 @@ impl Model for WideDeep {
     fn parameters_mut(&mut self) -> &mut Parameters {
         &mut self.0.params
     }
+
+    fn tower(&self) -> Option<&Tower> {
+        Some(&self.0.tower)
+    }
 }
 
 /// DeepFM: Wide&Deep's parts plus pairwise interactions between the embeddings.
@@ -209,6 +213,10 @@ impl Model for DeepFm {
     fn parameters_mut(&mut self) -> &mut Parameters {
         &mut self.0.params
     }
+
+    fn tower(&self) -> Option<&Tower> {
+        Some(&self.0.tower)
+    }
 }
 
 /// DCN-v2 (stacked): Wide&Deep's first-order part plus cross layers in front of its MLP.
@@ -240,5 +248,9 @@ impl Model for Dcn {
 
     fn parameters_mut(&mut self) -> &mut Parameters {
         &mut self.0.params
+    }
+
+    fn tower(&self) -> Option<&Tower> {
+        Some(&self.0.tower)
     }
 }

@@ -20,6 +20,17 @@ pub fn dense(x: &Tensor, w: &Tensor, b: &Tensor, relu: bool) -> Result<Tensor> {
     Ok(x.contiguous()?.apply_op3(&w.contiguous()?, b, Dense { relu })?)
 }
 
+/// `grad` where `out` (a ReLU's output) is positive, else 0: the fused layer's mask.
+pub(crate) fn relu_mask(grad: &Tensor, out: &Tensor) -> Result<Tensor> {
+    Ok(grad.contiguous()?.apply_op2_no_bwd(&out.contiguous()?, &ReluMask)?)
+}
+
+/// The sum of each column of a `[rows, cols]` float32 matrix, as the fused layer's bias
+/// gradient.
+pub(crate) fn column_sum(grad: &Tensor) -> Result<Tensor> {
+    Ok(grad.contiguous()?.apply_op1_no_bwd(&ColumnSum)?)
+}
+
 /// A contiguous float32 storage as a slice.
 fn floats<'a>(storage: &'a CpuStorage, layout: &Layout, op: &'static str) -> candle_core::Result<&'a [f32]> {
     let CpuStorage::F32(values) = storage else {

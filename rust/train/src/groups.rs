@@ -48,6 +48,10 @@ pub struct OptimizerConfig {
     /// How the dense layers' gradients travel in each step's all-reduce.
     #[serde(default)]
     pub gradient_wire: GradientWire,
+    /// With more than one worker on the CPU, all-reduce the dense tower's gradients in
+    /// buckets while the backward pass goes on (see `overlap.rs`); off: in one call after it.
+    #[serde(default = "yes")]
+    pub overlap_gradients: bool,
 }
 
 /// The format of the dense layers' gradients on the wire. The 16-bit formats halve the bytes
@@ -119,6 +123,7 @@ impl OptimizerConfig {
             clip_norm: None,
             regularization: Regularization::default(),
             gradient_wire: GradientWire::default(),
+            overlap_gradients: yes(),
         }
     }
 

@@ -44,6 +44,7 @@ pub mod model;
 pub mod named;
 pub mod onnx;
 pub mod optim;
+mod overlap;
 pub mod params;
 pub mod regularize;
 mod rng;

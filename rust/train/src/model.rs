@@ -1,7 +1,9 @@
 //! Models as candle computations over [`Parameters`]: logistic regression and the
 //! multi-layer perceptron.
 
-use candle_core::{Device, Tensor, Var};
+use std::sync::{Mutex, MutexGuard};
+
+use candle_core::{DType, Device, Tensor, Var};
 
 use crate::batch::{Batch, Lookup};
 use crate::error::{Result, TrainError};
@@ -17,6 +19,12 @@ pub trait Model: Send + Sync {
     fn parameters(&self) -> &Parameters;
     /// The trainable parameters, to release what a flat buffer has taken over.
     fn parameters_mut(&mut self) -> &mut Parameters;
+    /// The dense tower whose gradients a step may work out layer by layer, sending each
+    /// layer's to the ring while the layers below it are still to go (see `overlap.rs`);
+    /// None, the default, keeps the backward pass one call.
+    fn tower(&self) -> Option<&Tower> {
+        None
+    }
 }
 
 impl Model for Box<dyn Model> {
@@ -30,6 +38,10 @@ impl Model for Box<dyn Model> {
 
     fn parameters_mut(&mut self) -> &mut Parameters {
         (**self).parameters_mut()
+    }
+
+    fn tower(&self) -> Option<&Tower> {
+        (**self).tower()
     }
 }
 
@@ -62,7 +74,7 @@ impl Dense {
 
     /// `x W + b`, through a ReLU when `relu`.
     pub(crate) fn forward_act(&self, x: &Tensor, relu: bool) -> Result<Tensor> {
-        if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 {
+        if x.device().is_cpu() && x.dtype() == DType::F32 {
             return fused::dense(x, self.weight.as_tensor(), self.bias.as_tensor(), relu);
         }
         let z = x.matmul(self.weight.as_tensor())?;
@@ -117,8 +129,30 @@ impl Model for LogisticRegression {
     }
 }
 
-/// Dense layers with ReLU between them, the last one without.
-pub(crate) struct Tower(Vec<Dense>);
+/// Dense layers with ReLU between them, the last one without: the deep part of the built-in
+/// models.
+///
+/// While a step stages its backward pass ([`crate::overlap`]), the tower's forward pass on the
+/// CPU runs outside candle's graph and records each layer's input and output: the step then
+/// works out the layers' gradients itself, last layer first, and sends each bucket of them to
+/// the ring before the layer's input gradient is computed.
+pub struct Tower {
+    layers: Vec<Dense>,
+    /// Some while a step records the forward passes it will differentiate itself.
+    staging: Mutex<Option<Vec<Staged>>>,
+}
+
+/// One staged forward pass through a [`Tower`].
+pub(crate) struct Staged {
+    /// The tower's input as the rest of the graph made it.
+    pub(crate) source: Tensor,
+    /// Each layer's input (the first is `source`, detached) and output.
+    pub(crate) inputs: Vec<Tensor>,
+    pub(crate) outputs: Vec<Tensor>,
+    /// The last output as a leaf of the graph after the tower: its gradient starts the
+    /// tower's backward pass.
+    pub(crate) out: Var,
+}
 
 impl Tower {
     /// `inputs` → each of `hidden` → `outputs`, its layers named `{name}_{i}`.
@@ -137,16 +171,60 @@ impl Tower {
             .enumerate()
             .map(|(i, w)| Dense::new(params, &format!("{name}_{i}"), w[0], w[1], seed.wrapping_add(i as u64)))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Tower(layers))
+        Ok(Tower { layers, staging: Mutex::new(None) })
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (last, hidden) = self.0.split_last().expect("at least one layer");
+        if let Some(staged) = self.staging().as_mut()
+            && x.device().is_cpu()
+            && x.dtype() == DType::F32
+        {
+            let record = self.forward_staged(x)?;
+            let out = record.out.as_tensor().clone();
+            staged.push(record);
+            return Ok(out);
+        }
+        let (last, hidden) = self.layers.split_last().expect("at least one layer");
         let mut x = x.clone();
         for layer in hidden {
             x = layer.forward_act(&x, true)?;
         }
         last.forward(&x)
+    }
+
+    /// The layers' (weight, bias) pairs, first layer first.
+    pub(crate) fn layers(&self) -> impl Iterator<Item = (&Var, &Var)> {
+        self.layers.iter().map(|d| (&d.weight, &d.bias))
+    }
+
+    /// Starts recording forward passes; [`Tower::take_staged`] ends it.
+    pub(crate) fn begin_staging(&self) {
+        *self.staging() = Some(Vec::new());
+    }
+
+    /// The forward passes recorded since [`Tower::begin_staging`].
+    pub(crate) fn take_staged(&self) -> Vec<Staged> {
+        self.staging().take().unwrap_or_default()
+    }
+
+    fn staging(&self) -> MutexGuard<'_, Option<Vec<Staged>>> {
+        self.staging.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The same operations as the fused layers' forward pass, on detached tensors.
+    fn forward_staged(&self, source: &Tensor) -> Result<Staged> {
+        let last = self.layers.len() - 1;
+        let (mut inputs, mut outputs) = (Vec::new(), Vec::new());
+        let mut x = source.detach();
+        for (i, layer) in self.layers.iter().enumerate() {
+            let (w, b) = (layer.weight.as_tensor().detach(), layer.bias.as_tensor().detach());
+            let y = fused::dense(&x, &w, &b, i < last)?;
+            inputs.push(x);
+            outputs.push(y.clone());
+            x = y;
+        }
+        let out = Var::from_tensor(&x)?;
+        Ok(Staged { source: source.clone(), inputs, outputs, out })
     }
 }
 
@@ -183,5 +261,9 @@ impl Model for Mlp {
 
     fn parameters_mut(&mut self) -> &mut Parameters {
         &mut self.params
+    }
+
+    fn tower(&self) -> Option<&Tower> {
+        Some(&self.tower)
     }
 }

@@ -333,18 +333,23 @@ impl Parameters {
         let mut offset = 0;
         for (_, var) in self.vars() {
             let n = var.elem_count();
-            let target = &mut into[offset..offset + n];
-            match grads.get(var.as_tensor()) {
-                Some(g) => {
-                    let values = g.flatten_all()?.to_vec1::<f32>()?;
-                    target.iter_mut().zip(values).for_each(|(t, v)| *t = v * scale);
-                }
-                None => target.fill(0.0),
-            }
+            grad_into(grads, var, scale, &mut into[offset..offset + n])?;
             offset += n;
         }
         Ok(())
     }
+}
+
+/// `var`'s gradient in `grads` times `scale` into `target` (zeros where it has none).
+pub(crate) fn grad_into(grads: &GradStore, var: &Var, scale: f32, target: &mut [f32]) -> Result<()> {
+    match grads.get(var.as_tensor()) {
+        Some(g) => {
+            let values = g.flatten_all()?.to_vec1::<f32>()?;
+            target.iter_mut().zip(values).for_each(|(t, v)| *t = v * scale);
+        }
+        None => target.fill(0.0),
+    }
+    Ok(())
 }
 
 /// Glorot-uniform values for a `fan_in × fan_out` weight, the same for a given `seed` on

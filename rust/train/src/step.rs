@@ -5,7 +5,8 @@
 //! - The chief's initial weights are broadcast first, so every worker starts identical.
 //! - The variables' gradients travel in variable-name order with three extra slots (the
 //!   example count, the summed loss and the number of distinct embedding ids) as one
-//!   all-reduced buffer.
+//!   all-reduced buffer; or, with several workers on the CPU, the dense tower's in buckets
+//!   while the backward pass goes on, the rest and the slots last (`overlap.rs`).
 //! - Embedding tables' gradients have one row per distinct id of the batch. When that is
 //!   smaller than the tables, workers all-gather their (id, row) lists and add them up in rank
 //!   order; otherwise the rows are scattered into dense tables and all-reduced. By default
@@ -39,8 +40,9 @@ use crate::error::{Result, TrainError};
 use crate::groups::{GroupState, OptimizerConfig, Optimizers};
 use crate::loss::Loss;
 use crate::metrics::{Evaluation, Metrics};
-use crate::model::Model;
+use crate::model::{Model, Staged};
 use crate::optim::Segment;
+use crate::overlap::Buckets;
 use crate::params::Entry;
 use crate::regularize::Regularization;
 use crate::rows::live_rows;
@@ -109,6 +111,8 @@ pub struct DataParallel<M: Model> {
     reduced: Vec<f32>,
     /// Dense table gradients, laid out like the tables' part of the weights.
     table_dense: Vec<f32>,
+    /// The buckets that overlap the all-reduce with the backward pass (`overlap.rs`).
+    buckets: Option<Buckets>,
 }
 
 impl<M: Model> DataParallel<M> {
@@ -176,6 +180,7 @@ impl<M: Model> DataParallel<M> {
         model.parameters_mut().release_tables();
         let optimizers = Optimizers::new(optimizer, &entries)?;
         let vars: usize = entries.iter().filter(|e| !e.table).map(Entry::len).sum();
+        let buckets = (optimizer.overlap_gradients && workers > 1).then(|| Buckets::plan(&model)).flatten();
         Ok(DataParallel {
             model,
             loss,
@@ -195,6 +200,7 @@ impl<M: Model> DataParallel<M> {
             weights,
             reduced: vec![0.0; vars + 3],
             table_dense: Vec::new(),
+            buckets,
         })
     }
 
@@ -305,6 +311,12 @@ impl<M: Model> DataParallel<M> {
     /// sharded or on the device: see [`DataParallel::full_weights`]).
     pub fn weights(&self) -> &[f32] {
         &self.weights
+    }
+
+    /// How many all-reduce calls carry a step's dense gradients: more than one when they are
+    /// overlapped with the backward pass (`OptimizerConfig::overlap_gradients`), one otherwise.
+    pub fn gradient_buckets(&self) -> usize {
+        self.buckets.as_ref().map_or(1, Buckets::len)
     }
 
     /// The parameters' places in the weights.
@@ -728,36 +740,15 @@ impl<M: Model> DataParallel<M> {
             Some(b) => b.rows()?,
             None => 0,
         };
-        let mut local = TableGrads::default();
         let batch = batch.filter(|_| rows > 0);
         let (lookup, fetched) = self.lookup(batch)?;
-        if let Some(batch) = batch {
-            let logits = self.model.forward(batch, lookup.as_ref())?;
-            let loss = self.loss.compute_weighted(&logits, &batch.labels, self.class_weights.as_deref())?;
-            let grads = loss.backward()?;
-            // Weighted by the example count, so that the sum over workers divided by the
-            // total count is the mean gradient over every example of the step.
-            self.model.parameters().var_grads(&grads, rows as f32, &mut self.reduced[..vars])?;
-            if let Some(lookup) = lookup {
-                local = self.table_grads(&grads, lookup, rows as f32)?;
-            }
-            self.reduced[vars] = rows as f32;
-            self.reduced[vars + 1] = loss.to_scalar::<f32>()? * rows as f32;
-            self.reduced[vars + 2] = local.ids.len() as f32;
+        let local = if let Some(mut buckets) = self.buckets.take() {
+            let local = self.overlapped(&mut buckets, batch, lookup, rows);
+            self.buckets = Some(buckets);
+            local?
         } else {
-            self.reduced.fill(0.0);
-        }
-        if let Some(ring) = &self.ring {
-            let mut ring = lock(ring);
-            if self.gradient_wire == Wire::Native {
-                ring.all_reduce(&mut self.reduced, ReduceOp::Sum)?;
-            } else {
-                // The example count and the loss must stay exact: they travel apart, as float32.
-                let (grads, slots) = self.reduced.split_at_mut(vars);
-                ring.all_reduce_as(grads, ReduceOp::Sum, self.gradient_wire)?;
-                ring.all_reduce(slots, ReduceOp::Sum)?;
-            }
-        }
+            self.gradients(batch, lookup, rows)?
+        };
         let total = self.reduced[vars];
         if total == 0.0 {
             return Ok(None);
@@ -790,6 +781,93 @@ impl<M: Model> DataParallel<M> {
             examples: total as u64,
             grad_norm,
         }))
+    }
+
+    /// This worker's gradients of `batch`, weighted by its example count, all-reduced over
+    /// the ring in one call once the backward pass has ended; returns its table rows'.
+    fn gradients(
+        &mut self,
+        batch: Option<&Batch>,
+        lookup: Option<Lookup>,
+        rows: usize,
+    ) -> Result<TableGrads> {
+        let vars = self.reduced.len() - 3;
+        let mut local = TableGrads::default();
+        if let Some(batch) = batch {
+            let logits = self.model.forward(batch, lookup.as_ref())?;
+            let loss = self.loss.compute_weighted(&logits, &batch.labels, self.class_weights.as_deref())?;
+            let grads = loss.backward()?;
+            // Weighted by the example count, so that the sum over workers divided by the
+            // total count is the mean gradient over every example of the step.
+            self.model.parameters().var_grads(&grads, rows as f32, &mut self.reduced[..vars])?;
+            if let Some(lookup) = lookup {
+                local = self.table_grads(&grads, lookup, rows as f32)?;
+            }
+            self.reduced[vars] = rows as f32;
+            self.reduced[vars + 1] = loss.to_scalar::<f32>()? * rows as f32;
+            self.reduced[vars + 2] = local.ids.len() as f32;
+        } else {
+            self.reduced.fill(0.0);
+        }
+        if let Some(ring) = &self.ring {
+            let mut ring = lock(ring);
+            if self.gradient_wire == Wire::Native {
+                ring.all_reduce(&mut self.reduced, ReduceOp::Sum)?;
+            } else {
+                // The example count and the loss must stay exact: they travel apart, as float32.
+                let (grads, slots) = self.reduced.split_at_mut(vars);
+                ring.all_reduce_as(grads, ReduceOp::Sum, self.gradient_wire)?;
+                ring.all_reduce(slots, ReduceOp::Sum)?;
+            }
+        }
+        Ok(local)
+    }
+
+    /// [`DataParallel::gradients`] with the all-reduce overlapped with the backward pass: the
+    /// tower's gradients go to the ring in `buckets` as its layers are differentiated.
+    fn overlapped(
+        &mut self,
+        buckets: &mut Buckets,
+        batch: Option<&Batch>,
+        lookup: Option<Lookup>,
+        rows: usize,
+    ) -> Result<TableGrads> {
+        let ring = self.ring.clone().expect("buckets are planned for a ring");
+        let mut reduced = std::mem::take(&mut self.reduced);
+        let this = &*self;
+        let outcome = buckets.run(&ring, this.gradient_wire, &mut reduced, |sender| {
+            let Some(batch) = batch else {
+                sender.zeros();
+                return Ok(TableGrads::default());
+            };
+            let tower = this.model.tower().expect("buckets are planned for a tower");
+            tower.begin_staging();
+            let logits = this.model.forward(batch, lookup.as_ref());
+            let staged = tower.take_staged();
+            let logits = logits?;
+            let [staged] = <[Staged; 1]>::try_from(staged).map_err(|all| {
+                TrainError::InvalidArgument(format!(
+                    "a forward pass went through its tower {} times; overlap_gradients needs once",
+                    all.len()
+                ))
+            })?;
+            let loss = this.loss.compute_weighted(&logits, &batch.labels, this.class_weights.as_deref())?;
+            let mut grads = loss.backward()?;
+            let scale = rows as f32;
+            if let Some(input_grad) = sender.tower(tower, &staged, &grads, scale)? {
+                // The graph below the tower, from its input's gradient.
+                grads.extend((&staged.source * &input_grad)?.sum_all()?.backward()?)?;
+            }
+            let ids = lookup.as_ref().map_or(0, |l| l.unique.len());
+            let slots = [scale, loss.to_scalar::<f32>()? * scale, ids as f32];
+            sender.finish(this.model.parameters(), &grads, scale, slots)?;
+            match lookup {
+                Some(lookup) => this.table_grads(&grads, lookup, scale),
+                None => Ok(TableGrads::default()),
+            }
+        });
+        self.reduced = reduced;
+        outcome
     }
 
     /// Turns the summed gradients into the step's gradient, the same on every worker: the

@@ -88,6 +88,38 @@ def test_n_workers_with_batch_b_end_with_the_weights_of_one_worker_with_batch_n_
     np.testing.assert_allclose(narrow[0], exact[0], rtol=0, atol=0.05 * scale)
 
 
+def test_three_workers_overlap_the_all_reduce_with_the_backward_pass(spark, tmp_path):
+    """A tower with a 512 x 512 layer (1 MiB of float32 gradients, a bucket by itself) sends its
+    gradients in two all-reduce calls as the backward pass reaches them: three workers end
+    with the same bits, near the one-call step's weights but not on them (on three workers
+    the sums group by bucket)."""
+    data = write_tfrecords(f"{tmp_path}/data", dense_table(1_536, seed=4), files=1)
+
+    def main_fun(args, ctx):
+        trainer = ctx.trainer(
+            model="mlp",
+            features=args["features"],
+            hidden=[512, 512],
+            batch_size=32,
+            shuffle_buffer=0,
+            overlap_gradients=args["overlap"],
+        )
+        trainer.fit(args["data"], steps=8)
+        return trainer.weights()
+
+    runs = {}
+    for overlap in (True, False):
+        args = {"features": DENSE39, "data": data, "overlap": overlap}
+        with st.Cluster.run(spark, main_fun, args, 3, log=False) as cluster:
+            runs[overlap] = cluster.results()
+    for w in (1, 2):
+        np.testing.assert_array_equal(runs[True][w], runs[True][0])
+        np.testing.assert_array_equal(runs[False][w], runs[False][0])
+    assert not np.array_equal(runs[True][0], runs[False][0])
+    scale = np.abs(runs[False][0]).max()
+    np.testing.assert_allclose(runs[True][0], runs[False][0], rtol=0, atol=1e-5 * scale)
+
+
 # The HDFS case takes hdfs_url at run time, which the automatic marking cannot see.
 @pytest.fixture(params=[pytest.param("hdfs", marks=pytest.mark.hdfs), "s3"])
 def store_url(request: pytest.FixtureRequest) -> str:

@@ -181,6 +181,10 @@ def test_bad_control_settings_are_refused_by_name(data):
         Trainer(gradient_wire=16)  # type: ignore[arg-type]
     assert Trainer().config.gradient_wire == "f32"
     assert Trainer(gradient_wire="bf16").config.gradient_wire == "bf16"
+    with pytest.raises(InvalidArgumentError, match="overlap_gradients='no': must be True or False"):
+        Trainer(overlap_gradients="no")  # type: ignore[arg-type]
+    assert Trainer().config.overlap_gradients is True
+    assert Trainer(overlap_gradients=False).config.overlap_gradients is False
     with pytest.raises(InvalidArgumentError, match=r"kernel\.l2=-1"):
         Trainer(regularization={"kernel": {"l2": -1.0}})
     with pytest.raises(InvalidArgumentError, match="class_weight has 3 weights, the model has 2 classes"):

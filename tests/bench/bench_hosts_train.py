@@ -16,9 +16,10 @@ default). Each contender trains ``--warmup`` steps, then ``--steps`` timed ones;
 the examples/s of those (every trainer's rows), timed from the end of the warm-up to the end
 of the last step.
 
-DDP overlaps its all-reduce with the backward pass (buckets of 25 MB as they fill); sparktrain
-all-reduces one flat gradient after the backward pass, so its step is compute plus
-communication.
+Both overlap the all-reduce with the backward pass: DDP in buckets of 25 MB as they fill,
+sparktrain in buckets of about 1 MiB, last layer first (``overlap_gradients``, on by default).
+"f32 1 call" is sparktrain with ``overlap_gradients=False``: one all-reduce of the whole
+gradient after the backward pass, so its step is compute plus communication.
 
 Needs root and iproute2 (network namespaces and tc) and PyTorch in ``.venv-torch``
 (``python tests/harness/torch_env.py``; without it the DDP columns are left out, saying so)::
@@ -47,9 +48,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_hosts import PORT, RESULT, gloo_env, run_as_rank, run_ranks  # noqa: E402
 
-CONTENDERS = ["f32", "bf16", "ddp", "ddp-bf16"]
+CONTENDERS = ["f32", "f32-one-call", "bf16", "ddp", "ddp-bf16"]
 LABELS = {
     "f32": "sparktrain f32",
+    "f32-one-call": "sparktrain f32 1 call",
     "bf16": "sparktrain bf16",
     "ddp": "DDP gloo f32",
     "ddp-bf16": "DDP gloo bf16 hook",
@@ -83,6 +85,7 @@ def sparktrain_rank(spec: dict[str, Any]) -> dict[str, Any]:
         shuffle_buffer=0,
         log_every=spec["warmup"],
         gradient_wire=spec["wire"],
+        overlap_gradients=spec["overlap"],
     )
     features = FeatureSpec(dense=tuple(f"f{j:02d}" for j in range(FEATURES)))
     trainer = _native.Trainer(config, features.to_native(), ring)
@@ -218,6 +221,7 @@ def main() -> None:
                         "steps": options.steps,
                         "wire": "bf16" if name.endswith("bf16") else "f32",
                         "threads": options.threads,
+                        "overlap": not name.endswith("one-call"),
                     }
                     if name.startswith("ddp"):
                         result = run_ranks(hosts[:n], "ddp", str(torch_python), spec, __file__)

@@ -147,6 +147,11 @@ class Trainer:
     each value that travels is rounded (bf16: 8 significant bits and float32's range; f16: 11
     bits, at most 65504), so the weights take another path, to about the same loss. The
     example count, the loss and the embedding tables' rows always travel as float32.
+    With several trainers on the CPU, ``overlap_gradients`` (on by default) sends the dense
+    layers' gradients in buckets of about 1 MiB as the backward pass reaches them, last layer
+    first, so the link works while the layers below are still differentiated, as DDP does;
+    ``False`` sends them in one call after the backward pass. The gradients are the same;
+    from three trainers on, the sums group differently (the same on every trainer).
 
     The chief checkpoints into ``model_dir`` every ``checkpoint_every`` steps and at the end
     (``keep_checkpoints`` kept, shards of at most ``max_shard_bytes``), and training resumes
@@ -217,6 +222,7 @@ class Trainer:
         table_budget_bytes: int | None = DEFAULTS.table_budget_bytes,
         tables_on_device: bool | None = DEFAULTS.tables_on_device,
         gradient_wire: str = DEFAULTS.gradient_wire,
+        overlap_gradients: bool = DEFAULTS.overlap_gradients,
         callbacks: Sequence[JobCallback] | None = None,
         **hyperparameters: float,
     ) -> None:
@@ -248,6 +254,7 @@ class Trainer:
         if clip_norm is not None:
             _checks.positive_number("clip_norm", clip_norm)
         _checks.text("gradient_wire", gradient_wire)
+        _checks.instance("overlap_gradients", overlap_gradients, bool, "True or False")
         shape: object = hidden  # typed as a sequence, but users pass anything
         if shape is not None and (isinstance(shape, str) or not isinstance(shape, Sequence)):
             raise _checks.refuse("hidden", hidden, "must be a sequence of layer widths")
@@ -289,6 +296,7 @@ class Trainer:
                 table_budget_bytes=table_budget_bytes,
                 gradient_wire=gradient_wire,
                 tables_on_device=tables_on_device,
+                overlap_gradients=overlap_gradients,
             )
         except (OverflowError, TypeError) as e:
             # pyo3 refuses a negative count or a wrong type before the engine sees it.

@@ -269,6 +269,7 @@ impl TrainerConfig {
         max_shard_bytes=None, tensorboard_dir=None, log_every=None, device=None, loss=None,
         class_weight=None, lr_schedule=None, clip_norm=None, regularization=None, cross_layers=None,
         shard_tables=None, table_budget_bytes=None, gradient_wire=None, tables_on_device=None,
+        overlap_gradients=None,
     ))]
     fn new(
         model: &str,
@@ -300,6 +301,7 @@ impl TrainerConfig {
         table_budget_bytes: Option<u64>,
         gradient_wire: Option<&str>,
         tables_on_device: Option<bool>,
+        overlap_gradients: Option<bool>,
     ) -> Result<Self> {
         let rule = |(name, lr, settings): &RuleArgs| Rule::named(name, *lr, settings);
         let mut optimizers = OptimizerConfig::new(rule(&optimizer)?);
@@ -307,6 +309,7 @@ impl TrainerConfig {
         optimizers.threads = threads.unwrap_or(optimizers.threads);
         optimizers.sparse_tables = sparse_tables.unwrap_or(optimizers.sparse_tables);
         optimizers.clip_norm = clip_norm;
+        optimizers.overlap_gradients = overlap_gradients.unwrap_or(optimizers.overlap_gradients);
         if let Some(name) = gradient_wire {
             optimizers.gradient_wire = GradientWire::named(name)?;
         }
@@ -389,6 +392,13 @@ impl TrainerConfig {
     #[getter]
     fn gradient_wire(&self) -> &'static str {
         self.inner.optimizer.gradient_wire.name()
+    }
+
+    /// Whether several trainers on the CPU all-reduce the dense tower's gradients in buckets
+    /// while the backward pass goes on, rather than in one call after it.
+    #[getter]
+    fn overlap_gradients(&self) -> bool {
+        self.inner.optimizer.overlap_gradients
     }
 
     /// The L1/L2 penalties per group, as JSON.

@@ -53,6 +53,7 @@ LABELS = {
     "f32": "sparktrain f32",
     "f32-one-call": "sparktrain f32 1 call",
     "bf16": "sparktrain bf16",
+    "bf16-one-call": "sparktrain bf16 1 call",
     "ddp": "DDP gloo f32",
     "ddp-bf16": "DDP gloo bf16 hook",
 }
@@ -169,7 +170,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256, help="rows per trainer and step")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--contenders", nargs="+", default=CONTENDERS, choices=CONTENDERS)
+    parser.add_argument("--contenders", nargs="+", default=CONTENDERS, choices=list(LABELS))
     parser.add_argument(
         "--threads", type=int, default=0, help="compute threads per trainer (0: each framework's default)"
     )
@@ -219,7 +220,7 @@ def main() -> None:
                         "batch": options.batch,
                         "warmup": options.warmup,
                         "steps": options.steps,
-                        "wire": "bf16" if name.endswith("bf16") else "f32",
+                        "wire": "bf16" if "bf16" in name else "f32",
                         "threads": options.threads,
                         "overlap": not name.endswith("one-call"),
                     }

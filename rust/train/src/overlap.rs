@@ -21,12 +21,13 @@
 //!   stays one call.
 
 use std::sync::mpsc;
+use std::thread::JoinHandle;
 
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, TensorId};
-use sparktrain_collective::{ReduceOp, Wire};
+use sparktrain_collective::{CollectiveError, ReduceOp, Wire};
 
-use crate::error::Result;
+use crate::error::{Result, TrainError};
 use crate::fused;
 use crate::model::{Model, Staged, Tower};
 use crate::params::{Parameters, grad_into};
@@ -49,8 +50,10 @@ pub(crate) struct Buckets {
     layers: Vec<(usize, usize)>,
     /// Per bucket, the last tower layer whose gradients complete it (None: the last bucket).
     closes_after: Vec<Option<usize>>,
-    /// Buffers kept from step to step.
+    /// Each bucket's buffer, kept from step to step.
     pool: Vec<Vec<f32>>,
+    /// The thread that all-reduces the buckets, made at the first step.
+    reducer: Option<Reducer>,
 }
 
 impl Buckets {
@@ -102,7 +105,7 @@ impl Buckets {
                 offset += spans[v].1;
             }
         }
-        Some(Buckets { members, spans, places, layers, closes_after, pool: Vec::new() })
+        Some(Buckets { members, spans, places, layers, closes_after, pool: Vec::new(), reducer: None })
     }
 
     /// How many buckets a step sends.
@@ -121,55 +124,133 @@ impl Buckets {
         work: impl FnOnce(&mut Sender<'_>) -> Result<T>,
     ) -> Result<T> {
         let slots_apart = wire != Wire::Native;
+        self.pool.resize_with(self.members.len(), Vec::new);
         let mut buffers: Vec<Option<Vec<f32>>> = self
             .members
             .iter()
             .enumerate()
             .map(|(k, vars)| {
-                let mut buffer = self.pool.pop().unwrap_or_default();
+                let mut buffer = std::mem::take(&mut self.pool[k]);
                 let slots = if k + 1 == self.members.len() && !slots_apart { 3 } else { 0 };
                 buffer.clear();
                 buffer.resize(vars.iter().map(|&v| self.spans[v].1).sum::<usize>() + slots, 0.0);
                 Some(buffer)
             })
             .collect();
-        let (outcome, sums) = std::thread::scope(|scope| {
-            let (to_ring, from_step) = mpsc::channel::<(usize, Vec<f32>, Wire)>();
-            let reducer = scope.spawn(move || -> Result<Vec<(usize, Vec<f32>)>> {
-                let mut ring = lock(ring);
-                let mut done = Vec::new();
-                for (k, mut values, wire) in from_step {
-                    ring.all_reduce_as(&mut values, ReduceOp::Sum, wire)?;
-                    done.push((k, values));
-                }
-                Ok(done)
-            });
-            let mut sender = Sender { plan: self, buffers: &mut buffers, to_ring, wire, slots_apart };
-            let outcome = work(&mut sender);
-            drop(sender);
-            let sums = reducer.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            (outcome, sums)
-        });
-        let value = outcome?;
-        let sums = sums?;
+        let reducer = match self.reducer.take() {
+            Some(reducer) => reducer,
+            None => Reducer::start(ring.clone())?,
+        };
+        let mut sender = Sender { plan: self, buffers: &mut buffers, jobs: &reducer.jobs, wire, slots_apart };
+        // A step that fails here leaves its buckets' calls unfinished on the ring: the thread
+        // is let go rather than waited for, and the next step starts another.
+        let value = work(&mut sender)?;
+        let sums = reducer.finish()?;
+        self.reducer = Some(reducer);
         let vars = reduced.len() - 3;
         for (k, values) in sums {
             if k == self.members.len() {
                 reduced[vars..].copy_from_slice(&values);
-            } else {
-                let mut offset = 0;
-                for &v in &self.members[k] {
-                    let (at, len) = self.spans[v];
-                    reduced[at..at + len].copy_from_slice(&values[offset..offset + len]);
-                    offset += len;
-                }
-                if offset < values.len() {
-                    reduced[vars..].copy_from_slice(&values[offset..]);
-                }
+                continue;
             }
-            self.pool.push(values);
+            let mut offset = 0;
+            for &v in &self.members[k] {
+                let (at, len) = self.spans[v];
+                reduced[at..at + len].copy_from_slice(&values[offset..offset + len]);
+                offset += len;
+            }
+            if offset < values.len() {
+                reduced[vars..].copy_from_slice(&values[offset..]);
+            }
+            self.pool[k] = values;
         }
         Ok(value)
+    }
+}
+
+/// What the step asks of the [`Reducer`]'s thread.
+enum Job {
+    /// All-reduce bucket `k` in the wire format.
+    Reduce(usize, Vec<f32>, Wire),
+    /// The step has sent its last bucket: answer with the outcome.
+    End,
+}
+
+/// What the [`Reducer`]'s thread answers.
+enum Done {
+    /// Bucket `k`, summed over the ring (as sent, after a failed call).
+    Reduced(usize, Vec<f32>),
+    /// The step's buckets are all done: the first failure among them, if any.
+    End(Result<()>),
+}
+
+/// The thread that all-reduces a trainer's buckets, kept for the trainer's life rather than
+/// made and ended at every step.
+struct Reducer {
+    jobs: mpsc::Sender<Job>,
+    done: mpsc::Receiver<Done>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Reducer {
+    fn start(ring: SharedRing) -> Result<Reducer> {
+        let (jobs, inbox) = mpsc::channel::<Job>();
+        let (outbox, done) = mpsc::channel::<Done>();
+        let thread = std::thread::Builder::new()
+            .name("sparktrain-buckets".into())
+            .spawn(move || {
+                let mut failed = None;
+                for job in inbox {
+                    let answer = match job {
+                        Job::Reduce(k, mut values, wire) => {
+                            if failed.is_none()
+                                && let Err(e) = lock(&ring).all_reduce_as(&mut values, ReduceOp::Sum, wire)
+                            {
+                                failed = Some(e);
+                            }
+                            Done::Reduced(k, values)
+                        }
+                        Job::End => Done::End(failed.take().map_or(Ok(()), |e| Err(e.into()))),
+                    };
+                    if outbox.send(answer).is_err() {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| CollectiveError::io("starting the thread that all-reduces gradient buckets", e))?;
+        Ok(Reducer { jobs, done, thread: Some(thread) })
+    }
+
+    /// Waits for the step's buckets: each with its sums, once every call has succeeded.
+    fn finish(&self) -> Result<Vec<(usize, Vec<f32>)>> {
+        let stopped = || {
+            TrainError::Collective(CollectiveError::Io {
+                what: "the thread that all-reduces gradient buckets stopped".into(),
+                source: None,
+            })
+        };
+        self.jobs.send(Job::End).map_err(|_| stopped())?;
+        let mut sums = Vec::new();
+        loop {
+            match self.done.recv().map_err(|_| stopped())? {
+                Done::Reduced(k, values) => sums.push((k, values)),
+                Done::End(outcome) => return outcome.map(|()| sums),
+            }
+        }
+    }
+}
+
+impl Drop for Reducer {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread's loop; a thread still in a call (after a step
+        // failed) is left to the ring's time-out rather than waited for here.
+        let (closed, _) = mpsc::channel();
+        self.jobs = closed;
+        if let Some(thread) = self.thread.take()
+            && thread.is_finished()
+        {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -178,7 +259,7 @@ impl Buckets {
 pub(crate) struct Sender<'a> {
     plan: &'a Buckets,
     buffers: &'a mut Vec<Option<Vec<f32>>>,
-    to_ring: mpsc::Sender<(usize, Vec<f32>, Wire)>,
+    jobs: &'a mpsc::Sender<Job>,
     wire: Wire,
     slots_apart: bool,
 }
@@ -261,7 +342,7 @@ impl Sender<'_> {
         self.send(last);
         if self.slots_apart {
             // The ring's thread may have stopped at an error; the step learns of it there.
-            let _ = self.to_ring.send((last + 1, slots.to_vec(), Wire::Native));
+            let _ = self.jobs.send(Job::Reduce(last + 1, slots.to_vec(), Wire::Native));
         }
     }
 
@@ -277,15 +358,21 @@ impl Sender<'_> {
     fn send(&mut self, k: usize) {
         if let Some(buffer) = self.buffers[k].take() {
             // As in send_last: a stopped ring's error comes back from its thread.
-            let _ = self.to_ring.send((k, buffer, self.wire));
+            let _ = self.jobs.send(Job::Reduce(k, buffer, self.wire));
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    use sparktrain_collective::{Communicator, Config};
+
     use super::*;
     use crate::model::Mlp;
+    use crate::step::shared;
 
     /// Every variable travels in exactly one bucket, at its own place; the tower's wide
     /// layers close buckets from the output down, the narrow first layer rides with the rest.
@@ -311,5 +398,48 @@ mod tests {
         }
         // Too small a tower fills no bucket before the last: the one-call step.
         assert!(Buckets::plan(&Mlp::new(39, &[64, 64], 1, 1).unwrap()).is_none());
+    }
+
+    /// Each bucket keeps one buffer of its own size from step to step, whatever the wire
+    /// (with a 16-bit wire the counts travel in a call of their own, whose small buffer must
+    /// not take a bucket's place).
+    #[test]
+    fn buckets_keep_one_buffer_each_from_step_to_step() {
+        for wire in [Wire::Native, Wire::Bf16] {
+            let listeners: Vec<TcpListener> =
+                (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+            let peers: Vec<String> = listeners.iter().map(|l| l.local_addr().unwrap().to_string()).collect();
+            let workers: Vec<_> = listeners
+                .into_iter()
+                .enumerate()
+                .map(|(rank, listener)| {
+                    let config =
+                        Config::new(rank, peers.clone(), b"secret".to_vec(), Duration::from_secs(20));
+                    std::thread::spawn(move || {
+                        let ring = shared(Communicator::connect(listener, config).unwrap());
+                        let model = Mlp::new(39, &[1024, 1024], 1, 1).unwrap();
+                        let mut plan = Buckets::plan(&model).unwrap();
+                        let vars: usize = plan.spans.iter().map(|s| s.1).sum();
+                        let mut reduced = vec![1.0; vars + 3];
+                        for _ in 0..3 {
+                            plan.run(&ring, wire, &mut reduced, |sender| {
+                                sender.zeros();
+                                Ok(())
+                            })
+                            .unwrap();
+                        }
+                        assert!(reduced.iter().all(|v| *v == 0.0), "{wire:?}: the sums of zeros");
+                        let sizes: Vec<usize> = plan.pool.iter().map(Vec::len).collect();
+                        let slots = if wire == Wire::Native { 3 } else { 0 };
+                        assert_eq!(
+                            sizes,
+                            vec![1024 * 1024 + 1024 + 1024 + 1, 39 * 1024 + 1024 + slots],
+                            "{wire:?}"
+                        );
+                    })
+                })
+                .collect();
+            workers.into_iter().for_each(|w| w.join().unwrap());
+        }
     }
 }

@@ -150,3 +150,25 @@ fn three_workers_and_bf16_overlapped_agree_with_each_other_and_with_the_one_call
         }
     }
 }
+
+/// A worker that leaves mid-training fails the other's overlapped step with the ring's error
+/// naming it, within the ring's time-out, and the step does not hang on its buckets.
+#[test]
+fn a_peer_that_leaves_fails_the_overlapped_step_naming_it() {
+    let optimizer = OptimizerConfig::new(Rule::sgd(0.1));
+    let outcomes = on_workers(2, move |w, ring| {
+        let model = Mlp::new(INPUTS, &[WIDE, WIDE], 1, 5).unwrap();
+        let mut dp = DataParallel::new(model, Loss::BinaryCrossEntropy, &optimizer, ring).unwrap();
+        assert_eq!(dp.gradient_buckets(), 2);
+        dp.step(Some(&dense_batch(0..32))).unwrap();
+        if w == 1 {
+            return None; // leaves: its ring's connections close
+        }
+        let started = std::time::Instant::now();
+        let error = dp.step(Some(&dense_batch(32..64))).unwrap_err().to_string();
+        Some((error, started.elapsed()))
+    });
+    let (error, waited) = outcomes[0].clone().unwrap();
+    assert!(error.contains("rank 1"), "{error}");
+    assert!(waited < std::time::Duration::from_secs(20), "failed after {waited:?}");
+}

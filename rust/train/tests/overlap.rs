@@ -4,14 +4,16 @@
 //! uneven shards (a worker without a batch sends its buckets as zeros); on three workers, with
 //! bfloat16 on the wire (whose rounding depends on which worker owns a value's segment), and
 //! for DeepFM (whose embeddings' gradients from the pairwise term and from the tower add up in
-//! another order), to float32's rounding, with every worker's weights identical.
+//! another order), to float32's rounding, with every worker's weights identical. With the
+//! tables sharded across the workers the overlapped step trains the one-call step's model to
+//! the bit too.
 
 mod support;
 
 use candle_core::{Device, Tensor};
 use sparktrain_train::{
     Batch, Categorical, DataParallel, Dcn, DeepFm, EmbeddingConfig, FeatureSpec, GradientWire, Loss, Mlp,
-    Model, OptimizerConfig, Rule, WideDeep,
+    Model, OptimizerConfig, Rule, ShardTables, TableOptions, WideDeep,
 };
 use support::on_workers;
 
@@ -171,4 +173,32 @@ fn a_peer_that_leaves_fails_the_overlapped_step_naming_it() {
     let (error, waited) = outcomes[0].clone().unwrap();
     assert!(error.contains("rank 1"), "{error}");
     assert!(waited < std::time::Duration::from_secs(20), "failed after {waited:?}");
+}
+
+#[test]
+fn sharded_tables_train_to_the_bit_with_the_all_reduce_overlapped() {
+    let run = |overlap: bool| {
+        let optimizer =
+            OptimizerConfig { overlap_gradients: overlap, ..OptimizerConfig::new(Rule::adam(0.01)) };
+        on_workers(2, move |w, ring| {
+            let model = WideDeep::new(&spec(), &embedding_config(0)).unwrap();
+            let tables = TableOptions { shard: ShardTables::On, budget_bytes: None, on_device: None };
+            let mut dp =
+                DataParallel::with_tables(model, Loss::BinaryCrossEntropy, &optimizer, ring, &tables)
+                    .unwrap();
+            assert!(dp.is_sharded());
+            assert_eq!(dp.gradient_buckets(), if overlap { 2 } else { 1 });
+            let mut losses = Vec::new();
+            for step in 0..4u64 {
+                let start = (step * 2 + w as u64) * 32;
+                losses.push(dp.step(Some(&batch(start..start + 32))).unwrap().unwrap().loss);
+            }
+            (dp.weights().to_vec(), losses)
+        })
+    };
+    let (one_call, overlapped) = (run(false), run(true));
+    assert_eq!(overlapped[0].1, one_call[0].1, "losses");
+    for w in 0..2 {
+        assert!(overlapped[w].0 == one_call[w].0, "worker {w}'s variables differ");
+    }
 }

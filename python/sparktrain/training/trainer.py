@@ -151,7 +151,8 @@ class Trainer:
     layers' gradients in buckets of about 1 MiB as the backward pass reaches them, last layer
     first, so the link works while the layers below are still differentiated, as DDP does;
     ``False`` sends them in one call after the backward pass. The gradients are the same;
-    from three trainers on, the sums group differently (the same on every trainer).
+    from three trainers on, or with a 16-bit wire, the sums group differently (the same on
+    every trainer).
 
     The chief checkpoints into ``model_dir`` every ``checkpoint_every`` steps and at the end
     (``keep_checkpoints`` kept, shards of at most ``max_shard_bytes``), and training resumes

@@ -21,7 +21,6 @@
 //!   stays one call.
 
 use std::sync::mpsc;
-use std::thread::JoinHandle;
 
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, TensorId};
@@ -30,7 +29,7 @@ use sparktrain_collective::{CollectiveError, ReduceOp, Wire};
 use crate::error::{Result, TrainError};
 use crate::fused;
 use crate::model::{Model, Staged, Tower};
-use crate::params::{Parameters, grad_into};
+use crate::params::{Parameters, grad_into, scaled_into};
 use crate::step::{SharedRing, lock};
 
 /// A bucket closes once its gradients reach this size: large enough that the ring's
@@ -141,7 +140,7 @@ impl Buckets {
             Some(reducer) => reducer,
             None => Reducer::start(ring.clone())?,
         };
-        let mut sender = Sender { plan: self, buffers: &mut buffers, jobs: &reducer.jobs, wire, slots_apart };
+        let mut sender = Sender { plan: self, buffers: &mut buffers, jobs: &reducer.jobs, wire };
         // A step that fails here leaves its buckets' calls unfinished on the ring: the thread
         // is let go rather than waited for, and the next step starts another.
         let value = work(&mut sender)?;
@@ -185,18 +184,18 @@ enum Done {
 }
 
 /// The thread that all-reduces a trainer's buckets, kept for the trainer's life rather than
-/// made and ended at every step.
+/// made and ended at every step. Dropping it closes its channel, which ends the thread once
+/// its call in flight (if a step failed) ends at the ring's time-out; it is not waited for.
 struct Reducer {
     jobs: mpsc::Sender<Job>,
     done: mpsc::Receiver<Done>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl Reducer {
     fn start(ring: SharedRing) -> Result<Reducer> {
         let (jobs, inbox) = mpsc::channel::<Job>();
         let (outbox, done) = mpsc::channel::<Done>();
-        let thread = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("sparktrain-buckets".into())
             .spawn(move || {
                 let mut failed = None;
@@ -218,7 +217,7 @@ impl Reducer {
                 }
             })
             .map_err(|e| CollectiveError::io("starting the thread that all-reduces gradient buckets", e))?;
-        Ok(Reducer { jobs, done, thread: Some(thread) })
+        Ok(Reducer { jobs, done })
     }
 
     /// Waits for the step's buckets: each with its sums, once every call has succeeded.
@@ -240,20 +239,6 @@ impl Reducer {
     }
 }
 
-impl Drop for Reducer {
-    fn drop(&mut self) {
-        // Closing the channel ends the thread's loop; a thread still in a call (after a step
-        // failed) is left to the ring's time-out rather than waited for here.
-        let (closed, _) = mpsc::channel();
-        self.jobs = closed;
-        if let Some(thread) = self.thread.take()
-            && thread.is_finished()
-        {
-            let _ = thread.join();
-        }
-    }
-}
-
 /// The step's side of [`Buckets::run`]: fills the buckets and hands each to the ring's thread
 /// once complete.
 pub(crate) struct Sender<'a> {
@@ -261,7 +246,6 @@ pub(crate) struct Sender<'a> {
     buffers: &'a mut Vec<Option<Vec<f32>>>,
     jobs: &'a mpsc::Sender<Job>,
     wire: Wire,
-    slots_apart: bool,
 }
 
 impl Sender<'_> {
@@ -333,14 +317,15 @@ impl Sender<'_> {
                 self.send(k);
             }
         }
+        let slots_apart = self.wire != Wire::Native;
         if let Some(buffer) = self.buffers[last].as_mut()
-            && !self.slots_apart
+            && !slots_apart
         {
             let n = buffer.len();
             buffer[n - 3..].copy_from_slice(&slots);
         }
         self.send(last);
-        if self.slots_apart {
+        if slots_apart {
             // The ring's thread may have stopped at an error; the step learns of it there.
             let _ = self.jobs.send(Job::Reduce(last + 1, slots.to_vec(), Wire::Native));
         }
@@ -350,9 +335,7 @@ impl Sender<'_> {
         let (k, offset) = self.plan.places[v];
         let len = self.plan.spans[v].1;
         let buffer = self.buffers[k].as_mut().expect("a bucket is sent after its last layer");
-        let values = grad.flatten_all()?.to_vec1::<f32>()?;
-        buffer[offset..offset + len].iter_mut().zip(values).for_each(|(t, g)| *t = g * scale);
-        Ok(())
+        scaled_into(grad, scale, &mut buffer[offset..offset + len])
     }
 
     fn send(&mut self, k: usize) {

@@ -343,12 +343,18 @@ impl Parameters {
 /// `var`'s gradient in `grads` times `scale` into `target` (zeros where it has none).
 pub(crate) fn grad_into(grads: &GradStore, var: &Var, scale: f32, target: &mut [f32]) -> Result<()> {
     match grads.get(var.as_tensor()) {
-        Some(g) => {
-            let values = g.flatten_all()?.to_vec1::<f32>()?;
-            target.iter_mut().zip(values).for_each(|(t, v)| *t = v * scale);
+        Some(g) => scaled_into(g, scale, target),
+        None => {
+            target.fill(0.0);
+            Ok(())
         }
-        None => target.fill(0.0),
     }
+}
+
+/// `grad`'s values times `scale` into `target`, which has as many.
+pub(crate) fn scaled_into(grad: &Tensor, scale: f32, target: &mut [f32]) -> Result<()> {
+    let values = grad.flatten_all()?.to_vec1::<f32>()?;
+    target.iter_mut().zip(values).for_each(|(t, v)| *t = v * scale);
     Ok(())
 }
 

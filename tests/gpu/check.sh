@@ -13,6 +13,8 @@
 # - the embedding models' step at 4096 with their tables the other way (on a GPU the engine
 #   keeps them on the device; this runs them in main memory, as before), to show what that
 #   placement is worth;
+# - the MLP's and Wide&Deep's step at 4096 with the variables' update the other way (on a GPU
+#   it runs on the device; this runs it on the host, as before);
 # - where a step's time goes at batch 4096 (the batch's copy, the lookup, forward, backward,
 #   the gradients' copy to host memory, against the whole step);
 # - a job of 2 trainer processes each on the GPU, in one ring (same parameters at the end);
@@ -64,6 +66,9 @@ done
 other=memory
 [ "$device" = cpu ] && other=device
 run 300 env GPU_CHECK_TABLES=$other "$bin" step "$device" 4096 "$steps" wide_deep,deepfm,dcn
+other_update=host
+[ "$device" = cpu ] && other_update=device
+run 300 env GPU_CHECK_TABLES=device GPU_CHECK_UPDATE=$other_update "$bin" step "$device" 4096 "$steps" mlp,wide_deep
 run 300 "$bin" phases "$device" 4096 $((steps / 4))
 run 300 "$bin" input 4096 $((steps / 2))
 run 300 "$bin" job "$device" 2 50
@@ -88,11 +93,15 @@ for size in (256, 4096):
         trainer = get(mode="trainer", model=model, rows=size, device=device)
         peer = get(mode="torch", model=model, rows=size, device=device)
         print(f"{model:<10} {size:>6} {fmt(step):>10} {fmt(trainer):>10} {fmt(peer):>10} {ratio(step, peer):>13} {ratio(trainer, step):>13}")
-placed = [r for r in rows if r["mode"] == "step" and r["rows"] == 4096 and r["device"] == device and "tables" in r]
-for model in ("wide_deep", "deepfm", "dcn"):
-    by = {r["tables"]: r["examples_per_sec"] for r in placed if r["model"] == model}
-    if len(by) == 2:
-        print(f"{model} at 4096, tables on the device: {fmt(by['device'])}, in memory: {fmt(by['memory'])}: {ratio(by['device'], by['memory'])}")
+placed = [r for r in rows if r["mode"] == "step" and r["rows"] == 4096 and r["device"] == device and "update" in r]
+if placed:
+    print(f"\nthe step at 4096 rows by where the tables and the variables' update were (a model without tables says memory)")
+    seen = set()
+    for r in placed:
+        key = (r["model"], r["tables"], r["update"])
+        if key not in seen:
+            seen.add(key)
+            print(f"{r['model']:<10} tables: {r['tables']:<7} update: {r['update']:<7} {fmt(r['examples_per_sec']):>10}")
 cpu = get(mode="step", model="mlp", device="cpu", rows=4096, steps=30)
 cpu_peer = get(mode="torch", model="mlp", device="cpu", rows=4096, steps=30)
 print(f"\nMLP at 4096 on one CPU thread: {fmt(cpu)} against PyTorch's {fmt(cpu_peer)}: {ratio(cpu, cpu_peer)}")
@@ -103,7 +112,7 @@ if feeds:
 phases = [r for r in rows if r["mode"] == "phases"]
 if phases:
     parts = ("upload", "lookup", "forward", "backward", "grads_to_host")
-    print(f"\nwhere a step's time goes at 4096 rows, ms: " + ", ".join(parts) + ", the rest of the step (update, parameters back), the whole step (without the upload)")
+    print(f"\nwhere a step's time goes at 4096 rows, ms: " + ", ".join(parts) + ", the rest of the step (the update; with it on the host, the parameters back), the whole step (without the upload)")
     for r in phases:
         ms = [r[f"{p}_ms"] for p in parts]
         rest = r["step_ms"] - sum(ms[1:])  # the step's own part: the batch is already on the device

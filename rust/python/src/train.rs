@@ -269,7 +269,7 @@ impl TrainerConfig {
         max_shard_bytes=None, tensorboard_dir=None, log_every=None, device=None, loss=None,
         class_weight=None, lr_schedule=None, clip_norm=None, regularization=None, cross_layers=None,
         shard_tables=None, table_budget_bytes=None, gradient_wire=None, tables_on_device=None,
-        overlap_gradients=None,
+        overlap_gradients=None, update_on_device=None,
     ))]
     fn new(
         model: &str,
@@ -302,6 +302,7 @@ impl TrainerConfig {
         gradient_wire: Option<&str>,
         tables_on_device: Option<bool>,
         overlap_gradients: Option<bool>,
+        update_on_device: Option<bool>,
     ) -> Result<Self> {
         let rule = |(name, lr, settings): &RuleArgs| Rule::named(name, *lr, settings);
         let mut optimizers = OptimizerConfig::new(rule(&optimizer)?);
@@ -310,6 +311,7 @@ impl TrainerConfig {
         optimizers.sparse_tables = sparse_tables.unwrap_or(optimizers.sparse_tables);
         optimizers.clip_norm = clip_norm;
         optimizers.overlap_gradients = overlap_gradients.unwrap_or(optimizers.overlap_gradients);
+        optimizers.update_on_device = update_on_device;
         if let Some(name) = gradient_wire {
             optimizers.gradient_wire = GradientWire::named(name)?;
         }
@@ -510,6 +512,13 @@ impl TrainerConfig {
     #[getter]
     fn tables_on_device(&self) -> Option<bool> {
         self.inner.tables_on_device
+    }
+
+    /// Whether the variables' update runs on the GPU with their optimizer state; None: on a
+    /// GPU, when the tables are there too or there are none (never on the CPU).
+    #[getter]
+    fn update_on_device(&self) -> Option<bool> {
+        self.inner.optimizer.update_on_device
     }
 
     /// The whole configuration as the engine resolved it, as JSON: every default filled in
@@ -858,7 +867,7 @@ impl Trainer {
     fn weights<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyAny>> {
         let values = {
             let trainer = lock(&self.inner);
-            if trainer.is_sharded() { trainer.weights().to_vec() } else { trainer.full_weights()? }
+            if trainer.is_sharded() { trainer.weights()?.into_owned() } else { trainer.full_weights()? }
         };
         let values = Float32Array::from(values);
         Ok(values.to_data().to_pyarrow(py)?)

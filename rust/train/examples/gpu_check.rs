@@ -12,9 +12,11 @@
 //!   (the input pipeline included); a JSON line per model.
 //! - `phases DEVICE ROWS [steps] [models]`: where a step's time goes, for the same models: the
 //!   batch's copy to the device, the lookup of its rows, the forward pass, the loss and
-//!   backward pass, and the gradients' copy to host memory, each timed to the device's
-//!   completion, beside the whole `DataParallel::step` (the rest of which is the update and
-//!   the copy of the parameters back); a JSON line per model, in milliseconds per step.
+//!   backward pass, and the gradients' copy to host memory (which the step makes only when
+//!   the variables are updated on the host), each timed to the device's completion, beside
+//!   the whole `DataParallel::step` (the rest of which is the update, and with the update on
+//!   the host the copy of the parameters back); a JSON line per model, in milliseconds per
+//!   step.
 //! - `input ROWS [steps] [models]`: the `trainer` mode's input pipeline alone over the same
 //!   files (read, encoded and cut into batches on its thread, then copied to the CPU as the
 //!   trainer copies a batch to its device): the examples per second it can feed at most; a
@@ -28,7 +30,9 @@
 //!
 //! `GPU_CHECK_TABLES=device` or `memory` keeps the embedding tables on the device or in main
 //! memory (`TableOptions::on_device`); unset, the engine decides (on a GPU, on the device).
-//! Every timed line says where they were.
+//! `GPU_CHECK_UPDATE=device` or `host` runs the variables' update on the device or on the host
+//! (`OptimizerConfig::update_on_device`, which needs the tables on the device too); unset, the
+//! engine decides (on a GPU, on the device). Every timed line says where both were.
 //!
 //! The C library's allocator is set as the Python binding sets it in trainer processes, so the
 //! host's share of a step costs what it costs in the wheel.
@@ -184,8 +188,25 @@ fn data_parallel(
 ) -> DataParallel<Box<dyn Model>> {
     let model = kind.build_on(device, spec, 7).expect("the model builds");
     let tables = TableOptions { shard: ShardTables::Off, budget_bytes: None, on_device: tables_on_device() };
-    DataParallel::with_tables(model, Loss::BinaryCrossEntropy, optimizer, None, &tables)
+    let optimizer = OptimizerConfig { update_on_device: update_on_device(), ..optimizer.clone() };
+    DataParallel::with_tables(model, Loss::BinaryCrossEntropy, &optimizer, None, &tables)
         .expect("the step builds")
+}
+
+/// Where `GPU_CHECK_UPDATE` runs the variables' update: `device`, `host`, or (unset or
+/// `auto`) where the engine decides.
+fn update_on_device() -> Option<bool> {
+    match std::env::var("GPU_CHECK_UPDATE").as_deref() {
+        Ok("device") => Some(true),
+        Ok("host") => Some(false),
+        Ok("auto") | Err(_) => None,
+        Ok(other) => panic!("GPU_CHECK_UPDATE={other}: use device, host or auto"),
+    }
+}
+
+/// Where a step's variables were updated, for the result lines.
+fn update_name<M: Model>(dp: &DataParallel<M>) -> &'static str {
+    if dp.update_on_device() { "device" } else { "host" }
 }
 
 /// Where `GPU_CHECK_TABLES` puts the embedding tables: `device`, `memory`, or (unset or
@@ -254,16 +275,17 @@ fn step(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str, 
                     Batch::from_encoded_on(&encoded[s % encoded.len()], &device).expect("the batch moves");
                 dp.step(Some(&batch)).expect("the step runs");
             }
-            // The step returns once the parameters are back in host memory: nothing is left
-            // queued on the device when the clock stops.
         };
         run(warm);
         let started = Instant::now();
         run(steps);
+        // A step returns once its loss and norm are on the host; the update may still be
+        // queued on the device.
+        device.synchronize().expect("the device finishes its work");
         let seconds = started.elapsed().as_secs_f64();
         let line = serde_json::json!({
             "mode": "step", "model": name, "device": device_name, "rows": rows_per_step, "steps": steps,
-            "tables": tables_name(&dp), "step_ms": seconds * 1e3 / steps as f64,
+            "tables": tables_name(&dp), "update": update_name(&dp), "step_ms": seconds * 1e3 / steps as f64,
             "examples_per_sec": (rows_per_step * steps) as f64 / seconds,
         });
         println!("RESULT {line}");
@@ -328,7 +350,7 @@ fn phases(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str
         let per = |i: usize| totals[i] / steps as f64;
         let line = serde_json::json!({
             "mode": "phases", "model": name, "device": device_name, "rows": rows_per_step, "steps": steps,
-            "tables": tables_name(&dp),
+            "tables": tables_name(&dp), "update": update_name(&dp),
             "upload_ms": per(0), "lookup_ms": per(1), "forward_ms": per(2), "backward_ms": per(3),
             "grads_to_host_ms": per(4), "step_ms": per(5),
         });
@@ -357,6 +379,7 @@ fn config_for(kind: ModelKind, device: &str, rows_per_step: usize) -> TrainerCon
     config.shuffle_buffer = 0;
     config.log_every = u64::MAX / 2;
     config.tables_on_device = tables_on_device();
+    config.optimizer.update_on_device = update_on_device();
     config
 }
 
@@ -392,7 +415,7 @@ fn trainer(device: &str, rows_per_step: usize, steps: usize, models: &[(&str, Mo
         let summary = trainer.fit(&input, &options, None, &mut hooks).expect("training runs");
         let line = serde_json::json!({
             "mode": "trainer", "model": name, "device": device, "rows": rows_per_step,
-            "tables": tables_name(trainer.data_parallel()),
+            "tables": tables_name(trainer.data_parallel()), "update": update_name(trainer.data_parallel()),
             "steps": summary.new_steps, "examples_per_sec": summary.examples_per_sec,
         });
         println!("RESULT {line}");

@@ -451,7 +451,7 @@ pub fn export_sharded<M: Model>(
                 .collect(),
             owners,
         };
-        publish_sharded(dir, &staging, kind, features, loss, dp.entries(), dp.weights(), files)
+        publish_sharded(dir, &staging, kind, features, loss, dp.entries(), &dp.weights()?, files)
     } else {
         Ok(())
     };

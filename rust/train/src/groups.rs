@@ -52,6 +52,12 @@ pub struct OptimizerConfig {
     /// buckets while the backward pass goes on (see `overlap.rs`); off: in one call after it.
     #[serde(default = "yes")]
     pub overlap_gradients: bool,
+    /// Whether the variables' update runs on the model's device, their optimizer state kept
+    /// there (see `device_vars.rs`); None: on a GPU yes, on the CPU no (its loop over the
+    /// values in place is faster than tensor operations). It needs the embedding tables on
+    /// the device too, or none, and tables that are not sharded.
+    #[serde(default)]
+    pub update_on_device: Option<bool>,
 }
 
 /// The format of the dense layers' gradients on the wire. The 16-bit formats halve the bytes
@@ -124,6 +130,7 @@ impl OptimizerConfig {
             regularization: Regularization::default(),
             gradient_wire: GradientWire::default(),
             overlap_gradients: yes(),
+            update_on_device: None,
         }
     }
 

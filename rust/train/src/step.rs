@@ -18,6 +18,8 @@
 //!   (`device_tables.rs`): rows are gathered there, and the summed row gradients update them
 //!   there; the weights then hold the variables alone, as with sharded tables, and
 //!   checkpoints, snapshots and exports copy the tables out.
+//! - On a GPU the variables' update runs there too (`device_vars.rs`): the gradient stays
+//!   on the device but for the ring, and only the loss and the norm reach the host.
 //! - With sharded tables ([`crate::shard`]), each worker holds its share of every table and
 //!   exchanges ids, rows and gradients with their owners (all-to-all, `sharded.rs`);
 //!   owners sum and apply the tables' updates, the variables go as above. The tables' part of
@@ -36,6 +38,7 @@ use sparktrain_collective::{Communicator, ReduceOp, Wire};
 use crate::batch::{Batch, Lookup, Places};
 use crate::checkpoint::{self, CheckpointOptions, Progress, Restored, TableFiles};
 use crate::device_tables::DeviceTables;
+use crate::device_vars::DeviceVars;
 use crate::error::{Result, TrainError};
 use crate::groups::{GroupState, OptimizerConfig, Optimizers};
 use crate::loss::Loss;
@@ -98,6 +101,9 @@ pub struct DataParallel<M: Model> {
     sharded: Option<ShardedTables>,
     /// The tables, whole, on the model's device, when they are kept there.
     on_device: Option<DeviceTables>,
+    /// The variables' update and optimizer state, when they run on the model's device; the
+    /// weights are then the model's variables themselves, and `weights` is empty.
+    vars_on_device: Option<DeviceVars>,
     placement: Placement,
     sparse_tables: bool,
     schedule: Schedule,
@@ -180,7 +186,24 @@ impl<M: Model> DataParallel<M> {
         model.parameters_mut().release_tables();
         let optimizers = Optimizers::new(optimizer, &entries)?;
         let vars: usize = entries.iter().filter(|e| !e.table).map(Entry::len).sum();
-        let buckets = (optimizer.overlap_gradients && workers > 1).then(|| Buckets::plan(&model)).flatten();
+        // The variables' update moves to the device with the tables, or when there are none.
+        let tables_elsewhere = placement.sharded || (!table_entries.is_empty() && on_device.is_none());
+        if optimizer.update_on_device == Some(true) && tables_elsewhere {
+            return Err(TrainError::InvalidArgument(
+                "update_on_device: the variables are updated on the device only when the embedding \
+                 tables are there too (not sharded, and on the device)"
+                    .into(),
+            ));
+        }
+        let vars_on_device = (optimizer.update_on_device.unwrap_or(!device.is_cpu()) && !tables_elsewhere)
+            .then(|| DeviceVars::new(model.parameters(), &entries, &optimizers, &optimizer.regularization))
+            .transpose()?;
+        if vars_on_device.is_some() {
+            weights = Vec::new();
+        }
+        let buckets = (optimizer.overlap_gradients && workers > 1 && vars_on_device.is_none())
+            .then(|| Buckets::plan(&model))
+            .flatten();
         Ok(DataParallel {
             model,
             loss,
@@ -190,6 +213,7 @@ impl<M: Model> DataParallel<M> {
             tables: table_entries,
             sharded,
             on_device,
+            vars_on_device,
             placement,
             sparse_tables: optimizer.sparse_tables,
             schedule: optimizer.schedule,
@@ -213,6 +237,12 @@ impl<M: Model> DataParallel<M> {
     /// device rather than in main memory ([`TableOptions::on_device`]).
     pub fn tables_on_device(&self) -> bool {
         self.on_device.is_some()
+    }
+
+    /// Whether the variables' update runs on the model's device with their optimizer state
+    /// (`OptimizerConfig::update_on_device`).
+    pub fn update_on_device(&self) -> bool {
+        self.vars_on_device.is_some()
     }
 
     /// This worker's shares of the tables, when they are sharded.
@@ -244,9 +274,9 @@ impl<M: Model> DataParallel<M> {
         let tables = match (&self.sharded, &self.on_device) {
             (Some(sharded), _) => sharded.gather(self.ring.as_ref())?,
             (None, Some(device)) => device.values()?,
-            (None, None) => return Ok(Cow::Borrowed(&self.weights)),
+            (None, None) => return self.weights(),
         };
-        Ok(Cow::Owned(join_flat(&self.model.parameters().entries(), &self.weights, tables)))
+        Ok(Cow::Owned(join_flat(&self.model.parameters().entries(), &self.weights()?, tables)))
     }
 
     /// Every parameter's entry and value, tables whole, for the chief's export when the
@@ -276,16 +306,29 @@ impl<M: Model> DataParallel<M> {
 
     /// Replaces the weights (every worker must pass the same ones).
     pub fn set_weights(&mut self, weights: Vec<f32>) -> Result<()> {
-        if weights.len() != self.weights.len() {
+        if weights.len() != self.weights_len() {
             return Err(TrainError::StateMismatch(format!(
                 "{} weights given for {} parameters",
                 weights.len(),
-                self.weights.len()
+                self.weights_len()
             )));
         }
         self.set_model_weights(&weights)?;
-        self.weights = weights;
+        self.keep_weights(weights);
         Ok(())
+    }
+
+    /// How many values [`DataParallel::weights`] holds.
+    fn weights_len(&self) -> usize {
+        self.vars_on_device.as_ref().map_or(self.weights.len(), DeviceVars::len)
+    }
+
+    /// Keeps `weights`, already in the model's variables, as the host's copy, unless the
+    /// variables themselves are the weights (updated on the device).
+    fn keep_weights(&mut self, weights: Vec<f32>) {
+        if self.vars_on_device.is_none() {
+            self.weights = weights;
+        }
     }
 
     /// Puts `weights` (laid out as [`DataParallel::weights`]) into the model's variables.
@@ -308,9 +351,13 @@ impl<M: Model> DataParallel<M> {
     }
 
     /// The weights, flat in parameter-name order (the variables alone when the tables are
-    /// sharded or on the device: see [`DataParallel::full_weights`]).
-    pub fn weights(&self) -> &[f32] {
-        &self.weights
+    /// sharded or on the device: see [`DataParallel::full_weights`]); copied from the device
+    /// when the variables are updated there.
+    pub fn weights(&self) -> Result<Cow<'_, [f32]>> {
+        match &self.vars_on_device {
+            Some(_) => Ok(Cow::Owned(self.model.parameters().flat_vars()?)),
+            None => Ok(Cow::Borrowed(&self.weights)),
+        }
     }
 
     /// How many all-reduce calls carry a step's dense gradients: more than one when they are
@@ -361,6 +408,10 @@ impl<M: Model> DataParallel<M> {
             return Ok((Some(Lookup::placed_on_device(batch, places, tables)?), Fetched::default()));
         }
         let Some(sharded) = &self.sharded else {
+            if self.vars_on_device.is_some() {
+                // No tables: the variables are on the device, and `weights` is empty.
+                return Ok((None, Fetched::default()));
+            }
             let lookup =
                 batch.map(|b| Lookup::gather(b, &self.entries, &self.weights)).transpose()?.flatten();
             return Ok((lookup, Fetched::default()));
@@ -434,8 +485,8 @@ impl<M: Model> DataParallel<M> {
         let Some(sharded) = &self.sharded else {
             let layout = self.model.parameters().layout();
             let states = match &self.on_device {
-                Some(device) => self.full_states(device)?,
-                None => self.optimizers.state(),
+                Some(device) => self.full_states(device, self.states()?)?,
+                None => self.states()?,
             };
             let weights = self.all_weights()?;
             return checkpoint::save(model_dir, &layout, &weights, &states, progress, options);
@@ -543,20 +594,20 @@ impl<M: Model> DataParallel<M> {
         if self.on_device.is_some() {
             return self.load_with_device_tables(restored);
         }
-        if restored.weights.len() != self.weights.len() {
+        if restored.weights.len() != self.weights_len() {
             return Err(TrainError::StateMismatch(format!(
                 "{} weights restored for {} parameters",
                 restored.weights.len(),
-                self.weights.len()
+                self.weights_len()
             )));
         }
-        self.optimizers.load_state(restored.optimizer)?;
+        self.load_states(restored.optimizer)?;
         if self.sharded.is_some() {
             self.model.parameters().set_flat_vars(&restored.weights)?;
         } else {
             self.model.parameters().set_flat(&restored.weights)?;
         }
-        self.weights = restored.weights;
+        self.keep_weights(restored.weights);
         Ok(restored.progress)
     }
 
@@ -567,21 +618,44 @@ impl<M: Model> DataParallel<M> {
         let (vars, values) = split_flat(&all, &restored.weights)?;
         let mut states = restored.optimizer;
         let table_states = self.split_states(&all, &mut states)?;
-        self.optimizers.load_state(states)?;
+        self.load_states(states)?;
         let device = self.on_device.as_mut().expect("tables on the device");
         device.put_values(values)?;
         for (t, buffers) in table_states.into_iter().enumerate() {
             device.put_state(t, buffers)?;
         }
         self.model.parameters().set_flat_vars(&vars)?;
-        self.weights = vars;
+        self.keep_weights(vars);
         Ok(restored.progress)
     }
 
-    /// Every group's state in the layout of all parameters, as a checkpoint holds it: the
-    /// variables' from the optimizers, the tables' copied from the device.
-    fn full_states(&self, device: &DeviceTables) -> Result<Vec<GroupState>> {
+    /// Every group's state, the variables' copied from the device when they are updated
+    /// there (the tables' are not in it: see [`Self::full_states`]).
+    fn states(&self) -> Result<Vec<GroupState>> {
         let mut states = self.optimizers.state();
+        if let Some(device) = &self.vars_on_device {
+            for (g, group) in states.iter_mut().enumerate() {
+                for ((_, values), there) in group.state.buffers.iter_mut().zip(device.state(g)?) {
+                    *values = there;
+                }
+            }
+        }
+        Ok(states)
+    }
+
+    /// Restores the optimizers' state (the variables' alone), onto the device too when the
+    /// variables are updated there.
+    fn load_states(&mut self, states: Vec<GroupState>) -> Result<()> {
+        self.optimizers.load_state(states)?;
+        if let Some(device) = &mut self.vars_on_device {
+            device.load(&self.optimizers)?;
+        }
+        Ok(())
+    }
+
+    /// `states` (the variables', [`Self::states`]) in the layout of all parameters, as a
+    /// checkpoint holds it: the tables' copied from the device.
+    fn full_states(&self, device: &DeviceTables, mut states: Vec<GroupState>) -> Result<Vec<GroupState>> {
         for group in &mut states {
             let mut var_at = 0;
             let (mut tensors, mut buffers) = (Vec::new(), vec![Vec::new(); group.state.buffers.len()]);
@@ -706,7 +780,7 @@ impl<M: Model> DataParallel<M> {
             (None, Some(device)) => device.values()?,
             (None, None) => Vec::new(),
         };
-        Ok((self.weights.clone(), tables))
+        Ok((self.weights()?.into_owned(), tables))
     }
 
     /// Puts back weights taken by [`DataParallel::snapshot`]; the optimizers' state stays.
@@ -735,6 +809,9 @@ impl<M: Model> DataParallel<M> {
     /// One synchronous step with this worker's `batch` (None once its data has run out).
     /// Returns None, on every worker together, when no worker had a batch.
     pub fn step(&mut self, batch: Option<&Batch>) -> Result<Option<StepStats>> {
+        if self.vars_on_device.is_some() {
+            return self.step_on_device(batch);
+        }
         let vars = self.reduced.len() - 3;
         let rows = match batch {
             Some(b) => b.rows()?,
@@ -749,19 +826,13 @@ impl<M: Model> DataParallel<M> {
         } else {
             self.gradients(batch, lookup, rows)?
         };
-        let total = self.reduced[vars];
-        if total == 0.0 {
-            return Ok(None);
-        }
-        if !total.is_finite() || total.fract() != 0.0 {
-            return Err(TrainError::InvalidArgument(format!("the workers' example count summed to {total}")));
-        }
+        let Some(total) = self.total()? else { return Ok(None) };
         let factor = self.schedule.factor(self.optimizers.steps() + 1);
         let grad_norm = if let Some(sharded) = &self.sharded {
             let mut owned = sharded.push_grads(self.ring.as_ref(), &fetched, &local.rows)?;
             let norm = self.finish_sharded(&mut owned, total)?;
             self.optimizers.set_scale(factor);
-            self.apply(Some(TableGrads::default()), factor)?;
+            self.apply(Some(TableGrads::default()), factor, None)?;
             let sharded = self.sharded.as_mut().expect("sharded tables");
             sharded.apply(&owned, factor, self.sparse_tables)?;
             self.model.parameters().set_flat_vars(&self.weights)?;
@@ -771,16 +842,108 @@ impl<M: Model> DataParallel<M> {
             let mut tables = self.exchange_tables(local, distinct_ids)?;
             let norm = self.finish_gradients(&mut tables, total)?;
             self.optimizers.set_scale(factor);
-            self.apply(tables, factor)?;
+            self.apply(tables, factor, None)?;
             self.set_model_weights(&self.weights)?;
             norm
         };
-        Ok(Some(StepStats {
+        Ok(Some(self.stats(total, grad_norm)))
+    }
+
+    /// The step's example count over every worker from the reduced slots; None when no
+    /// worker had a batch.
+    fn total(&self) -> Result<Option<f32>> {
+        let total = self.reduced[self.reduced.len() - 3];
+        if total == 0.0 {
+            return Ok(None);
+        }
+        if !total.is_finite() || total.fract() != 0.0 {
+            return Err(TrainError::InvalidArgument(format!("the workers' example count summed to {total}")));
+        }
+        Ok(Some(total))
+    }
+
+    /// What the step just taken did, from the reduced slots.
+    fn stats(&self, total: f32, grad_norm: f32) -> StepStats {
+        StepStats {
             step: self.optimizers.steps(),
-            loss: self.reduced[vars + 1] / total,
+            loss: self.reduced[self.reduced.len() - 2] / total,
             examples: total as u64,
             grad_norm,
-        }))
+        }
+    }
+
+    /// [`DataParallel::step`] with the variables updated on the device (`device_vars.rs`):
+    /// their gradient is one tensor there, and goes to the host only for the ring.
+    fn step_on_device(&mut self, batch: Option<&Batch>) -> Result<Option<StepStats>> {
+        let vars = self.reduced.len() - 3;
+        let rows = match batch {
+            Some(b) => b.rows()?,
+            None => 0,
+        };
+        let batch = batch.filter(|_| rows > 0);
+        let (lookup, _) = self.lookup(batch)?;
+        let device = self.vars_on_device.as_ref().expect("the update on the device");
+        let (mut local, mut grad) = (TableGrads::default(), None);
+        match batch {
+            Some(batch) => {
+                let logits = self.model.forward(batch, lookup.as_ref())?;
+                let loss =
+                    self.loss.compute_weighted(&logits, &batch.labels, self.class_weights.as_deref())?;
+                let grads = loss.backward()?;
+                // Weighted by the example count, as the host's step does.
+                grad = Some(device.gradient(&grads, rows as f32)?);
+                if let Some(lookup) = lookup {
+                    local = self.table_grads(&grads, lookup, rows as f32)?;
+                }
+                let slots = [rows as f32, loss.to_scalar::<f32>()? * rows as f32, local.ids.len() as f32];
+                self.reduced[vars..].copy_from_slice(&slots);
+            }
+            None => self.reduced[vars..].fill(0.0),
+        }
+        if self.ring.is_some() {
+            match &grad {
+                Some(g) => self.reduced[..vars].copy_from_slice(&g.to_vec1::<f32>()?),
+                None => self.reduced[..vars].fill(0.0),
+            }
+            self.reduce()?;
+            let device = self.vars_on_device.as_ref().expect("the update on the device");
+            grad = Some(device.gradient_from(&self.reduced[..vars])?);
+        }
+        let Some(total) = self.total()? else { return Ok(None) };
+        let grad = grad.expect("a worker alone has a gradient when it had examples");
+        let factor = self.schedule.factor(self.optimizers.steps() + 1);
+        let distinct_ids = self.reduced[vars + 2];
+        let mut tables = self.exchange_tables(local, distinct_ids)?;
+        let table_squares = self.finish_tables(&mut tables, total)?;
+        let device = self.vars_on_device.as_ref().expect("the update on the device");
+        let (mut grad, var_squares) = device.finish(&grad, total)?;
+        let norm = (var_squares + table_squares).sqrt() as f32;
+        if let Some(clip) = self.clip_norm
+            && norm > clip
+        {
+            let factor = clip / norm;
+            grad = DeviceVars::clip(&grad, factor)?;
+            self.clip_tables(&mut tables, factor);
+        }
+        self.optimizers.set_scale(factor);
+        self.apply(tables, factor, Some(&grad))?;
+        Ok(Some(self.stats(total, norm)))
+    }
+
+    /// All-reduces the step's buffer over the ring, the gradients in the wire's format.
+    fn reduce(&mut self) -> Result<()> {
+        let Some(ring) = &self.ring else { return Ok(()) };
+        let vars = self.reduced.len() - 3;
+        let mut ring = lock(ring);
+        if self.gradient_wire == Wire::Native {
+            ring.all_reduce(&mut self.reduced, ReduceOp::Sum)?;
+        } else {
+            // The example count and the loss must stay exact: they travel apart, as float32.
+            let (grads, slots) = self.reduced.split_at_mut(vars);
+            ring.all_reduce_as(grads, ReduceOp::Sum, self.gradient_wire)?;
+            ring.all_reduce(slots, ReduceOp::Sum)?;
+        }
+        Ok(())
     }
 
     /// This worker's gradients of `batch`, weighted by its example count, all-reduced over
@@ -809,17 +972,7 @@ impl<M: Model> DataParallel<M> {
         } else {
             self.reduced.fill(0.0);
         }
-        if let Some(ring) = &self.ring {
-            let mut ring = lock(ring);
-            if self.gradient_wire == Wire::Native {
-                ring.all_reduce(&mut self.reduced, ReduceOp::Sum)?;
-            } else {
-                // The example count and the loss must stay exact: they travel apart, as float32.
-                let (grads, slots) = self.reduced.split_at_mut(vars);
-                ring.all_reduce_as(grads, ReduceOp::Sum, self.gradient_wire)?;
-                ring.all_reduce(slots, ReduceOp::Sum)?;
-            }
-        }
+        self.reduce()?;
         Ok(local)
     }
 
@@ -877,10 +1030,6 @@ impl<M: Model> DataParallel<M> {
         let vars = self.reduced.len() - 3;
         let grads = &mut self.reduced[..vars];
         grads.iter_mut().for_each(|g| *g /= total);
-        match tables.as_mut() {
-            Some(t) => t.rows.iter_mut().for_each(|rows| rows.iter_mut().for_each(|g| *g /= total)),
-            None => self.table_dense.iter_mut().for_each(|g| *g /= total),
-        }
         if !self.regularization.is_zero() {
             let mut var_at = 0;
             for e in self.entries.iter().filter(|e| !e.table) {
@@ -889,6 +1038,29 @@ impl<M: Model> DataParallel<M> {
                 penalty.add_gradient(weights, &mut grads[var_at..var_at + e.len()]);
                 var_at += e.len();
             }
+        }
+        let table_squares = self.finish_tables(tables, total)?;
+        let grads = &mut self.reduced[..vars];
+        let norm = (sum_of_squares(grads) + table_squares).sqrt() as f32;
+        if let Some(clip) = self.clip_norm
+            && norm > clip
+        {
+            let factor = clip / norm;
+            grads.iter_mut().for_each(|g| *g *= factor);
+            self.clip_tables(tables, factor);
+        }
+        Ok(norm)
+    }
+
+    /// The tables' part of [`Self::finish_gradients`]: their summed gradients (the touched
+    /// rows', or the dense tables' when `tables` is None) made the mean over `total`
+    /// examples with their penalties added; returns the sum of their squares.
+    fn finish_tables(&mut self, tables: &mut Option<TableGrads>, total: f32) -> Result<f64> {
+        match tables.as_mut() {
+            Some(t) => t.rows.iter_mut().for_each(|rows| rows.iter_mut().for_each(|g| *g /= total)),
+            None => self.table_dense.iter_mut().for_each(|g| *g /= total),
+        }
+        if !self.regularization.is_zero() {
             let mut dense_at = 0;
             for (t, e) in self.tables.iter().enumerate() {
                 let (penalty, w, dense) =
@@ -918,22 +1090,18 @@ impl<M: Model> DataParallel<M> {
                 }
             }
         }
-        let table_squares: f64 = match tables.as_ref() {
+        Ok(match tables.as_ref() {
             Some(t) => t.rows.iter().map(|rows| sum_of_squares(rows)).sum(),
             None => sum_of_squares(&self.table_dense),
-        };
-        let norm = (sum_of_squares(grads) + table_squares).sqrt() as f32;
-        if let Some(clip) = self.clip_norm
-            && norm > clip
-        {
-            let factor = clip / norm;
-            grads.iter_mut().for_each(|g| *g *= factor);
-            match tables.as_mut() {
-                Some(t) => t.rows.iter_mut().for_each(|rows| rows.iter_mut().for_each(|g| *g *= factor)),
-                None => self.table_dense.iter_mut().for_each(|g| *g *= factor),
-            }
+        })
+    }
+
+    /// Scales the tables' gradients by the clipping `factor`.
+    fn clip_tables(&mut self, tables: &mut Option<TableGrads>, factor: f32) {
+        match tables.as_mut() {
+            Some(t) => t.rows.iter_mut().for_each(|rows| rows.iter_mut().for_each(|g| *g *= factor)),
+            None => self.table_dense.iter_mut().for_each(|g| *g *= factor),
         }
-        Ok(norm)
     }
 
     /// With sharded tables: the variables' gradient made the step's as
@@ -1060,10 +1228,29 @@ impl<M: Model> DataParallel<M> {
         out
     }
 
-    /// Updates every group: its variables from the reduced buffer, its tables from `tables`
+    /// Updates every group: its variables from the reduced buffer (or, when they are updated
+    /// on the device, from `on_device`, the step's gradient there), its tables from `tables`
     /// (the rows of the touched ids) or, when None, from the dense tables; `factor` is the
     /// schedule's on the step size.
-    fn apply(&mut self, tables: Option<TableGrads>, factor: f32) -> Result<()> {
+    fn apply(&mut self, tables: Option<TableGrads>, factor: f32, on_device: Option<&Tensor>) -> Result<()> {
+        if let (Some(device), Some(grad)) = (&mut self.vars_on_device, on_device) {
+            // No table lives in main memory here (see `with_tables`).
+            for (g, group) in self.optimizers.groups_mut().iter_mut().enumerate() {
+                group.optimizer.advance();
+                device.update(g, grad, factor, group.optimizer.steps())?;
+                if let Some(tables_there) = &mut self.on_device {
+                    update_device_tables(
+                        tables_there,
+                        &self.tables,
+                        group,
+                        &tables,
+                        &self.table_dense,
+                        factor,
+                    )?;
+                }
+            }
+            return Ok(());
+        }
         let vars = self.reduced.len() - 3;
         // Compact offsets: of each variable in the reduced buffer, of each table in the
         // table buffers.
@@ -1111,25 +1298,41 @@ impl<M: Model> DataParallel<M> {
                 }
             }
             group.optimizer.update(params, &self.reduced[..vars], &var_segments)?;
-            let Some(device) = &mut self.on_device else { continue };
-            let (step, mut dense_at) = (group.optimizer.steps(), 0);
-            for (t, e) in self.tables.iter().enumerate() {
-                let dense = dense_at..dense_at + e.len();
-                dense_at += e.len();
-                if device.group(t) != group.name {
-                    continue;
-                }
-                match &tables {
-                    Some(rows) => {
-                        let (ids, grads) = live_rows(&rows.ids, &rows.rows[t], e.row_width());
-                        device.update_rows(t, &ids, &grads, factor, step)?;
-                    }
-                    None => device.update_all(t, &self.table_dense[dense], factor, step)?,
-                }
+            if let Some(device) = &mut self.on_device {
+                update_device_tables(device, &self.tables, group, &tables, &self.table_dense, factor)?;
             }
         }
         Ok(())
     }
+}
+
+/// Updates the tables on the device that `group` trains (`entries`, by table), from `tables`
+/// (the touched rows') or, when None, from `dense` (the dense tables' gradients), as the
+/// group's current step.
+fn update_device_tables(
+    device: &mut DeviceTables,
+    entries: &[Entry],
+    group: &crate::groups::Group,
+    tables: &Option<TableGrads>,
+    dense: &[f32],
+    factor: f32,
+) -> Result<()> {
+    let (step, mut dense_at) = (group.optimizer.steps(), 0);
+    for (t, e) in entries.iter().enumerate() {
+        let at = dense_at..dense_at + e.len();
+        dense_at += e.len();
+        if device.group(t) != group.name {
+            continue;
+        }
+        match tables {
+            Some(rows) => {
+                let (ids, grads) = live_rows(&rows.ids, &rows.rows[t], e.row_width());
+                device.update_rows(t, &ids, &grads, factor, step)?;
+            }
+            None => device.update_all(t, &dense[at], factor, step)?,
+        }
+    }
+    Ok(())
 }
 
 /// The sum of the values' squares in float64, over eight running sums so that the additions

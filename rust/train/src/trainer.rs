@@ -169,6 +169,19 @@ impl TrainerConfig {
         }
         crate::device::check_name(&self.device)?;
         self.optimizer.validate()?;
+        if self.optimizer.update_on_device == Some(true) {
+            let elsewhere = match (self.tables_on_device, self.shard_tables) {
+                (Some(false), _) => Some("tables_on_device=False"),
+                (_, ShardTables::On) => Some("shard_tables='on'"),
+                _ => None,
+            };
+            if let Some(setting) = elsewhere {
+                return Err(TrainError::InvalidArgument(format!(
+                    "update_on_device=True updates the variables on the device beside the embedding \
+                     tables, which {setting} keeps elsewhere"
+                )));
+            }
+        }
         if let Some(weights) = &self.class_weights {
             let classes = match &self.model {
                 ModelKind::LogisticRegression { outputs } | ModelKind::Mlp { outputs, .. } => *outputs,
@@ -546,8 +559,9 @@ impl Trainer {
     }
 
     /// The weights, flat in parameter-name order (the variables alone when the tables are
-    /// sharded or on the device; see [`Trainer::full_weights`]).
-    pub fn weights(&self) -> &[f32] {
+    /// sharded or on the device; see [`Trainer::full_weights`]); copied from the device when
+    /// the variables are updated there.
+    pub fn weights(&self) -> Result<std::borrow::Cow<'_, [f32]>> {
         self.dp.weights()
     }
 

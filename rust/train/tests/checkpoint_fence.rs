@@ -106,10 +106,14 @@ fn an_old_generation_cannot_overwrite_a_committed_checkpoint(model_dir: &str) {
     for s in 100..102 {
         old.step(Some(&batch(s))).unwrap();
     }
-    assert_ne!(old.weights(), new.weights());
+    assert_ne!(old.weights().unwrap(), new.weights().unwrap());
     let late = old.save_checkpoint(model_dir, at(6), &options(JOB, 0));
     assert!(files_under(&committed) == before, "the committed checkpoint {committed} was written in place");
-    assert_eq!(latest(model_dir, &new), (6, new.weights().to_vec()), "readers resume from generation 1");
+    assert_eq!(
+        latest(model_dir, &new),
+        (6, new.weights().unwrap().to_vec()),
+        "readers resume from generation 1"
+    );
     superseded(late, 0, None, 1);
 }
 
@@ -119,7 +123,7 @@ fn an_old_generation_cannot_move_the_index_back(model_dir: &str) {
     let (mut old, new, _) = two_generations(model_dir);
     old.step(Some(&batch(4))).unwrap();
     let late = old.save_checkpoint(model_dir, at(5), &options(JOB, 0));
-    assert_eq!(latest(model_dir, &new), (6, new.weights().to_vec()), "the index moved back");
+    assert_eq!(latest(model_dir, &new), (6, new.weights().unwrap().to_vec()), "the index moved back");
     superseded(late, 0, None, 1);
 }
 
@@ -212,7 +216,7 @@ fn a_new_job_takes_over_from_earlier_jobs_and_fences_their_stragglers() {
     let claimed = checkpoint::claim(&model_dir, &Fence { job: "job-a".into(), generation: 3 });
     superseded(claimed.map(|_| String::new()), 3, Some("job-b"), 0);
     superseded(first.save_checkpoint(&model_dir, at(4), &options("job-0", 0)), 0, Some("job-b"), 0);
-    assert_eq!(latest(&model_dir, &next), (3, next.weights().to_vec()));
+    assert_eq!(latest(&model_dir, &next), (3, next.weights().unwrap().to_vec()));
     // Job b's own next save, and a writer outside any job, go on.
     next.step(Some(&batch(3))).unwrap();
     next.save_checkpoint(&model_dir, at(4), &options("job-b", 0)).unwrap();
@@ -283,7 +287,7 @@ fn checkpoints_of_earlier_versions_restore_and_are_pruned() {
 
     let mut resumed = trainer();
     assert_eq!(resumed.restore(&model_dir).unwrap().map(|p| p.step), Some(1));
-    assert_eq!(resumed.weights(), old.weights());
+    assert_eq!(resumed.weights().unwrap(), old.weights().unwrap());
     assert!(!sparktrain_storage::exists(&format!("{model_dir}/ckpt-0000000002")).unwrap(), "a partial one");
     let two = CheckpointOptions { keep: 2, ..options(JOB, 1) };
     for step in 2..4 {
@@ -302,7 +306,7 @@ fn checkpoints_of_earlier_versions_restore_and_are_pruned() {
         };
         assert_eq!(kept, expected);
     }
-    assert_eq!(latest(&model_dir, &resumed), (3, resumed.weights().to_vec()));
+    assert_eq!(latest(&model_dir, &resumed), (3, resumed.weights().unwrap().to_vec()));
 }
 
 /// A crash inside `replace_dir` while re-exporting into `<model_dir>/export` leaves the old

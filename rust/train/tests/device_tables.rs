@@ -2,8 +2,10 @@
 //! under every update rule (single ids and mean-pooled multi-hot lists), with updates of the
 //! touched rows or of every row, penalties, clipping and a schedule, on one worker and on two;
 //! a checkpoint written from either resumes in the other; and the training loop's best model,
-//! checkpoints and export are the same wherever the tables lived. The tests keep the tables
-//! "on the device" on the CPU, which runs the same tensor code a GPU does.
+//! checkpoints and export are the same wherever the tables lived. The same holds for the
+//! variables' update on the device (`OptimizerConfig::update_on_device`), for models with
+//! tables and without. The tests keep the tables and the update "on the device" on the CPU,
+//! which runs the same tensor code a GPU does.
 
 mod support;
 
@@ -16,9 +18,9 @@ use arrow::record_batch::RecordBatch;
 use sparktrain_dataset::ExampleFileWriter;
 use sparktrain_train::features::{MultiHot, Pooling};
 use sparktrain_train::{
-    Batch, Categorical, CheckpointOptions, DataParallel, Decay, DeepFm, EmbeddingConfig, FeatureSpec, Loss,
-    Model, OptimizerConfig, Penalty, Progress, Regularization, Rule, Schedule, ShardTables, TableOptions,
-    WideDeep,
+    Batch, Categorical, CheckpointOptions, DataParallel, Dcn, Decay, DeepFm, EmbeddingConfig, FeatureSpec,
+    GradientWire, Loss, Mlp, Model, OptimizerConfig, Penalty, Progress, Regularization, Rule, Schedule,
+    ShardTables, TableOptions, WideDeep,
 };
 use sparktrain_train::{
     EarlyStopping, Exported, FitOptions, Hooks, Input, ModelKind, Monitor, Trainer, TrainerConfig,
@@ -234,10 +236,10 @@ fn the_variables_alone_are_the_weights_when_the_tables_are_on_the_device() {
             .unwrap();
     let all = in_memory.model().parameters().entries();
     let vars: usize = all.iter().filter(|e| !e.table).map(|e| e.len()).sum();
-    assert_eq!(on_device.weights().len(), vars);
+    assert_eq!(on_device.weights().unwrap().len(), vars);
     assert!(on_device.entries().iter().all(|e| !e.table));
-    assert_eq!(in_memory.weights().len(), all.iter().map(|e| e.len()).sum::<usize>());
-    assert!(on_device.full_weights().unwrap() == in_memory.weights(), "the same starting weights");
+    assert_eq!(in_memory.weights().unwrap().len(), all.iter().map(|e| e.len()).sum::<usize>());
+    assert!(in_memory.weights().unwrap() == on_device.full_weights().unwrap(), "the same starting weights");
     // By default only a device other than the CPU keeps them.
     let default = DataParallel::new(model(), Loss::BinaryCrossEntropy, &optimizer, None).unwrap();
     assert!(!default.tables_on_device());
@@ -259,15 +261,17 @@ fn the_training_loop_ends_the_same_wherever_the_tables_live() {
     let dir = tempfile::tempdir().unwrap();
     let data = write_files(&dir.path().join("train"), 0);
     let eval = write_files(&dir.path().join("eval"), 50_000);
-    let outcome = |on_device: bool| {
-        let model_dir = dir.path().join(format!("model-{on_device}")).to_string_lossy().into_owned();
-        let export_dir = dir.path().join(format!("export-{on_device}")).to_string_lossy().into_owned();
+    let outcome = |on_device: bool, update_on_device: bool| {
+        let place = format!("{on_device}-{update_on_device}");
+        let model_dir = dir.path().join(format!("model-{place}")).to_string_lossy().into_owned();
+        let export_dir = dir.path().join(format!("export-{place}")).to_string_lossy().into_owned();
         let (da, ev, md, ed) = (data.clone(), eval.clone(), model_dir.clone(), export_dir.clone());
         let runs = on_workers(2, move |w, ring| {
             let mut config = TrainerConfig::new(
                 ModelKind::WideDeep { dim: 4, hidden: vec![8] },
                 OptimizerConfig {
                     wide: Some(Rule::ftrl(0.1, 0.001, 0.002)),
+                    update_on_device: Some(update_on_device),
                     ..OptimizerConfig::new(Rule::adam(0.02))
                 },
             );
@@ -276,6 +280,7 @@ fn the_training_loop_ends_the_same_wherever_the_tables_live() {
             (config.shard_tables, config.tables_on_device) = (ShardTables::Off, Some(on_device));
             let mut trainer = Trainer::new(config, spec(), ring).unwrap();
             assert_eq!(trainer.data_parallel().tables_on_device(), on_device);
+            assert_eq!(trainer.data_parallel().update_on_device(), update_on_device);
             let input = Input::open(&da, 2, w, trainer.config().input_options()).unwrap();
             let eval = Input::open(&ev, 2, w, trainer.config().input_options()).unwrap();
             // No evaluation after the first counts as better: step 2's model is restored.
@@ -299,10 +304,13 @@ fn the_training_loop_ends_the_same_wherever_the_tables_live() {
         let exported = Exported::load(&export_dir).unwrap();
         (weights, exported.predict(&rows(90_000..90_064)).unwrap(), model_dir)
     };
-    let (memory, memory_scores, memory_dir) = outcome(false);
-    let (device, device_scores, device_dir) = outcome(true);
+    let (memory, memory_scores, memory_dir) = outcome(false, false);
+    let (device, device_scores, device_dir) = outcome(true, false);
     assert!(device == memory, "the best model's weights");
     assert_eq!(device_scores, memory_scores, "the exported models' scores");
+    let (all, all_scores, all_dir) = outcome(true, true);
+    assert!(all == memory, "the best model's weights, the variables updated on the device");
+    assert_eq!(all_scores, memory_scores, "the exported models' scores, the variables updated on the device");
     // The last checkpoints (step 10, at the end) hold the same parameters and optimizer state: a run of
     // two more steps from either, with tables in memory, ends alike.
     let resume = |model_dir: &str| {
@@ -320,5 +328,224 @@ fn the_training_loop_ends_the_same_wherever_the_tables_live() {
         }
         dp.full_weights().unwrap()
     };
-    assert!(resume(&device_dir) == resume(&memory_dir), "the checkpoints resume alike");
+    let from_memory = resume(&memory_dir);
+    assert!(resume(&device_dir) == from_memory, "the checkpoints resume alike");
+    assert!(resume(&all_dir) == from_memory, "the checkpoint of the update on the device resumes alike");
+}
+
+// --- the variables' update on the device ---------------------------------------------------
+
+/// The models the variables' update is checked on: an MLP (no tables), Wide&Deep and DCN
+/// (tables on the device), each with a name for failures.
+fn models() -> Vec<(&'static str, Make)> {
+    vec![
+        ("mlp", || Trained::Mlp(Mlp::new(1, &[8, 4], 1, 5).unwrap())),
+        ("wide&deep", || Trained::WideDeep(model())),
+        ("dcn", || {
+            let config = EmbeddingConfig { dim: 4, hidden: vec![8], cross_layers: 2, seed: 4 };
+            Trained::Dcn(Dcn::new(&spec(), &config).unwrap())
+        }),
+    ]
+}
+
+/// Builds a fresh model of [`models`].
+type Make = fn() -> Trained;
+
+/// A model of [`models`].
+enum Trained {
+    Mlp(Mlp),
+    WideDeep(WideDeep),
+    Dcn(Dcn),
+}
+
+/// `optimizer` with the variables' update on the device or on the host.
+fn update(optimizer: &OptimizerConfig, on_device: bool) -> OptimizerConfig {
+    OptimizerConfig { update_on_device: Some(on_device), ..optimizer.clone() }
+}
+
+/// A trainer of `model` with `optimizer`, its tables on the device.
+fn data_parallel<M: Model>(
+    model: M,
+    optimizer: &OptimizerConfig,
+    ring: Option<sparktrain_train::SharedRing>,
+) -> DataParallel<M> {
+    DataParallel::with_tables(model, Loss::BinaryCrossEntropy, optimizer, ring, &tables(true)).unwrap()
+}
+
+/// The weights of all parameters and every step's loss and norm after `steps` steps of
+/// `workers` workers (worker 1 without a batch in the last step when there are two).
+fn train_vars<M: Model>(
+    dp: &mut DataParallel<M>,
+    w: usize,
+    workers: usize,
+    steps: u64,
+) -> (Vec<f32>, Vec<(f32, f32)>) {
+    let share = 64 / workers as u64;
+    let stats = (0..steps)
+        .map(|s| {
+            let start = s * 64 + w as u64 * share;
+            let last_of_worker_1 = w == 1 && s + 1 == steps;
+            let batch = (!last_of_worker_1).then(|| batch(start..start + share));
+            let stats = dp.step(batch.as_ref()).unwrap().unwrap();
+            (stats.loss, stats.grad_norm)
+        })
+        .collect();
+    (dp.full_weights().unwrap(), stats)
+}
+
+/// [`train_vars`] of a fresh model from `make` on `workers` workers with `optimizer`,
+/// checking where the update ran; worker 0's result.
+fn train_model(make: Make, optimizer: &OptimizerConfig, workers: usize) -> (Vec<f32>, Vec<(f32, f32)>) {
+    let optimizer = optimizer.clone();
+    let runs = on_workers(workers, move |w, ring| {
+        let on_device = optimizer.update_on_device == Some(true);
+        match make() {
+            Trained::Mlp(m) => {
+                let mut dp = data_parallel(m, &optimizer, ring);
+                assert_eq!(dp.update_on_device(), on_device);
+                train_vars(&mut dp, w, workers, 6)
+            }
+            Trained::WideDeep(m) => {
+                let mut dp = data_parallel(m, &optimizer, ring);
+                assert_eq!(dp.update_on_device(), on_device);
+                train_vars(&mut dp, w, workers, 6)
+            }
+            Trained::Dcn(m) => {
+                let mut dp = data_parallel(m, &optimizer, ring);
+                assert_eq!(dp.update_on_device(), on_device);
+                train_vars(&mut dp, w, workers, 6)
+            }
+        }
+    });
+    assert!(runs.iter().all(|r| r.0 == runs[0].0), "every worker ends with the same weights");
+    runs.into_iter().next().unwrap()
+}
+
+/// Fails naming the first parameter whose bits differ between `host` and `device`.
+fn assert_same_bits(case: &str, entries: &[sparktrain_train::Entry], host: &[f32], device: &[f32]) {
+    assert_eq!(host.len(), device.len(), "{case}: the parameters' count");
+    if let Some(i) = host.iter().zip(device).position(|(a, b)| a.to_bits() != b.to_bits()) {
+        let e = entries.iter().find(|e| e.offset <= i && i < e.offset + e.len()).expect("an entry");
+        let (at, ours, theirs) = (i - e.offset, device[i], host[i]);
+        panic!("{case}: '{}'[{at}] is {ours} updated on the device, {theirs} on the host", e.name);
+    }
+}
+
+fn entries_of(make: Make) -> Vec<sparktrain_train::Entry> {
+    match make() {
+        Trained::Mlp(m) => m.parameters().entries(),
+        Trained::WideDeep(m) => m.parameters().entries(),
+        Trained::Dcn(m) => m.parameters().entries(),
+    }
+}
+
+#[test]
+fn the_variables_update_on_the_device_bit_for_bit_as_on_the_host() {
+    for (model_name, make) in models() {
+        for (name, optimizer) in optimizers() {
+            if model_name == "mlp" && optimizer.wide.is_some() {
+                continue; // an MLP has no wide part
+            }
+            for workers in [1, 2] {
+                let case = format!("{model_name}, {name}, {workers} worker(s)");
+                let (host, host_stats) = train_model(make, &update(&optimizer, false), workers);
+                let (device, device_stats) = train_model(make, &update(&optimizer, true), workers);
+                assert_eq!(device_stats, host_stats, "{case}: losses and norms");
+                assert_same_bits(&case, &entries_of(make), &host, &device);
+            }
+        }
+    }
+    // Gradients that travel as bfloat16: rounded alike, whichever side updates.
+    let bf16 =
+        OptimizerConfig { gradient_wire: GradientWire::Bf16, ..OptimizerConfig::new(Rule::adam(0.02)) };
+    let (host, _) = train_model(models()[1].1, &update(&bf16, false), 2);
+    let (device, _) = train_model(models()[1].1, &update(&bf16, true), 2);
+    assert_same_bits("wide&deep, bf16 on the wire", &entries_of(models()[1].1), &host, &device);
+}
+
+#[test]
+fn a_checkpoint_resumes_wherever_the_variables_were_updated() {
+    let optimizer = OptimizerConfig {
+        wide: Some(Rule::ftrl(0.1, 0.001, 0.002)),
+        ..OptimizerConfig::new(Rule::adam(0.02))
+    };
+    let make = |on_device: bool| data_parallel(model(), &update(&optimizer, on_device), None);
+    let make_mlp = |on_device: bool| {
+        let optimizer = update(&OptimizerConfig::new(Rule::adam(0.02)), on_device);
+        data_parallel(Mlp::new(1, &[8, 4], 1, 5).unwrap(), &optimizer, None)
+    };
+    let mut straight = make(false);
+    run_steps(&mut straight, 0, 8);
+    let expected = straight.full_weights().unwrap();
+    let mut straight_mlp = make_mlp(false);
+    run_mlp_steps(&mut straight_mlp, 0, 8);
+    let expected_mlp = straight_mlp.full_weights().unwrap();
+    for (written_on_device, read_on_device) in [(true, false), (false, true), (true, true)] {
+        let case = format!("written updating on the device: {written_on_device}, read: {read_on_device}");
+        let progress = Progress { step: 4, workers: 1, ..Progress::default() };
+        let dir = tempfile::tempdir().unwrap();
+        let model_dir = dir.path().to_str().unwrap();
+        let mut first = make(written_on_device);
+        run_steps(&mut first, 0, 4);
+        first.save_checkpoint(model_dir, progress, &CheckpointOptions::default()).unwrap();
+        let mut resumed = make(read_on_device);
+        assert_eq!(resumed.restore(model_dir).unwrap().map(|p| p.step), Some(4));
+        run_steps(&mut resumed, 4, 8);
+        assert!(resumed.full_weights().unwrap() == expected, "wide&deep, {case}: the resumed run differs");
+        // A model without tables resumes through another path.
+        let dir = tempfile::tempdir().unwrap();
+        let model_dir = dir.path().to_str().unwrap();
+        let mut first = make_mlp(written_on_device);
+        run_mlp_steps(&mut first, 0, 4);
+        first.save_checkpoint(model_dir, progress, &CheckpointOptions::default()).unwrap();
+        let mut resumed = make_mlp(read_on_device);
+        assert_eq!(resumed.restore(model_dir).unwrap().map(|p| p.step), Some(4));
+        run_mlp_steps(&mut resumed, 4, 8);
+        assert!(resumed.full_weights().unwrap() == expected_mlp, "mlp, {case}: the resumed run differs");
+    }
+}
+
+/// Steps `from` to `to` of one worker with an MLP, 64 rows each.
+fn run_mlp_steps(dp: &mut DataParallel<Mlp>, from: u64, to: u64) {
+    for s in from..to {
+        dp.step(Some(&batch(s * 64..s * 64 + 64))).unwrap();
+    }
+}
+
+#[test]
+fn snapshots_and_given_weights_reach_the_variables_updated_on_the_device() {
+    let optimizer = update(&OptimizerConfig::new(Rule::adam(0.02)), true);
+    let mut dp = data_parallel(Mlp::new(1, &[8, 4], 1, 5).unwrap(), &optimizer, None);
+    assert!(dp.update_on_device());
+    let start = dp.weights().unwrap().into_owned();
+    run_mlp_steps(&mut dp, 0, 3);
+    let (snapshot, at_snapshot) = (dp.snapshot().unwrap(), dp.weights().unwrap().into_owned());
+    assert!(at_snapshot != start, "training moved the weights");
+    let test = batch(10_000..10_256);
+    let logits = dp.logits(&test).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    run_mlp_steps(&mut dp, 3, 6);
+    dp.put_snapshot(snapshot).unwrap();
+    assert!(dp.weights().unwrap() == at_snapshot);
+    assert_eq!(dp.logits(&test).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap(), logits);
+    dp.set_weights(start.clone()).unwrap();
+    assert!(dp.weights().unwrap() == start);
+    let err = dp.set_weights(vec![0.0; 3]).unwrap_err().to_string();
+    assert!(err.contains("3 weights given for"), "{err}");
+}
+
+#[test]
+fn the_update_goes_to_the_device_only_with_the_tables() {
+    let optimizer = update(&OptimizerConfig::new(Rule::adam(0.02)), true);
+    let refused =
+        DataParallel::with_tables(model(), Loss::BinaryCrossEntropy, &optimizer, None, &tables(false));
+    let err = refused.err().expect("tables in memory refuse the update on the device").to_string();
+    assert!(err.contains("update_on_device"), "{err}");
+    // By default only a device other than the CPU runs it.
+    let default = OptimizerConfig::new(Rule::adam(0.02));
+    assert!(!data_parallel(model(), &default, None).update_on_device());
+    assert!(
+        !DataParallel::new(Mlp::new(1, &[4], 1, 5).unwrap(), Loss::BinaryCrossEntropy, &default, None)
+            .unwrap()
+            .update_on_device()
+    );
 }

@@ -181,7 +181,7 @@ fn two_workers_train_like_one_with_their_union() {
                 let start = s * 32 + w as u64 * 16;
                 dp.step(Some(&batch_for(&shared, start..start + 16))).unwrap();
             }
-            dp.weights().to_vec()
+            dp.weights().unwrap().to_vec()
         });
         assert_eq!(together[0], together[1], "{name}");
         let optimizer = OptimizerConfig::new(rule);
@@ -190,8 +190,8 @@ fn two_workers_train_like_one_with_their_union() {
         for s in 0..10u64 {
             alone.step(Some(&batch_for(&spec, s * 32..s * 32 + 32))).unwrap();
         }
-        let scale = alone.weights().iter().fold(0f32, |m, v| m.max(v.abs()));
-        for (a, b) in together[0].iter().zip(alone.weights()) {
+        let scale = alone.weights().unwrap().iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (a, b) in together[0].iter().zip(alone.weights().unwrap().iter()) {
             assert!((a - b).abs() <= 1e-5 * scale, "{name}: {a} vs {b}");
         }
     }
@@ -274,7 +274,7 @@ fn sparse_table_updates_equal_dense_ones_where_untouched_rows_stay() {
                             let start = s * 64 + w as u64 * 32;
                             dp.step(Some(&batch(start..start + 32))).unwrap();
                         }
-                        dp.weights().to_vec()
+                        dp.weights().unwrap().to_vec()
                     });
                     results.into_iter().next().unwrap()
                 })

@@ -49,7 +49,8 @@ fn export_and_score(dir: &str, kind: ModelKind, loss: Loss, classes: i64) {
         dp.step(Some(&Batch::from_encoded(&spec().encode(&table(s * 50, true, classes)).unwrap()).unwrap()))
             .unwrap();
     }
-    sparktrain_train::export::export(dir, &kind, &spec(), loss, dp.entries(), dp.weights()).unwrap();
+    sparktrain_train::export::export(dir, &kind, &spec(), loss, dp.entries(), &dp.weights().unwrap())
+        .unwrap();
 
     let loaded = Exported::load(dir).unwrap();
     assert_eq!(loaded.features(), &spec());

@@ -193,7 +193,7 @@ fn sharded_tables_train_to_the_bit_with_the_all_reduce_overlapped() {
                 let start = (step * 2 + w as u64) * 32;
                 losses.push(dp.step(Some(&batch(start..start + 32))).unwrap().unwrap().loss);
             }
-            (dp.weights().to_vec(), losses)
+            (dp.weights().unwrap().to_vec(), losses)
         })
     };
     let (one_call, overlapped) = (run(false), run(true));

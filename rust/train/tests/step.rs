@@ -84,7 +84,7 @@ fn train_with(
             assert_eq!(stats.examples as usize, n * per_worker);
             last = stats.loss;
         }
-        (dp.weights().to_vec(), last)
+        (dp.weights().unwrap().to_vec(), last)
     })
 }
 
@@ -151,7 +151,7 @@ fn sixteen_bit_gradients_halve_the_bytes_and_train_identical_workers_to_the_exac
                     assert_eq!(stats.examples, 24);
                     late += if s >= 80 { stats.loss / 20.0 } else { 0.0 };
                 }
-                (dp.weights().to_vec(), sent() - before, late)
+                (dp.weights().unwrap().to_vec(), sent() - before, late)
             })
         };
         let exact = run(GradientWire::F32);
@@ -176,9 +176,9 @@ fn sixteen_bit_gradients_halve_the_bytes_and_train_identical_workers_to_the_exac
 fn one_step(optimizer: OptimizerConfig, class_weights: Option<Vec<f32>>) -> (Vec<f32>, Vec<f32>, f32) {
     let model = LogisticRegression::new(INPUTS, 1, 11).unwrap();
     let mut dp = trainer_with(model, &optimizer, class_weights, None);
-    let before = dp.weights().to_vec();
+    let before = dp.weights().unwrap().to_vec();
     let stats = dp.step(Some(&batch(0..32))).unwrap().unwrap();
-    (before, dp.weights().to_vec(), stats.grad_norm)
+    (before, dp.weights().unwrap().to_vec(), stats.grad_norm)
 }
 
 fn deltas(before: &[f32], after: &[f32]) -> Vec<f32> {
@@ -234,7 +234,7 @@ fn uneven_shards_end_together_and_drained_workers_add_nothing() {
         while let Some(stats) = dp.step(next.next()).unwrap() {
             seen.push(stats.examples);
         }
-        (seen, dp.weights().to_vec())
+        (seen, dp.weights().unwrap().to_vec())
     });
     assert_eq!(results[0].0, vec![20, 13, 10, 10, 10]);
     assert_eq!(results[0], results[1]);
@@ -253,7 +253,7 @@ fn uneven_shards_end_together_and_drained_workers_add_nothing() {
     for b in 2..5 {
         alone.step(Some(&batch(b * 10..b * 10 + 10))).unwrap();
     }
-    assert_close(&results[0].1, alone.weights(), "uneven shards");
+    assert_close(&results[0].1, &alone.weights().unwrap(), "uneven shards");
 }
 
 #[test]

@@ -1,0 +1,207 @@
+//! The variables' update on the model's device, with their optimizer state kept there, for
+//! models that compute on a GPU.
+//!
+//! On the host path every step copies each variable's gradient to main memory, runs the
+//! update rule there and copies every variable back: on a GPU those copies, and the rule on
+//! one host thread for a model of millions of weights, cost more than the step's own
+//! kernels. Here the step's gradient is one flat tensor on the device. It crosses to the host
+//! only when there is a ring to sum it over (down once, back once); the mean, the penalties,
+//! the clipping and the rule run in tensor operations (`rule_tensors.rs`), and the new values
+//! are written into the model's variables. Of each step only the loss and the gradient's norm,
+//! a number each, reach the host.
+//!
+//! The arithmetic is the host path's, operation for operation: on the CPU the two train bit
+//! for bit alike (`tests/device_vars.rs`), and on a GPU to its rounding of the same
+//! operations. The norm adds float64 squares in another order than the host's loop, which
+//! changes nothing a float32 can show but for rare ties.
+
+use std::ops::Range;
+
+use candle_core::backprop::GradStore;
+use candle_core::{DType, Device, Tensor, Var};
+
+use crate::error::{Result, TrainError};
+use crate::groups::Optimizers;
+use crate::optim::Rule;
+use crate::params::{Entry, Parameters};
+use crate::regularize::Regularization;
+use crate::rule_tensors::{apply_rule, div, mul};
+
+/// One optimizer group's variables and the rule's state for them.
+struct DeviceGroup {
+    /// Its variables, as indices into [`DeviceVars::vars`].
+    vars: Range<usize>,
+    /// Its values in the flat gradient.
+    values: Range<usize>,
+    rule: Rule,
+    /// The rule's buffers ([`Rule::buffer_names`]), each `[values.len()]`.
+    state: Vec<Tensor>,
+}
+
+/// Every variable of a model, updated where it lives.
+pub(crate) struct DeviceVars {
+    /// The model's variables (sharing their storage), with their entries, in flat order.
+    vars: Vec<(Var, Entry)>,
+    groups: Vec<DeviceGroup>,
+    /// Each value's L1 strength and twice its L2 strength, when any penalty applies.
+    penalties: Option<(Tensor, Tensor)>,
+    device: Device,
+}
+
+impl DeviceVars {
+    /// The variables of `params`, laid out as `entries` (the variables alone, in flat
+    /// order), trained by the groups of `optimizers` (whose state they start from) with the
+    /// penalties of `regularization`.
+    pub(crate) fn new(
+        params: &Parameters,
+        entries: &[Entry],
+        optimizers: &Optimizers,
+        regularization: &Regularization,
+    ) -> Result<Self> {
+        let device = params.device().clone();
+        let vars: Vec<(Var, Entry)> = params
+            .vars()
+            .zip(entries)
+            .map(|((name, var), entry)| {
+                if entry.table || entry.name != name {
+                    return Err(TrainError::StateMismatch(format!(
+                        "the variables' layout has '{}' where the model has '{name}'",
+                        entry.name
+                    )));
+                }
+                Ok((var.clone(), entry.clone()))
+            })
+            .collect::<Result<_>>()?;
+        if vars.len() != entries.len() {
+            return Err(TrainError::StateMismatch(format!(
+                "{} variables laid out for a model of {}",
+                entries.len(),
+                vars.len()
+            )));
+        }
+        let mut out = DeviceVars { vars, groups: Vec::new(), penalties: None, device };
+        for group in optimizers.groups() {
+            let state = (group.optimizer.buffers().into_iter())
+                .map(|(_, values)| out.upload(values))
+                .collect::<Result<Vec<_>>>()?;
+            out.groups.push(DeviceGroup {
+                vars: group.entries.clone(),
+                values: group.values.clone(),
+                rule: group.optimizer.rule(),
+                state,
+            });
+        }
+        if !regularization.is_zero() {
+            let (mut l1, mut twice_l2) = (Vec::new(), Vec::new());
+            for (_, entry) in &out.vars {
+                let penalty = regularization.of(entry);
+                l1.resize(l1.len() + entry.len(), penalty.l1);
+                twice_l2.resize(twice_l2.len() + entry.len(), 2.0 * penalty.l2);
+            }
+            out.penalties = Some((out.upload(&l1)?, out.upload(&twice_l2)?));
+        }
+        Ok(out)
+    }
+
+    fn upload(&self, values: &[f32]) -> Result<Tensor> {
+        Ok(Tensor::from_slice(values, values.len(), &self.device)?)
+    }
+
+    /// How many values the variables hold together.
+    pub(crate) fn len(&self) -> usize {
+        self.vars.iter().map(|(_, e)| e.len()).sum()
+    }
+
+    /// Every variable's values, one flat tensor in flat order.
+    fn values(&self, vars: &[(Var, Entry)]) -> Result<Tensor> {
+        let flat =
+            vars.iter().map(|(v, _)| v.as_tensor().flatten_all()).collect::<candle_core::Result<Vec<_>>>()?;
+        match flat.len() {
+            0 => Ok(Tensor::zeros(0, DType::F32, &self.device)?),
+            _ => Ok(Tensor::cat(&flat, 0)?),
+        }
+    }
+
+    /// The variables' gradient in `grads`, flat, times `scale` (zeros for a variable the
+    /// loss does not depend on), as the host's `Parameters::var_grads` computes it.
+    pub(crate) fn gradient(&self, grads: &GradStore, scale: f32) -> Result<Tensor> {
+        let parts = (self.vars.iter())
+            .map(|(var, entry)| match grads.get(var.as_tensor()) {
+                Some(g) => g.flatten_all(),
+                None => Tensor::zeros(entry.len(), DType::F32, &self.device),
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let flat = match parts.len() {
+            0 => Tensor::zeros(0, DType::F32, &self.device)?,
+            _ => Tensor::cat(&parts, 0)?,
+        };
+        Ok(mul(&flat, scale)?)
+    }
+
+    /// `values` (a flat gradient from the host, after the ring) as a tensor on the device.
+    pub(crate) fn gradient_from(&self, values: &[f32]) -> Result<Tensor> {
+        if values.len() != self.len() {
+            return Err(TrainError::StateMismatch(format!(
+                "{} gradients for {} variable values",
+                values.len(),
+                self.len()
+            )));
+        }
+        self.upload(values)
+    }
+
+    /// The gradient summed over `total` examples made the step's mean, with the penalties'
+    /// gradients added at the current values; returns it with the sum of its squares.
+    pub(crate) fn finish(&self, grad: &Tensor, total: f32) -> Result<(Tensor, f64)> {
+        let mut grad = div(grad, total)?;
+        if let Some((l1, twice_l2)) = &self.penalties {
+            // The host adds `l1·sign(w) + 2·l2·w` to each gradient, in that order.
+            let w = self.values(&self.vars)?;
+            grad = (grad + ((w.sign()? * l1)? + (&w * twice_l2)?)?)?;
+        }
+        let squares = grad.to_dtype(DType::F64)?.sqr()?.sum_all()?.to_scalar::<f64>()?;
+        Ok((grad, squares))
+    }
+
+    /// `grad` times the clipping factor.
+    pub(crate) fn clip(grad: &Tensor, factor: f32) -> Result<Tensor> {
+        Ok(mul(grad, factor)?)
+    }
+
+    /// Updates group `g`'s variables with their part of `grad` (the step's, flat) by its rule
+    /// with its step size times `scale`, as update `step` of the group.
+    pub(crate) fn update(&mut self, g: usize, grad: &Tensor, scale: f32, step: u64) -> Result<()> {
+        let group = &self.groups[g];
+        if group.values.is_empty() {
+            return Ok(());
+        }
+        let vars = &self.vars[group.vars.clone()];
+        let values = self.values(vars)?;
+        let part = grad.narrow(0, group.values.start, group.values.len())?;
+        let (values, state) = apply_rule(group.rule.scaled(scale), step, &values, &part, &group.state)?;
+        let mut at = 0;
+        for (var, entry) in vars {
+            var.set(&values.narrow(0, at, entry.len())?.reshape(var.shape())?)?;
+            at += entry.len();
+        }
+        self.groups[g].state = state;
+        Ok(())
+    }
+
+    /// Group `g`'s state buffers, copied to the host, in [`Rule::buffer_names`] order.
+    pub(crate) fn state(&self, g: usize) -> Result<Vec<Vec<f32>>> {
+        self.groups[g].state.iter().map(|s| Ok(s.to_vec1::<f32>()?)).collect()
+    }
+
+    /// Replaces every group's state buffers with those of `optimizers` (restored from a
+    /// checkpoint).
+    pub(crate) fn load(&mut self, optimizers: &Optimizers) -> Result<()> {
+        for (g, group) in optimizers.groups().iter().enumerate() {
+            let state = (group.optimizer.buffers().into_iter())
+                .map(|(_, values)| self.upload(values))
+                .collect::<Result<Vec<_>>>()?;
+            self.groups[g].state = state;
+        }
+        Ok(())
+    }
+}

@@ -72,12 +72,12 @@ def test_a_softmax_model_scores_every_class(tmp_path):
     assert trainer.evaluate(str(tmp_path / "train.tfrecord")).auc is None
 
 
-def test_tables_kept_on_the_device_give_the_same_model(tmp_path):
+def test_tables_and_the_update_kept_on_the_device_give_the_same_model(tmp_path):
     # On the CPU the device's tensor code runs where a GPU would run it, bit for bit.
     st.tfrecord.write_batches(str(tmp_path / "train.tfrecord"), table(2_000))
     features = {"dense": ["x0", "x1", "x2"], "categorical": {"shop": 30, "city": 10}}
     outcome = {}
-    for on_device in (False, True):
+    for on_device, update in ((False, None), (True, None), (True, True)):
         trainer = Trainer(
             model="deep_fm",
             features=features,
@@ -87,17 +87,25 @@ def test_tables_kept_on_the_device_give_the_same_model(tmp_path):
             seed=3,
             optimizer="adagrad",
             learning_rate=0.1,
+            clip_norm=0.5,
             tables_on_device=on_device,
+            update_on_device=update,
         )
         assert trainer.config.tables_on_device is on_device
+        assert trainer.config.update_on_device is update
         trainer.fit(str(tmp_path / "train.tfrecord"), epochs=2)
-        export = trainer.export(str(tmp_path / f"export-{on_device}"))
+        export = trainer.export(str(tmp_path / f"export-{on_device}-{update}"))
         scored = score_batch(export, table(300, seed=9).drop(["label"]).to_batches()[0], "probabilities")
-        outcome[on_device] = (np.asarray(trainer.weights()), scored["probabilities"].to_pylist())
-    np.testing.assert_array_equal(outcome[True][0], outcome[False][0])
-    assert outcome[True][1] == outcome[False][1]
+        outcome[on_device, update] = (np.asarray(trainer.weights()), scored["probabilities"].to_pylist())
+    for place in ((True, None), (True, True)):
+        np.testing.assert_array_equal(outcome[place][0], outcome[False, None][0])
+        assert outcome[place][1] == outcome[False, None][1]
     with pytest.raises(InvalidArgumentError, match="tables_on_device"):
         Trainer(tables_on_device="yes")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="update_on_device"):
+        Trainer(update_on_device=1)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match=r"update_on_device=True .* tables_on_device=False"):
+        Trainer(tables_on_device=False, update_on_device=True)
 
 
 def test_bad_arguments_are_refused_by_name(tmp_path):

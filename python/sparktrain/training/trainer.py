@@ -177,7 +177,10 @@ class Trainer:
     On a GPU, embedding tables that are not sharded live on it with their optimizer state
     when they take at most half its memory, so a step gathers and updates their rows there;
     ``tables_on_device`` (``True`` / ``False``) decides instead. ``weights()`` and
-    checkpoints copy them out.
+    checkpoints copy them out. With the tables there, or none, a GPU also runs the variables'
+    update with their optimizer state, so a step brings only its loss and gradient norm to
+    the host (and the gradient for the ring, with several trainers); ``update_on_device``
+    decides instead (``True`` needs the tables on the device, or none).
     ``threads`` splits large optimizer updates across threads.
 
     ``callbacks`` (:class:`~sparktrain.training.Callback`, such as
@@ -224,6 +227,7 @@ class Trainer:
         tables_on_device: bool | None = DEFAULTS.tables_on_device,
         gradient_wire: str = DEFAULTS.gradient_wire,
         overlap_gradients: bool = DEFAULTS.overlap_gradients,
+        update_on_device: bool | None = DEFAULTS.update_on_device,
         callbacks: Sequence[JobCallback] | None = None,
         **hyperparameters: float,
     ) -> None:
@@ -250,8 +254,10 @@ class Trainer:
         _checks.optional_integer("dim", dim, minimum=1)
         _checks.optional_integer("cross_layers", cross_layers, minimum=1)
         _checks.optional_integer("table_budget_bytes", table_budget_bytes, minimum=1)
-        if tables_on_device is not None:
-            _checks.instance("tables_on_device", tables_on_device, bool, "True, False or None")
+        placements = {"tables_on_device": tables_on_device, "update_on_device": update_on_device}
+        for name, setting in placements.items():
+            if setting is not None:
+                _checks.instance(name, setting, bool, "True, False or None")
         if clip_norm is not None:
             _checks.positive_number("clip_norm", clip_norm)
         _checks.text("gradient_wire", gradient_wire)
@@ -298,6 +304,7 @@ class Trainer:
                 gradient_wire=gradient_wire,
                 tables_on_device=tables_on_device,
                 overlap_gradients=overlap_gradients,
+                update_on_device=update_on_device,
             )
         except (OverflowError, TypeError) as e:
             # pyo3 refuses a negative count or a wrong type before the engine sees it.

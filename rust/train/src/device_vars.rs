@@ -2,16 +2,15 @@
 //! models that compute on a GPU.
 //!
 //! On the host path every step copies each variable's gradient to main memory, runs the
-//! update rule there and copies every variable back: on a GPU those copies, and the rule on
-//! one host thread for a model of millions of weights, cost more than the step's own
-//! kernels. Here the step's gradient is one flat tensor on the device. It crosses to the host
+//! update rule there and copies every variable back: on a GPU those copies, and the rule run
+//! by the host for a model of millions of weights, cost more than the step's own kernels. Here the step's gradient is one flat tensor on the device. It crosses to the host
 //! only when there is a ring to sum it over (down once, back once); the mean, the penalties,
 //! the clipping and the rule run in tensor operations (`rule_tensors.rs`), and the new values
 //! are written into the model's variables. Of each step only the loss and the gradient's norm,
 //! a number each, reach the host.
 //!
 //! The arithmetic is the host path's, operation for operation: on the CPU the two train bit
-//! for bit alike (`tests/device_vars.rs`), and on a GPU to its rounding of the same
+//! for bit alike (`tests/device_tables.rs`), and on a GPU to its rounding of the same
 //! operations. The norm adds float64 squares in another order than the host's loop, which
 //! changes nothing a float32 can show but for rare ties.
 
@@ -50,12 +49,12 @@ pub(crate) struct DeviceVars {
 
 impl DeviceVars {
     /// The variables of `params`, laid out as `entries` (the variables alone, in flat
-    /// order), trained by the groups of `optimizers` (whose state they start from) with the
-    /// penalties of `regularization`.
+    /// order), trained by the groups of `optimizers` with the penalties of `regularization`.
+    /// The groups' state moves to the device: their buffers in main memory are left empty.
     pub(crate) fn new(
         params: &Parameters,
         entries: &[Entry],
-        optimizers: &Optimizers,
+        optimizers: &mut Optimizers,
         regularization: &Regularization,
     ) -> Result<Self> {
         let device = params.device().clone();
@@ -81,16 +80,14 @@ impl DeviceVars {
         }
         let mut out = DeviceVars { vars, groups: Vec::new(), penalties: None, device };
         for group in optimizers.groups() {
-            let state = (group.optimizer.buffers().into_iter())
-                .map(|(_, values)| out.upload(values))
-                .collect::<Result<Vec<_>>>()?;
             out.groups.push(DeviceGroup {
                 vars: group.entries.clone(),
                 values: group.values.clone(),
                 rule: group.optimizer.rule(),
-                state,
+                state: Vec::new(),
             });
         }
+        out.load(optimizers)?;
         if !regularization.is_zero() {
             let (mut l1, mut twice_l2) = (Vec::new(), Vec::new());
             for (_, entry) in &out.vars {
@@ -193,12 +190,12 @@ impl DeviceVars {
         self.groups[g].state.iter().map(|s| Ok(s.to_vec1::<f32>()?)).collect()
     }
 
-    /// Replaces every group's state buffers with those of `optimizers` (restored from a
-    /// checkpoint).
-    pub(crate) fn load(&mut self, optimizers: &Optimizers) -> Result<()> {
-        for (g, group) in optimizers.groups().iter().enumerate() {
-            let state = (group.optimizer.buffers().into_iter())
-                .map(|(_, values)| self.upload(values))
+    /// Moves every group's state buffers from `optimizers` (new, or restored from a
+    /// checkpoint) to the device, leaving theirs empty.
+    pub(crate) fn load(&mut self, optimizers: &mut Optimizers) -> Result<()> {
+        for (g, group) in optimizers.groups_mut().iter_mut().enumerate() {
+            let state = (group.optimizer.state_mut().iter_mut())
+                .map(|values| self.upload(&std::mem::take(values)))
                 .collect::<Result<Vec<_>>>()?;
             self.groups[g].state = state;
         }

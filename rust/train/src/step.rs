@@ -184,7 +184,7 @@ impl<M: Model> DataParallel<M> {
             .then(|| ShardedTables::new(model.parameters(), table_entries.clone(), optimizer, ring.as_ref()))
             .transpose()?;
         model.parameters_mut().release_tables();
-        let optimizers = Optimizers::new(optimizer, &entries)?;
+        let mut optimizers = Optimizers::new(optimizer, &entries)?;
         let vars: usize = entries.iter().filter(|e| !e.table).map(Entry::len).sum();
         // The variables' update moves to the device with the tables, or when there are none.
         let tables_elsewhere = placement.sharded || (!table_entries.is_empty() && on_device.is_none());
@@ -196,7 +196,9 @@ impl<M: Model> DataParallel<M> {
             ));
         }
         let vars_on_device = (optimizer.update_on_device.unwrap_or(!device.is_cpu()) && !tables_elsewhere)
-            .then(|| DeviceVars::new(model.parameters(), &entries, &optimizers, &optimizer.regularization))
+            .then(|| {
+                DeviceVars::new(model.parameters(), &entries, &mut optimizers, &optimizer.regularization)
+            })
             .transpose()?;
         if vars_on_device.is_some() {
             weights = Vec::new();
@@ -345,7 +347,9 @@ impl<M: Model> DataParallel<M> {
         &self.model
     }
 
-    /// The optimizers (their state goes into checkpoints).
+    /// The optimizers (their state goes into checkpoints). When the variables are updated on
+    /// the device ([`DataParallel::update_on_device`]), their state lives there and these
+    /// hold only the step counts and rules.
     pub fn optimizers(&self) -> &Optimizers {
         &self.optimizers
     }
@@ -648,7 +652,7 @@ impl<M: Model> DataParallel<M> {
     fn load_states(&mut self, states: Vec<GroupState>) -> Result<()> {
         self.optimizers.load_state(states)?;
         if let Some(device) = &mut self.vars_on_device {
-            device.load(&self.optimizers)?;
+            device.load(&mut self.optimizers)?;
         }
         Ok(())
     }

@@ -455,12 +455,16 @@ fn the_variables_update_on_the_device_bit_for_bit_as_on_the_host() {
             }
         }
     }
-    // Gradients that travel as bfloat16: rounded alike, whichever side updates.
+    // Gradients that travel as bfloat16, and every row of the tables updated each step.
     let bf16 =
         OptimizerConfig { gradient_wire: GradientWire::Bf16, ..OptimizerConfig::new(Rule::adam(0.02)) };
-    let (host, _) = train_model(models()[1].1, &update(&bf16, false), 2);
-    let (device, _) = train_model(models()[1].1, &update(&bf16, true), 2);
-    assert_same_bits("wide&deep, bf16 on the wire", &entries_of(models()[1].1), &host, &device);
+    let dense_tables = OptimizerConfig { sparse_tables: false, ..OptimizerConfig::new(Rule::adam(0.02)) };
+    for (case, optimizer) in [("bf16 on the wire", bf16), ("sparse_tables=false", dense_tables)] {
+        let (host, host_stats) = train_model(models()[1].1, &update(&optimizer, false), 2);
+        let (device, device_stats) = train_model(models()[1].1, &update(&optimizer, true), 2);
+        assert_eq!(device_stats, host_stats, "wide&deep, {case}: losses and norms");
+        assert_same_bits(&format!("wide&deep, {case}"), &entries_of(models()[1].1), &host, &device);
+    }
 }
 
 #[test]
@@ -517,6 +521,11 @@ fn snapshots_and_given_weights_reach_the_variables_updated_on_the_device() {
     let optimizer = update(&OptimizerConfig::new(Rule::adam(0.02)), true);
     let mut dp = data_parallel(Mlp::new(1, &[8, 4], 1, 5).unwrap(), &optimizer, None);
     assert!(dp.update_on_device());
+    // Adam's moments live on the device alone: none are kept in main memory.
+    let states = dp.optimizers().state();
+    assert!(
+        states.iter().all(|g| g.state.buffers.len() == 2 && g.state.buffers.iter().all(|b| b.1.is_empty()))
+    );
     let start = dp.weights().unwrap().into_owned();
     run_mlp_steps(&mut dp, 0, 3);
     let (snapshot, at_snapshot) = (dp.snapshot().unwrap(), dp.weights().unwrap().into_owned());

@@ -196,12 +196,7 @@ fn data_parallel(
 /// Where `GPU_CHECK_UPDATE` runs the variables' update: `device`, `host`, or (unset or
 /// `auto`) where the engine decides.
 fn update_on_device() -> Option<bool> {
-    match std::env::var("GPU_CHECK_UPDATE").as_deref() {
-        Ok("device") => Some(true),
-        Ok("host") => Some(false),
-        Ok("auto") | Err(_) => None,
-        Ok(other) => panic!("GPU_CHECK_UPDATE={other}: use device, host or auto"),
-    }
+    on_device("GPU_CHECK_UPDATE", "host")
 }
 
 /// Where a step's variables were updated, for the result lines.
@@ -212,11 +207,17 @@ fn update_name<M: Model>(dp: &DataParallel<M>) -> &'static str {
 /// Where `GPU_CHECK_TABLES` puts the embedding tables: `device`, `memory`, or (unset or
 /// `auto`) where the engine decides.
 fn tables_on_device() -> Option<bool> {
-    match std::env::var("GPU_CHECK_TABLES").as_deref() {
+    on_device("GPU_CHECK_TABLES", "memory")
+}
+
+/// The setting `variable` names: `device`, `elsewhere` (the host's word for the thing), or
+/// (unset or `auto`) None.
+fn on_device(variable: &str, elsewhere: &str) -> Option<bool> {
+    match std::env::var(variable).as_deref() {
         Ok("device") => Some(true),
-        Ok("memory") => Some(false),
+        Ok(word) if word == elsewhere => Some(false),
         Ok("auto") | Err(_) => None,
-        Ok(other) => panic!("GPU_CHECK_TABLES={other}: use device, memory or auto"),
+        Ok(other) => panic!("{variable}={other}: use device, {elsewhere} or auto"),
     }
 }
 

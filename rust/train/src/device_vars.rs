@@ -3,11 +3,12 @@
 //!
 //! On the host path every step copies each variable's gradient to main memory, runs the
 //! update rule there and copies every variable back: on a GPU those copies, and the rule run
-//! by the host for a model of millions of weights, cost more than the step's own kernels. Here the step's gradient is one flat tensor on the device. It crosses to the host
-//! only when there is a ring to sum it over (down once, back once); the mean, the penalties,
-//! the clipping and the rule run in tensor operations (`rule_tensors.rs`), and the new values
-//! are written into the model's variables. Of each step only the loss and the gradient's norm,
-//! a number each, reach the host.
+//! by the host for a model of millions of weights, cost more than the step's own kernels.
+//! Here the step's gradient is one flat tensor on the device. It crosses to the host only
+//! when there is a ring to sum it over (down once, back once); the mean, the penalties, the
+//! clipping and the rule run in tensor operations (`rule_tensors.rs`), and the new values are
+//! written into the model's variables. Of each step only the loss and the gradient's norm, a
+//! number each, reach the host.
 //!
 //! The arithmetic is the host path's, operation for operation: on the CPU the two train bit
 //! for bit alike (`tests/device_tables.rs`), and on a GPU to its rounding of the same
@@ -48,36 +49,17 @@ pub(crate) struct DeviceVars {
 }
 
 impl DeviceVars {
-    /// The variables of `params`, laid out as `entries` (the variables alone, in flat
-    /// order), trained by the groups of `optimizers` with the penalties of `regularization`.
-    /// The groups' state moves to the device: their buffers in main memory are left empty.
+    /// The variables of `params` (in their flat order, [`Parameters::var_entries`]), trained
+    /// by the groups of `optimizers` (over the same layout) with the penalties of
+    /// `regularization`. The groups' state moves to the device: their buffers in main memory
+    /// are left empty.
     pub(crate) fn new(
         params: &Parameters,
-        entries: &[Entry],
         optimizers: &mut Optimizers,
         regularization: &Regularization,
     ) -> Result<Self> {
         let device = params.device().clone();
-        let vars: Vec<(Var, Entry)> = params
-            .vars()
-            .zip(entries)
-            .map(|((name, var), entry)| {
-                if entry.table || entry.name != name {
-                    return Err(TrainError::StateMismatch(format!(
-                        "the variables' layout has '{}' where the model has '{name}'",
-                        entry.name
-                    )));
-                }
-                Ok((var.clone(), entry.clone()))
-            })
-            .collect::<Result<_>>()?;
-        if vars.len() != entries.len() {
-            return Err(TrainError::StateMismatch(format!(
-                "{} variables laid out for a model of {}",
-                entries.len(),
-                vars.len()
-            )));
-        }
+        let vars = params.vars().map(|(_, var)| var.clone()).zip(params.var_entries()).collect();
         let mut out = DeviceVars { vars, groups: Vec::new(), penalties: None, device };
         for group in optimizers.groups() {
             out.groups.push(DeviceGroup {
@@ -109,29 +91,27 @@ impl DeviceVars {
         self.vars.iter().map(|(_, e)| e.len()).sum()
     }
 
-    /// Every variable's values, one flat tensor in flat order.
-    fn values(&self, vars: &[(Var, Entry)]) -> Result<Tensor> {
-        let flat =
-            vars.iter().map(|(v, _)| v.as_tensor().flatten_all()).collect::<candle_core::Result<Vec<_>>>()?;
-        match flat.len() {
+    /// `parts` flattened and laid end to end.
+    fn flat(&self, parts: impl Iterator<Item = candle_core::Result<Tensor>>) -> Result<Tensor> {
+        let parts = parts.map(|t| t?.flatten_all()).collect::<candle_core::Result<Vec<_>>>()?;
+        match parts.len() {
             0 => Ok(Tensor::zeros(0, DType::F32, &self.device)?),
-            _ => Ok(Tensor::cat(&flat, 0)?),
+            _ => Ok(Tensor::cat(&parts, 0)?),
         }
+    }
+
+    /// The values of `vars`, one flat tensor in flat order.
+    fn values(&self, vars: &[(Var, Entry)]) -> Result<Tensor> {
+        self.flat(vars.iter().map(|(v, _)| Ok(v.as_tensor().clone())))
     }
 
     /// The variables' gradient in `grads`, flat, times `scale` (zeros for a variable the
     /// loss does not depend on), as the host's `Parameters::var_grads` computes it.
     pub(crate) fn gradient(&self, grads: &GradStore, scale: f32) -> Result<Tensor> {
-        let parts = (self.vars.iter())
-            .map(|(var, entry)| match grads.get(var.as_tensor()) {
-                Some(g) => g.flatten_all(),
-                None => Tensor::zeros(entry.len(), DType::F32, &self.device),
-            })
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        let flat = match parts.len() {
-            0 => Tensor::zeros(0, DType::F32, &self.device)?,
-            _ => Tensor::cat(&parts, 0)?,
-        };
+        let flat = self.flat(self.vars.iter().map(|(var, entry)| match grads.get(var.as_tensor()) {
+            Some(g) => Ok(g.clone()),
+            None => Tensor::zeros(entry.len(), DType::F32, &self.device),
+        }))?;
         Ok(mul(&flat, scale)?)
     }
 
@@ -158,11 +138,6 @@ impl DeviceVars {
         }
         let squares = grad.to_dtype(DType::F64)?.sqr()?.sum_all()?.to_scalar::<f64>()?;
         Ok((grad, squares))
-    }
-
-    /// `grad` times the clipping factor.
-    pub(crate) fn clip(grad: &Tensor, factor: f32) -> Result<Tensor> {
-        Ok(mul(grad, factor)?)
     }
 
     /// Updates group `g`'s variables with their part of `grad` (the step's, flat) by its rule

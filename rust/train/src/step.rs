@@ -196,9 +196,7 @@ impl<M: Model> DataParallel<M> {
             ));
         }
         let vars_on_device = (optimizer.update_on_device.unwrap_or(!device.is_cpu()) && !tables_elsewhere)
-            .then(|| {
-                DeviceVars::new(model.parameters(), &entries, &mut optimizers, &optimizer.regularization)
-            })
+            .then(|| DeviceVars::new(model.parameters(), &mut optimizers, &optimizer.regularization))
             .transpose()?;
         if vars_on_device.is_some() {
             weights = Vec::new();
@@ -813,16 +811,15 @@ impl<M: Model> DataParallel<M> {
     /// One synchronous step with this worker's `batch` (None once its data has run out).
     /// Returns None, on every worker together, when no worker had a batch.
     pub fn step(&mut self, batch: Option<&Batch>) -> Result<Option<StepStats>> {
-        if self.vars_on_device.is_some() {
-            return self.step_on_device(batch);
-        }
-        let vars = self.reduced.len() - 3;
         let rows = match batch {
             Some(b) => b.rows()?,
             None => 0,
         };
         let batch = batch.filter(|_| rows > 0);
         let (lookup, fetched) = self.lookup(batch)?;
+        if self.vars_on_device.is_some() {
+            return self.step_on_device(batch, lookup, rows);
+        }
         let local = if let Some(mut buckets) = self.buckets.take() {
             let local = self.overlapped(&mut buckets, batch, lookup, rows);
             self.buckets = Some(buckets);
@@ -842,7 +839,7 @@ impl<M: Model> DataParallel<M> {
             self.model.parameters().set_flat_vars(&self.weights)?;
             norm
         } else {
-            let distinct_ids = self.reduced[vars + 2];
+            let distinct_ids = self.reduced[self.reduced.len() - 1];
             let mut tables = self.exchange_tables(local, distinct_ids)?;
             let norm = self.finish_gradients(&mut tables, total)?;
             self.optimizers.set_scale(factor);
@@ -878,32 +875,25 @@ impl<M: Model> DataParallel<M> {
 
     /// [`DataParallel::step`] with the variables updated on the device (`device_vars.rs`):
     /// their gradient is one tensor there, and goes to the host only for the ring.
-    fn step_on_device(&mut self, batch: Option<&Batch>) -> Result<Option<StepStats>> {
+    fn step_on_device(
+        &mut self,
+        batch: Option<&Batch>,
+        lookup: Option<Lookup>,
+        rows: usize,
+    ) -> Result<Option<StepStats>> {
         let vars = self.reduced.len() - 3;
-        let rows = match batch {
-            Some(b) => b.rows()?,
-            None => 0,
-        };
-        let batch = batch.filter(|_| rows > 0);
-        let (lookup, _) = self.lookup(batch)?;
-        let device = self.vars_on_device.as_ref().expect("the update on the device");
-        let (mut local, mut grad) = (TableGrads::default(), None);
-        match batch {
+        let (local, mut grad) = match batch {
             Some(batch) => {
-                let logits = self.model.forward(batch, lookup.as_ref())?;
-                let loss =
-                    self.loss.compute_weighted(&logits, &batch.labels, self.class_weights.as_deref())?;
-                let grads = loss.backward()?;
+                let (grads, local) = self.backward(batch, lookup, rows)?;
+                let device = self.vars_on_device.as_ref().expect("the update on the device");
                 // Weighted by the example count, as the host's step does.
-                grad = Some(device.gradient(&grads, rows as f32)?);
-                if let Some(lookup) = lookup {
-                    local = self.table_grads(&grads, lookup, rows as f32)?;
-                }
-                let slots = [rows as f32, loss.to_scalar::<f32>()? * rows as f32, local.ids.len() as f32];
-                self.reduced[vars..].copy_from_slice(&slots);
+                (local, Some(device.gradient(&grads, rows as f32)?))
             }
-            None => self.reduced[vars..].fill(0.0),
-        }
+            None => {
+                self.reduced[vars..].fill(0.0);
+                (TableGrads::default(), None)
+            }
+        };
         if self.ring.is_some() {
             match &grad {
                 Some(g) => self.reduced[..vars].copy_from_slice(&g.to_vec1::<f32>()?),
@@ -926,7 +916,7 @@ impl<M: Model> DataParallel<M> {
             && norm > clip
         {
             let factor = clip / norm;
-            grad = DeviceVars::clip(&grad, factor)?;
+            grad = crate::rule_tensors::mul(&grad, factor)?;
             self.clip_tables(&mut tables, factor);
         }
         self.optimizers.set_scale(factor);
@@ -961,23 +951,38 @@ impl<M: Model> DataParallel<M> {
         let vars = self.reduced.len() - 3;
         let mut local = TableGrads::default();
         if let Some(batch) = batch {
-            let logits = self.model.forward(batch, lookup.as_ref())?;
-            let loss = self.loss.compute_weighted(&logits, &batch.labels, self.class_weights.as_deref())?;
-            let grads = loss.backward()?;
+            let grads;
+            (grads, local) = self.backward(batch, lookup, rows)?;
             // Weighted by the example count, so that the sum over workers divided by the
             // total count is the mean gradient over every example of the step.
             self.model.parameters().var_grads(&grads, rows as f32, &mut self.reduced[..vars])?;
-            if let Some(lookup) = lookup {
-                local = self.table_grads(&grads, lookup, rows as f32)?;
-            }
-            self.reduced[vars] = rows as f32;
-            self.reduced[vars + 1] = loss.to_scalar::<f32>()? * rows as f32;
-            self.reduced[vars + 2] = local.ids.len() as f32;
         } else {
             self.reduced.fill(0.0);
         }
         self.reduce()?;
         Ok(local)
+    }
+
+    /// The forward and backward passes of `batch` (`rows` examples): the gradients, and the
+    /// tables' rows of them weighted by the example count; writes the step's three slots
+    /// (the example count, the summed loss, the distinct ids) at the end of `reduced`.
+    fn backward(
+        &mut self,
+        batch: &Batch,
+        lookup: Option<Lookup>,
+        rows: usize,
+    ) -> Result<(GradStore, TableGrads)> {
+        let logits = self.model.forward(batch, lookup.as_ref())?;
+        let loss = self.loss.compute_weighted(&logits, &batch.labels, self.class_weights.as_deref())?;
+        let grads = loss.backward()?;
+        let local = match lookup {
+            Some(lookup) => self.table_grads(&grads, lookup, rows as f32)?,
+            None => TableGrads::default(),
+        };
+        let slots = [rows as f32, loss.to_scalar::<f32>()? * rows as f32, local.ids.len() as f32];
+        let vars = self.reduced.len() - 3;
+        self.reduced[vars..].copy_from_slice(&slots);
+        Ok((grads, local))
     }
 
     /// [`DataParallel::gradients`] with the all-reduce overlapped with the backward pass: the

@@ -168,7 +168,7 @@ fn tables_on_the_device_train_bit_for_bit_as_tables_in_memory() {
 }
 
 /// Steps `from` to `to` of one worker, 64 rows each.
-fn run_steps(dp: &mut DataParallel<WideDeep>, from: u64, to: u64) {
+fn run_steps<M: Model>(dp: &mut DataParallel<M>, from: u64, to: u64) {
     for s in from..to {
         dp.step(Some(&batch(s * 64..s * 64 + 64))).unwrap();
     }
@@ -478,12 +478,17 @@ fn a_checkpoint_resumes_wherever_the_variables_were_updated() {
         let optimizer = update(&OptimizerConfig::new(Rule::adam(0.02)), on_device);
         data_parallel(Mlp::new(1, &[8, 4], 1, 5).unwrap(), &optimizer, None)
     };
+    // A model without tables resumes through another path.
+    checkpoints_resume_across_the_update("wide&deep", make);
+    checkpoints_resume_across_the_update("mlp", make_mlp);
+}
+
+/// 4 steps with the update on one side, a checkpoint, a resumption on the other side and 4
+/// more steps end where 8 steps on the host end; `make(on_device)` builds the trainer.
+fn checkpoints_resume_across_the_update<M: Model>(name: &str, make: impl Fn(bool) -> DataParallel<M>) {
     let mut straight = make(false);
     run_steps(&mut straight, 0, 8);
     let expected = straight.full_weights().unwrap();
-    let mut straight_mlp = make_mlp(false);
-    run_mlp_steps(&mut straight_mlp, 0, 8);
-    let expected_mlp = straight_mlp.full_weights().unwrap();
     for (written_on_device, read_on_device) in [(true, false), (false, true), (true, true)] {
         let case = format!("written updating on the device: {written_on_device}, read: {read_on_device}");
         let progress = Progress { step: 4, workers: 1, ..Progress::default() };
@@ -495,24 +500,7 @@ fn a_checkpoint_resumes_wherever_the_variables_were_updated() {
         let mut resumed = make(read_on_device);
         assert_eq!(resumed.restore(model_dir).unwrap().map(|p| p.step), Some(4));
         run_steps(&mut resumed, 4, 8);
-        assert!(resumed.full_weights().unwrap() == expected, "wide&deep, {case}: the resumed run differs");
-        // A model without tables resumes through another path.
-        let dir = tempfile::tempdir().unwrap();
-        let model_dir = dir.path().to_str().unwrap();
-        let mut first = make_mlp(written_on_device);
-        run_mlp_steps(&mut first, 0, 4);
-        first.save_checkpoint(model_dir, progress, &CheckpointOptions::default()).unwrap();
-        let mut resumed = make_mlp(read_on_device);
-        assert_eq!(resumed.restore(model_dir).unwrap().map(|p| p.step), Some(4));
-        run_mlp_steps(&mut resumed, 4, 8);
-        assert!(resumed.full_weights().unwrap() == expected_mlp, "mlp, {case}: the resumed run differs");
-    }
-}
-
-/// Steps `from` to `to` of one worker with an MLP, 64 rows each.
-fn run_mlp_steps(dp: &mut DataParallel<Mlp>, from: u64, to: u64) {
-    for s in from..to {
-        dp.step(Some(&batch(s * 64..s * 64 + 64))).unwrap();
+        assert!(resumed.full_weights().unwrap() == expected, "{name}, {case}: the resumed run differs");
     }
 }
 
@@ -527,12 +515,12 @@ fn snapshots_and_given_weights_reach_the_variables_updated_on_the_device() {
         states.iter().all(|g| g.state.buffers.len() == 2 && g.state.buffers.iter().all(|b| b.1.is_empty()))
     );
     let start = dp.weights().unwrap().into_owned();
-    run_mlp_steps(&mut dp, 0, 3);
+    run_steps(&mut dp, 0, 3);
     let (snapshot, at_snapshot) = (dp.snapshot().unwrap(), dp.weights().unwrap().into_owned());
     assert!(at_snapshot != start, "training moved the weights");
     let test = batch(10_000..10_256);
     let logits = dp.logits(&test).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    run_mlp_steps(&mut dp, 3, 6);
+    run_steps(&mut dp, 3, 6);
     dp.put_snapshot(snapshot).unwrap();
     assert!(dp.weights().unwrap() == at_snapshot);
     assert_eq!(dp.logits(&test).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap(), logits);

@@ -16,7 +16,8 @@
 # - the MLP's and Wide&Deep's step at 4096 with the variables' update the other way (on a GPU
 #   it runs on the device; this runs it on the host, as before);
 # - where a step's time goes at batch 4096 (the batch's copy, the lookup, forward, backward,
-#   the gradients' copy to host memory, against the whole step);
+#   the gradients' copy to host memory, against the whole step), and what the Trainer's
+#   prefetch thread takes off it (the batch's copy and the plan of its ids);
 # - a job of 2 trainer processes each on the GPU, in one ring (same parameters at the end);
 # - the ring's all-reduce alone, sealed and in the clear, against PyTorch's gloo, 2, 4 and 8
 #   processes over loopback, 1, 16 and 64 MiB (tests/gpu/gloo_peer.py; bus bandwidth);
@@ -24,10 +25,11 @@
 # Every figure goes to $OUT/gpu-check.jsonl (OUT defaults to target/gpu-check) and a table
 # comparing them ends the output. Each command has a time-out; a failed one is reported and the
 # rest still run; the exit code is 1 when any failed. GPU_CHECK_DEVICE=cpu runs the same on
-# the CPU (a dry run of the script where there is no GPU; PyTorch from .venv-torch serves).
+# the CPU (a dry run of the script where there is no GPU; PyTorch from .venv-torch serves;
+# GPU_CHECK_BIN names another gpu_check binary, such as a CPU build's).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-bin=target/gpu-check/gpu_check
+bin=${GPU_CHECK_BIN:-target/gpu-check/gpu_check}
 torch=${1:-${TORCH_PYTHON:-/opt/torch/.venv/bin/python}}
 out=${OUT:-target/gpu-check}
 device=${GPU_CHECK_DEVICE:-cuda}
@@ -112,11 +114,13 @@ if feeds:
 phases = [r for r in rows if r["mode"] == "phases"]
 if phases:
     parts = ("upload", "lookup", "forward", "backward", "grads_to_host")
-    print(f"\nwhere a step's time goes at 4096 rows, ms: " + ", ".join(parts) + ", the rest of the step (the update; with it on the host, the parameters back), the whole step (without the upload)")
+    print(f"\nwhere a step's time goes at 4096 rows, ms: " + ", ".join(parts) + ", the rest of the step (the update; with it on the host, the parameters back), the whole step (without the upload);"
+          " then what the Trainer's prefetch thread does ahead (the upload and the ids' plan) and the step left to the training thread")
     for r in phases:
         ms = [r[f"{p}_ms"] for p in parts]
         rest = r["step_ms"] - sum(ms[1:])  # the step's own part: the batch is already on the device
-        print(f"{r['model']:<10} " + " ".join(f"{v:8.3f}" for v in ms) + f" {rest:8.3f} {r['step_ms']:8.3f}")
+        print(f"{r['model']:<10} " + " ".join(f"{v:8.3f}" for v in ms) + f" {rest:8.3f} {r['step_ms']:8.3f}"
+              + f" | {r['prepare_ms']:8.3f} {r['prepared_step_ms']:8.3f}")
 reduces = [r for r in rows if r["mode"] == "allreduce"]
 if reduces:
     print("\nall-reduce over loopback, float32 sums, bus bandwidth GB/s (median call on rank 0)")

@@ -50,7 +50,7 @@ use sparktrain_collective::{Communicator, Config};
 use sparktrain_train::input::Input;
 use sparktrain_train::trainer::{FitOptions, Hooks, Trainer, TrainerConfig};
 use sparktrain_train::{
-    Batch, Categorical, DataParallel, FeatureSpec, Loss, Model, ModelKind, OptimizerConfig, Rule,
+    Batch, Categorical, DataParallel, FeatureSpec, Loss, Model, ModelKind, OptimizerConfig, Prepared, Rule,
     ShardTables, TableOptions, shared,
 };
 
@@ -308,7 +308,7 @@ fn phases(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str
         let mut dp = data_parallel(kind, &spec, &device, &OptimizerConfig::new(Rule::adam(1e-3)));
         let entries = dp.entries().to_vec();
         let mut grads_out = vec![0f32; entries.iter().filter(|e| !e.table).map(|e| e.len()).sum()];
-        let mut totals = [0f64; 6];
+        let mut totals = [0f64; 8];
         let warm = (steps / 10).max(3);
         for s in 0..warm + steps {
             let t = Instant::now();
@@ -341,9 +341,18 @@ fn phases(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str
             let t = Instant::now();
             dp.step(Some(&batch)).expect("the step runs");
             let whole = done(t);
+            // What the training loop's prefetch thread takes off the step: the batch on the
+            // device and its ids placed; then the step that is left.
+            let t = Instant::now();
+            let prepared =
+                Prepared::new(&encoded[s % encoded.len()], &device).expect("the batch is prepared");
+            let prepare = done(t);
+            let t = Instant::now();
+            dp.step_prepared(Some(prepared)).expect("the step runs");
+            let prepared_step = done(t);
+            let phases = [upload, gather, forward, backward, download, whole, prepare, prepared_step];
             if s >= warm {
-                for (total, ms) in totals.iter_mut().zip([upload, gather, forward, backward, download, whole])
-                {
+                for (total, ms) in totals.iter_mut().zip(phases) {
                     *total += ms;
                 }
             }
@@ -353,7 +362,7 @@ fn phases(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str
             "mode": "phases", "model": name, "device": device_name, "rows": rows_per_step, "steps": steps,
             "tables": tables_name(&dp), "update": update_name(&dp),
             "upload_ms": per(0), "lookup_ms": per(1), "forward_ms": per(2), "backward_ms": per(3),
-            "grads_to_host_ms": per(4), "step_ms": per(5),
+            "grads_to_host_ms": per(4), "step_ms": per(5), "prepare_ms": per(6), "prepared_step_ms": per(7),
         });
         println!("RESULT {line}");
     }

@@ -12,6 +12,7 @@ use std::sync::OnceLock;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 
+use crate::distinct::{all_ids, distinct};
 use crate::error::{Result, TrainError};
 use crate::features::{Encoded, Pooling};
 use crate::params::Entry;
@@ -113,19 +114,157 @@ pub struct Lookup {
     form: Form,
 }
 
+/// Everything of a [`Lookup`] that depends on the batch alone: its distinct ids, where each
+/// of its ids sits among them, and the layout its rows will take, the layout's index tensors
+/// already on the batch's device. A step makes one from its batch, or is handed one made
+/// ahead on the prefetch thread (`prefetch.rs`), and then only brings the rows.
+pub struct LookupPlan {
+    /// The batch's distinct ids, ascending.
+    pub(crate) unique: Vec<u32>,
+    form: Form,
+    device: Device,
+}
+
+impl LookupPlan {
+    /// The plan of `batch`'s ids, laid out for its device; None when it has no ids.
+    pub fn of(batch: &Batch) -> Result<Option<LookupPlan>> {
+        Self::of_as(batch, Gather::for_device(batch.dense.device()))
+    }
+
+    /// [`LookupPlan::of`], laid out as `gather` says.
+    pub fn of_as(batch: &Batch, gather: Gather) -> Result<Option<LookupPlan>> {
+        let Some(ids) = all_ids(batch) else { return Ok(None) };
+        let (unique, mut local) = distinct(&ids);
+        let bag_local = local.split_off(batch.ids.as_ref().map_or(0, Vec::len));
+        Self::placed(batch, unique, local, bag_local, gather).map(Some)
+    }
+
+    /// The plan of `batch`, whose single ids are `unique[local[i]]` and multi-hot ids
+    /// `unique[bag_local[i]]`.
+    fn placed(
+        batch: &Batch,
+        unique: Vec<u32>,
+        local: Vec<u32>,
+        bag_local: Vec<u32>,
+        gather: Gather,
+    ) -> Result<LookupPlan> {
+        let device = batch.dense.device().clone();
+        let rows = batch.rows()?;
+        let id_width = if batch.ids.is_some() { batch.id_width } else { 0 };
+        let slots = match (gather, &batch.bags) {
+            (Gather::Distinct, _) => None,
+            (Gather::PerPosition, bags) => {
+                per_position_slots(&local, &bag_local, bags.as_ref(), rows, &device)?
+            }
+        };
+        let form = match slots {
+            Some((slots, bags)) => {
+                let at = Tensor::from_slice(&slots, slots.len(), &device)?;
+                Form::PerPosition { rows, id_width, bags, slots, at, sum: OnceLock::new() }
+            }
+            None => {
+                let bags =
+                    batch.bags.as_ref().map(|b| PooledBags::new(b, rows, bag_local, &device)).transpose()?;
+                let local = Tensor::from_vec(local, (rows, id_width), &device)?;
+                Form::Distinct { local, bags }
+            }
+        };
+        Ok(LookupPlan { unique, form, device })
+    }
+
+    /// Makes now what [`Lookup::row_grads`] would make on its first call: the plan that sums
+    /// the gradient of one row per id into one per distinct id. For batches that will be
+    /// trained on, so that the step finds it made.
+    pub fn plan_gradients(&self) -> Result<()> {
+        if let Form::PerPosition { slots, sum, .. } = &self.form {
+            gradient_sums(sum, slots, self.unique.len(), &self.device)?;
+        }
+        Ok(())
+    }
+
+    /// The lookup with the rows of every table among `entries`, whose values are in `weights`.
+    pub(crate) fn gather(self, entries: &[Entry], weights: &[f32]) -> Result<Lookup> {
+        let mut tables = Vec::new();
+        for entry in entries.iter().filter(|e| e.table) {
+            check_ids(&self.unique, entry)?;
+            let width = entry.row_width();
+            let starts: Vec<usize> =
+                self.unique.iter().map(|&id| entry.offset + id as usize * width).collect();
+            tables.push((entry.name.clone(), width, gather_rows(weights, &starts, width)));
+        }
+        self.with_host_rows(tables)
+    }
+
+    /// The lookup given every table's rows of `unique`: `(name, width, values)`, row after row.
+    pub(crate) fn with_host_rows(self, tables: Vec<(String, usize, Vec<f32>)>) -> Result<Lookup> {
+        let tables = tables.into_iter().map(|(name, width, values)| (name, width, Rows::Host(values)));
+        self.with(tables.collect())
+    }
+
+    /// The lookup given every table's rows of `unique` as `[unique, width]` tensors already on
+    /// the batch's device.
+    pub(crate) fn with_device_rows(self, tables: Vec<(String, Tensor)>) -> Result<Lookup> {
+        let tables = tables
+            .into_iter()
+            .map(|(name, rows)| Ok((name, rows.dim(1)?, Rows::Device(rows))))
+            .collect::<Result<_>>()?;
+        self.with(tables)
+    }
+
+    /// The lookup given every table's rows of `unique`, in main memory or on the device.
+    fn with(self, tables: Vec<(String, usize, Rows)>) -> Result<Lookup> {
+        let LookupPlan { unique, form, device } = self;
+        let mut vars = BTreeMap::new();
+        for (name, width, values) in tables {
+            let count = match &values {
+                Rows::Host(values) => values.len(),
+                Rows::Device(rows) => rows.elem_count(),
+            };
+            if count != unique.len() * width {
+                return Err(TrainError::InvalidArgument(format!(
+                    "{count} values of table '{name}' for {} ids of {width} values",
+                    unique.len()
+                )));
+            }
+            let var = match (&form, values) {
+                (Form::Distinct { .. }, Rows::Host(values)) => {
+                    Var::from_vec(values, (unique.len(), width), &device)?
+                }
+                (Form::Distinct { .. }, Rows::Device(rows)) => Var::from_tensor(&rows)?,
+                (Form::PerPosition { at, .. }, Rows::Host(values)) => {
+                    let table = Tensor::from_vec(values, (unique.len(), width), &device)?;
+                    Var::from_tensor(&table.index_select(at, 0)?)?
+                }
+                (Form::PerPosition { at, .. }, Rows::Device(rows)) => {
+                    Var::from_tensor(&rows.index_select(at, 0)?)?
+                }
+            };
+            vars.insert(name, var);
+        }
+        Ok(Lookup { unique, rows: vars, form })
+    }
+}
+
+/// The plan in `sum` that adds the gradients of `slots` into `groups` rows, made on first use.
+fn gradient_sums<'a>(
+    sum: &'a OnceLock<SegmentSum>,
+    slots: &[u32],
+    groups: usize,
+    device: &Device,
+) -> Result<&'a SegmentSum> {
+    if let Some(plan) = sum.get() {
+        return Ok(plan);
+    }
+    let plan = SegmentSum::new(slots, groups, device)?;
+    Ok(sum.get_or_init(|| plan))
+}
+
 /// A table's rows of a batch's distinct ids, as a lookup is given them.
 enum Rows {
     /// Row after row, in main memory.
     Host(Vec<f32>),
     /// `[unique, width]`, on the batch's device.
     Device(Tensor),
-}
-
-impl Rows {
-    /// Every table's `(name, width, values)` in main memory, as `assemble` takes them.
-    fn host(tables: Vec<(String, usize, Vec<f32>)>) -> Vec<(String, usize, Rows)> {
-        tables.into_iter().map(|(name, width, values)| (name, width, Rows::Host(values))).collect()
-    }
 }
 
 /// Where each of the batch's ids finds its row in the tables' variables.
@@ -145,8 +284,11 @@ enum Form {
         bags: Option<PaddedBags>,
         /// Each slot's index among the distinct ids ([`NONE`] for padding).
         slots: Vec<u32>,
-        /// The plan that sums gradients by distinct id: made by the first
-        /// [`Lookup::row_grads`], so that lookups for scoring alone never pay for it.
+        /// `slots` on the batch's device, padding as the index of a zero row.
+        at: Tensor,
+        /// The plan that sums gradients by distinct id: made ahead for training
+        /// ([`LookupPlan::plan_gradients`]) or by the first [`Lookup::row_grads`], so that
+        /// lookups for scoring alone never pay for it.
         sum: OnceLock<SegmentSum>,
     },
 }
@@ -179,30 +321,6 @@ impl Lookup {
         Some(distinct(&all_ids(batch)?).0)
     }
 
-    /// The lookup of `batch` whose ids are placed by `places` ([`Places::of`] the batch),
-    /// given every table's rows of `places.unique`, as [`Lookup::with_rows`] takes them.
-    pub(crate) fn placed(
-        batch: &Batch,
-        places: Places,
-        tables: Vec<(String, usize, Vec<f32>)>,
-    ) -> Result<Lookup> {
-        Self::assemble(batch, places, Rows::host(tables), Gather::for_device(batch.dense.device()))
-    }
-
-    /// The lookup of `batch` whose ids are placed by `places`, given every table's rows of
-    /// `places.unique` as `[unique, width]` tensors already on the batch's device.
-    pub(crate) fn placed_on_device(
-        batch: &Batch,
-        places: Places,
-        tables: Vec<(String, Tensor)>,
-    ) -> Result<Lookup> {
-        let tables = tables
-            .into_iter()
-            .map(|(name, rows)| Ok((name, rows.dim(1)?, Rows::Device(rows))))
-            .collect::<Result<_>>()?;
-        Self::assemble(batch, places, tables, Gather::for_device(batch.dense.device()))
-    }
-
     /// Gathers the rows of `batch`'s ids from every table among `entries`, whose values are
     /// in `weights`, onto the batch's device; None when the batch has no ids.
     pub fn gather(batch: &Batch, entries: &[Entry], weights: &[f32]) -> Result<Option<Lookup>> {
@@ -216,16 +334,7 @@ impl Lookup {
         weights: &[f32],
         gather: Gather,
     ) -> Result<Option<Lookup>> {
-        let Some(places) = Places::of(batch) else { return Ok(None) };
-        let mut tables = Vec::new();
-        for entry in entries.iter().filter(|e| e.table) {
-            check_ids(&places.unique, entry)?;
-            let width = entry.row_width();
-            let starts: Vec<usize> =
-                places.unique.iter().map(|&id| entry.offset + id as usize * width).collect();
-            tables.push((entry.name.clone(), width, Rows::Host(gather_rows(weights, &starts, width))));
-        }
-        Self::assemble(batch, places, tables, gather).map(Some)
+        LookupPlan::of_as(batch, gather)?.map(|plan| plan.gather(entries, weights)).transpose()
     }
 
     /// The lookup of `batch` whose distinct ids ([`Lookup::distinct_ids`]) are `unique`,
@@ -257,66 +366,7 @@ impl Lookup {
         };
         let local: Vec<u32> = ids.iter().map(position).collect::<Result<_>>()?;
         let bag_local: Vec<u32> = bag_ids.iter().map(position).collect::<Result<_>>()?;
-        Self::assemble(batch, Places { unique, local, bag_local }, Rows::host(tables), gather)
-    }
-
-    /// The lookup of `batch` whose ids `places` places, given every table's rows of the
-    /// distinct ids.
-    fn assemble(
-        batch: &Batch,
-        places: Places,
-        tables: Vec<(String, usize, Rows)>,
-        gather: Gather,
-    ) -> Result<Lookup> {
-        let Places { unique, local, bag_local } = places;
-        let device = batch.dense.device();
-        let rows = batch.rows()?;
-        let mut distinct = BTreeMap::new();
-        for (name, width, values) in tables {
-            let count = match &values {
-                Rows::Host(values) => values.len(),
-                Rows::Device(rows) => rows.elem_count(),
-            };
-            if count != unique.len() * width {
-                return Err(TrainError::InvalidArgument(format!(
-                    "{count} values of table '{name}' for {} ids of {width} values",
-                    unique.len()
-                )));
-            }
-            distinct.insert(name, (width, values));
-        }
-        let id_width = if batch.ids.is_some() { batch.id_width } else { 0 };
-        let slots = match (gather, &batch.bags) {
-            (Gather::Distinct, _) => None,
-            (Gather::PerPosition, bags) => {
-                per_position_slots(&local, &bag_local, bags.as_ref(), rows, device)?
-            }
-        };
-        let Some((slots, padded)) = slots else {
-            let bags =
-                batch.bags.as_ref().map(|b| PooledBags::new(b, rows, bag_local, device)).transpose()?;
-            let mut vars = BTreeMap::new();
-            for (name, (width, values)) in distinct {
-                let var = match values {
-                    Rows::Host(values) => Var::from_vec(values, (unique.len(), width), device)?,
-                    Rows::Device(rows) => Var::from_tensor(&rows)?,
-                };
-                vars.insert(name, var);
-            }
-            let local = Tensor::from_vec(local, (rows, id_width), device)?;
-            return Ok(Lookup { unique, rows: vars, form: Form::Distinct { local, bags } });
-        };
-        let at = Tensor::from_slice(&slots, slots.len(), device)?;
-        let mut vars = BTreeMap::new();
-        for (name, (width, values)) in distinct {
-            let table = match values {
-                Rows::Host(values) => Tensor::from_vec(values, (unique.len(), width), device)?,
-                Rows::Device(rows) => rows,
-            };
-            vars.insert(name, Var::from_tensor(&table.index_select(&at, 0)?)?);
-        }
-        let form = Form::PerPosition { rows, id_width, bags: padded, slots, sum: OnceLock::new() };
-        Ok(Lookup { unique, rows: vars, form })
+        LookupPlan::placed(batch, unique, local, bag_local, gather)?.with_host_rows(tables)
     }
 
     /// `[rows, fields, dim]`: each of the batch's ids looked up in `table`, then each
@@ -356,14 +406,7 @@ impl Lookup {
         match &self.form {
             Form::Distinct { .. } => Ok(Some(grad.clone())),
             Form::PerPosition { slots, sum, .. } => {
-                let sum = match sum.get() {
-                    Some(plan) => plan,
-                    None => {
-                        let plan = SegmentSum::new(slots, self.unique.len(), grad.device())?;
-                        sum.get_or_init(|| plan)
-                    }
-                };
-                sum.apply(grad).map(Some)
+                gradient_sums(sum, slots, self.unique.len(), grad.device())?.apply(grad).map(Some)
             }
         }
     }
@@ -454,79 +497,6 @@ impl PaddedBags {
     }
 }
 
-/// A batch's distinct ids, ascending, and where each of its single and multi-hot ids sits
-/// among them.
-pub(crate) struct Places {
-    /// The distinct ids, ascending.
-    pub(crate) unique: Vec<u32>,
-    /// Each single id's index in `unique`, in the batch's order.
-    local: Vec<u32>,
-    /// Each multi-hot id's index in `unique`, in the bags' order.
-    bag_local: Vec<u32>,
-}
-
-impl Places {
-    /// The places of `batch`'s ids, from one sort of them; None when it has none.
-    pub(crate) fn of(batch: &Batch) -> Option<Places> {
-        let (unique, mut local) = distinct(&all_ids(batch)?);
-        let bag_local = local.split_off(batch.ids.as_ref().map_or(0, Vec::len));
-        Some(Places { unique, local, bag_local })
-    }
-}
-
-/// The batch's single ids then its multi-hot ones, as one list; None when it has neither.
-fn all_ids(batch: &Batch) -> Option<Vec<u32>> {
-    if batch.ids.is_none() && batch.bags.is_none() {
-        return None;
-    }
-    let no_ids = Vec::new();
-    let ids = batch.ids.as_ref().unwrap_or(&no_ids);
-    let bag_ids = batch.bags.as_ref().map_or(&no_ids, |b| &b.ids);
-    Some(ids.iter().chain(bag_ids).copied().collect())
-}
-
-/// Bits of an id sorted on per pass of [`distinct`].
-const DIGIT: u32 = 11;
-
-/// The distinct values of `ids`, ascending, and each id's index among them. A stable radix
-/// sort of the ids' positions (as many passes of [`DIGIT`] bits as the largest id needs,
-/// each linear) and one pass over the result: a batch's hundred thousand ids cost a few
-/// hundred microseconds, where a comparison sort and a binary search per id cost several
-/// milliseconds.
-fn distinct(ids: &[u32]) -> (Vec<u32>, Vec<u32>) {
-    const BUCKETS: usize = 1 << DIGIT;
-    let mut order: Vec<u32> = (0..ids.len() as u32).collect();
-    let mut next = vec![0u32; ids.len()];
-    let top = ids.iter().copied().max().unwrap_or(0);
-    let mut shift = 0;
-    while shift < u32::BITS && (shift == 0 || top >> shift != 0) {
-        let digit = |i: u32| ((ids[i as usize] >> shift) as usize) & (BUCKETS - 1);
-        let mut starts = vec![0usize; BUCKETS + 1];
-        for &i in &order {
-            starts[digit(i) + 1] += 1;
-        }
-        for d in 1..=BUCKETS {
-            starts[d] += starts[d - 1];
-        }
-        for &i in &order {
-            let d = digit(i);
-            next[starts[d]] = i;
-            starts[d] += 1;
-        }
-        std::mem::swap(&mut order, &mut next);
-        shift += DIGIT;
-    }
-    let (mut unique, mut local) = (Vec::new(), vec![0u32; ids.len()]);
-    for &i in &order {
-        let id = ids[i as usize];
-        if unique.last() != Some(&id) {
-            unique.push(id);
-        }
-        local[i as usize] = (unique.len() - 1) as u32;
-    }
-    (unique, local)
-}
-
 /// Refuses ids beyond the rows of the table `entry`: the data does not match the spec.
 pub(crate) fn check_ids(unique: &[u32], entry: &Entry) -> Result<()> {
     let size = entry.shape[0];
@@ -577,38 +547,5 @@ impl PooledBags {
             _ => zeros,
         };
         Ok(sums.broadcast_mul(&self.scale)?.reshape((self.rows, self.width, dim))?)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::distinct;
-
-    /// What `distinct` must equal: a comparison sort, and a binary search per id.
-    fn by_sorting(ids: &[u32]) -> (Vec<u32>, Vec<u32>) {
-        let mut unique = ids.to_vec();
-        unique.sort_unstable();
-        unique.dedup();
-        let local = ids.iter().map(|id| unique.binary_search(id).expect("present") as u32).collect();
-        (unique, local)
-    }
-
-    #[test]
-    fn distinct_ids_and_their_places_match_a_sort_for_every_id_range() {
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
-        for (n, top) in [(0, 1), (1, 1), (5, 3), (10_000, 100), (50_000, 1 << 20), (20_000, 1 << 32)] {
-            let mut ids: Vec<u32> = (0..n).map(|_| (next() % top) as u32).collect();
-            if n > 2 {
-                ids[0] = (top - 1) as u32;
-                ids[1] = 0;
-            }
-            assert_eq!(distinct(&ids), by_sorting(&ids), "{n} ids below {top}");
-        }
     }
 }

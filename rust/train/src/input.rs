@@ -18,9 +18,8 @@
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
-use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use arrow::datatypes::{Schema, SchemaRef};
@@ -31,6 +30,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use sparktrain_dataset::{DatasetReader, ReadOptions};
 use sparktrain_storage::FileStatus;
 
+use crate::background::Background;
 use crate::error::{Result, TrainError};
 use crate::features::{Encoded, FeatureSpec};
 use crate::rng::SplitMix;
@@ -246,13 +246,8 @@ impl Input {
             }
         };
         let job = Reading { batches, interleave, spec: spec.clone(), options: self.options.clone(), rng };
-        let (sender, receiver) = sync_channel(self.options.prefetch.max(1));
-        let thread =
-            thread::Builder::new()
-                .name("sparktrain-input".into())
-                .spawn(move || job.run(&sender))
-                .map_err(|e| TrainError::InvalidArgument(format!("cannot start the input thread: {e}")))?;
-        Ok(Epoch { receiver, thread: Some(thread) })
+        let work = move |sender: SyncSender<Result<Encoded>>| job.run(&sender);
+        Background::spawn("input", self.options.prefetch.max(1), work).map(Epoch)
     }
 }
 
@@ -383,22 +378,13 @@ impl<I: Iterator<Item = Result<Batches>>> Iterator for FlattenFiles<I> {
 }
 
 /// One pass over a worker's share: batches in the order the pipeline made them.
-pub struct Epoch {
-    receiver: Receiver<Result<Encoded>>,
-    thread: Option<JoinHandle<()>>,
-}
+pub struct Epoch(Background<Encoded>);
 
 impl Iterator for Epoch {
     type Item = Result<Encoded>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let item = self.receiver.recv().ok();
-        if item.is_none()
-            && let Some(t) = self.thread.take()
-        {
-            let _ = t.join();
-        }
-        item
+        self.0.next()
     }
 }
 

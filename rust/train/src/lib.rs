@@ -8,6 +8,7 @@
 //! - [`groups`]: which optimizer trains which parameters (FTRL for the wide part);
 //! - [`input`]: a worker's share of the data (static files, a driver's work queue or the
 //!   Spark feed), shuffled and batched on a background thread;
+//! - [`prefetch`]: the next batch put on the device and its ids placed while a step runs;
 //! - [`params`]: a model's variables and embedding tables in name order, flattened;
 //! - [`metrics`]: loss, accuracy and AUC summed over every worker's share;
 //! - [`model`]: logistic regression and the MLP;
@@ -27,11 +28,13 @@
 //! - [`trainer`]: [`Trainer`], the training loop with the chief's checkpoints, event files,
 //!   evaluation and export.
 
+mod background;
 pub mod batch;
 pub mod checkpoint;
 pub mod device;
 mod device_tables;
 mod device_vars;
+mod distinct;
 pub mod embedding;
 pub mod error;
 pub mod export;
@@ -47,6 +50,7 @@ pub mod onnx;
 pub mod optim;
 mod overlap;
 pub mod params;
+pub mod prefetch;
 pub mod regularize;
 mod rng;
 mod rows;
@@ -59,7 +63,7 @@ pub mod step;
 pub mod tensorboard;
 pub mod trainer;
 
-pub use batch::{Batch, Gather, Lookup};
+pub use batch::{Batch, Gather, Lookup, LookupPlan};
 pub use checkpoint::{Best, CheckpointOptions, Fence, Progress, Restored};
 pub use embedding::{Dcn, DeepFm, EmbeddingConfig, WideDeep};
 pub use error::{Result, TrainError};
@@ -72,6 +76,7 @@ pub use metrics::{Evaluation, Metrics};
 pub use model::{LogisticRegression, Mlp, Model};
 pub use optim::{Optimizer, OptimizerState, Rule, Segment};
 pub use params::{Entry, Parameters, TableInit};
+pub use prefetch::{Prefetch, Prepared};
 pub use regularize::{Penalty, Regularization};
 pub use schedule::{Decay, Schedule};
 pub use shard::{FixedShard, Placement, RowId, ShardTables, TableOptions, TableShard};

@@ -35,7 +35,7 @@ use candle_core::Tensor;
 use candle_core::backprop::GradStore;
 use sparktrain_collective::{Communicator, ReduceOp, Wire};
 
-use crate::batch::{Batch, Lookup, Places};
+use crate::batch::{Batch, Lookup, LookupPlan};
 use crate::checkpoint::{self, CheckpointOptions, Progress, Restored, TableFiles};
 use crate::device_tables::DeviceTables;
 use crate::device_vars::DeviceVars;
@@ -47,6 +47,7 @@ use crate::model::{Model, Staged};
 use crate::optim::Segment;
 use crate::overlap::Buckets;
 use crate::params::Entry;
+use crate::prefetch::Prepared;
 use crate::regularize::Regularization;
 use crate::rows::live_rows;
 use crate::schedule::Schedule;
@@ -386,52 +387,52 @@ impl<M: Model> DataParallel<M> {
     /// The logits of `batch` with the current weights. With sharded tables every worker
     /// calls it together (each with its own batch), since the rows come from their owners.
     pub fn logits(&self, batch: &Batch) -> Result<Tensor> {
-        let (lookup, _) = self.lookup(Some(batch))?;
+        let (lookup, _) = self.lookup(Some(batch), LookupPlan::of(batch)?)?;
         self.model.forward(batch, lookup.as_ref())
     }
 
     /// The embedding rows the step hands the model for `batch` (None when it has no ids):
     /// gathered where the tables live. With sharded tables every worker calls it together.
     pub fn lookup_of(&self, batch: &Batch) -> Result<Option<Lookup>> {
-        Ok(self.lookup(Some(batch))?.0)
+        Ok(self.lookup(Some(batch), LookupPlan::of(batch)?)?.0)
     }
 
-    /// The batch's embedding rows: gathered from the weights, or with sharded tables asked of
-    /// their owners (a collective: every worker calls it, with None when it has no batch).
-    fn lookup(&self, batch: Option<&Batch>) -> Result<(Option<Lookup>, Fetched)> {
+    /// The batch's embedding rows, its ids placed by `plan` (the batch's, None when it has no
+    /// ids): gathered from the weights, or with sharded tables asked of their owners (a
+    /// collective: every worker calls it, with None when it has no batch).
+    fn lookup(&self, batch: Option<&Batch>, plan: Option<LookupPlan>) -> Result<(Option<Lookup>, Fetched)> {
         if let Some(device) = &self.on_device {
-            let Some((batch, places)) = batch.and_then(|b| Some((b, Places::of(b)?))) else {
+            let Some(plan) = plan.filter(|_| batch.is_some()) else {
                 return Ok((None, Fetched::default()));
             };
-            let ids = device.ids(&places.unique)?;
+            let ids = device.ids(&plan.unique)?;
             let tables = (self.tables.iter().enumerate())
                 .map(|(t, e)| Ok((e.name.clone(), device.gather(t, &ids)?)))
                 .collect::<Result<_>>()?;
-            return Ok((Some(Lookup::placed_on_device(batch, places, tables)?), Fetched::default()));
+            return Ok((Some(plan.with_device_rows(tables)?), Fetched::default()));
         }
         let Some(sharded) = &self.sharded else {
             if self.vars_on_device.is_some() {
                 // No tables: the variables are on the device, and `weights` is empty.
                 return Ok((None, Fetched::default()));
             }
-            let lookup =
-                batch.map(|b| Lookup::gather(b, &self.entries, &self.weights)).transpose()?.flatten();
-            return Ok((lookup, Fetched::default()));
+            let lookup = plan.filter(|_| batch.is_some()).map(|p| p.gather(&self.entries, &self.weights));
+            return Ok((lookup.transpose()?, Fetched::default()));
         };
-        let places = batch.and_then(Places::of);
-        let unique = places.as_ref().map_or(&[][..], |p| &p.unique[..]);
+        let plan = plan.filter(|_| batch.is_some());
+        let unique = plan.as_ref().map_or(&[][..], |p| &p.unique[..]);
         let mut fetched = sharded.fetch(self.ring.as_ref(), batch.is_some(), unique)?;
-        let lookup = match (batch, places) {
-            (Some(batch), Some(places)) => {
+        let lookup = match plan {
+            Some(plan) => {
                 let tables = self
                     .tables
                     .iter()
                     .zip(std::mem::take(&mut fetched.rows))
                     .map(|(e, rows)| (e.name.clone(), e.row_width(), rows))
                     .collect();
-                Some(Lookup::placed(batch, places, tables)?)
+                Some(plan.with_host_rows(tables)?)
             }
-            _ => None,
+            None => None,
         };
         Ok((lookup, fetched))
     }
@@ -458,7 +459,8 @@ impl<M: Model> DataParallel<M> {
                 continue;
             }
             // Owners answer for rows until no worker has a batch left.
-            let (lookup, fetched) = self.lookup(batch)?;
+            let plan = batch.map(LookupPlan::of).transpose()?.flatten();
+            let (lookup, fetched) = self.lookup(batch, plan)?;
             if !fetched.anyone {
                 break;
             }
@@ -811,12 +813,30 @@ impl<M: Model> DataParallel<M> {
     /// One synchronous step with this worker's `batch` (None once its data has run out).
     /// Returns None, on every worker together, when no worker had a batch.
     pub fn step(&mut self, batch: Option<&Batch>) -> Result<Option<StepStats>> {
+        let plan = batch.map(LookupPlan::of).transpose()?.flatten();
+        self.step_planned(batch, plan)
+    }
+
+    /// [`DataParallel::step`] with a batch made ready ahead ([`Prepared`]: its tensors on the
+    /// device and its ids placed), as the training loop's prefetch thread hands them over.
+    pub fn step_prepared(&mut self, prepared: Option<Prepared>) -> Result<Option<StepStats>> {
+        match prepared {
+            Some(prepared) => {
+                let (batch, plan) = prepared.into_parts();
+                self.step_planned(Some(&batch), plan)
+            }
+            None => self.step_planned(None, None),
+        }
+    }
+
+    /// The step, `plan` placing the ids of `batch`.
+    fn step_planned(&mut self, batch: Option<&Batch>, plan: Option<LookupPlan>) -> Result<Option<StepStats>> {
         let rows = match batch {
             Some(b) => b.rows()?,
             None => 0,
         };
         let batch = batch.filter(|_| rows > 0);
-        let (lookup, fetched) = self.lookup(batch)?;
+        let (lookup, fetched) = self.lookup(batch, plan)?;
         if self.vars_on_device.is_some() {
             return self.step_on_device(batch, lookup, rows);
         }

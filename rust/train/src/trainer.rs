@@ -31,6 +31,7 @@ use crate::loss::Loss;
 use crate::metrics::Metrics;
 use crate::model::Model;
 use crate::optim::OptimizerState;
+use crate::prefetch::Prefetch;
 use crate::shard::{ShardTables, TableOptions};
 use crate::step::{DataParallel, SharedRing, lock};
 use crate::tensorboard::EventWriter;
@@ -650,16 +651,14 @@ impl Trainer {
                     break;
                 }
             }
+            // The next batch is put on the device and its ids placed while a step runs.
+            let mut batches = Prefetch::start(batches, self.device.clone())?;
             loop {
                 if done(self.progress.step) {
                     break 'epochs;
                 }
-                let batch = batches
-                    .next()
-                    .transpose()?
-                    .map(|e| Batch::from_encoded_on(&e, &self.device))
-                    .transpose()?;
-                let Some(stats) = self.dp.step(batch.as_ref())? else { break };
+                let batch = batches.next().transpose()?;
+                let Some(stats) = self.dp.step_prepared(batch)? else { break };
                 self.progress.step = stats.step;
                 self.progress.batches_in_epoch += 1;
                 summary.first_step_at.get_or_insert_with(unix_time);

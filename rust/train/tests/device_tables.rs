@@ -10,64 +10,22 @@
 mod support;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Float32Array, Int64Array, ListArray, StringArray};
-use arrow::datatypes::Int64Type;
-use arrow::record_batch::RecordBatch;
 use sparktrain_dataset::ExampleFileWriter;
-use sparktrain_train::features::{MultiHot, Pooling};
 use sparktrain_train::{
-    Batch, Categorical, CheckpointOptions, DataParallel, Dcn, Decay, DeepFm, EmbeddingConfig, FeatureSpec,
-    GradientWire, Loss, Mlp, Model, OptimizerConfig, Penalty, Progress, Regularization, Rule, Schedule,
-    ShardTables, TableOptions, WideDeep,
+    Batch, CheckpointOptions, DataParallel, Dcn, Decay, DeepFm, EmbeddingConfig, GradientWire, Loss, Mlp,
+    Model, OptimizerConfig, Penalty, Progress, Regularization, Rule, Schedule, ShardTables, TableOptions,
+    WideDeep,
 };
 use sparktrain_train::{
     EarlyStopping, Exported, FitOptions, Hooks, Input, ModelKind, Monitor, Trainer, TrainerConfig,
 };
-use support::on_workers;
-
-fn spec() -> FeatureSpec {
-    FeatureSpec {
-        dense: vec!["x".into()],
-        categorical: vec![
-            Categorical { name: "shop".into(), buckets: 50 },
-            Categorical { name: "city".into(), buckets: 40 },
-        ],
-        crossed: vec![],
-        multi_hot: vec![MultiHot { name: "tags".into(), buckets: 30, pooling: Pooling::Mean }],
-        label: "label".into(),
-    }
-}
+use support::{on_workers, tagged_rows as rows, tagged_spec as spec};
 
 /// Rows `range`: low shop ids are hot, so a batch touches some rows many times and most
 /// rows never; each row has 0 to 3 tags, pooled by their mean.
 fn batch(range: std::ops::Range<u64>) -> Batch {
     Batch::from_encoded(&spec().encode(&rows(range)).unwrap()).unwrap()
-}
-
-/// The columns of [`batch`].
-fn rows(range: std::ops::Range<u64>) -> RecordBatch {
-    let mix = |i: u64| i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(23);
-    let shop: Vec<i64> = range.clone().map(|i| ((mix(i) % 64) * (mix(i) % 64) / 64) as i64).collect();
-    let city: Vec<String> = range.clone().map(|i| format!("c{}", mix(i + 5) % 30)).collect();
-    let tags: Vec<Vec<i64>> = range
-        .clone()
-        .map(|i| (0..mix(i + 11) % 4).map(|k| (mix(i + 13 + k) % 20) as i64).collect())
-        .collect();
-    let label: Vec<i64> = (0..shop.len())
-        .map(|r| (((shop[r] % 3 == 0) != city[r].ends_with('1')) != tags[r].contains(&3)) as i64)
-        .collect();
-    let x: Vec<f32> = range.map(|i| (mix(i + 3) % 100) as f32 / 50.0 - 1.0).collect();
-    let lists = tags.into_iter().map(|t| Some(t.into_iter().map(Some).collect::<Vec<_>>()));
-    let columns: Vec<(&str, ArrayRef)> = vec![
-        ("label", Arc::new(Int64Array::from(label))),
-        ("x", Arc::new(Float32Array::from(x))),
-        ("shop", Arc::new(Int64Array::from(shop))),
-        ("city", Arc::new(StringArray::from(city))),
-        ("tags", Arc::new(ListArray::from_iter_primitive::<Int64Type, _, _>(lists))),
-    ];
-    RecordBatch::try_from_iter(columns).unwrap()
 }
 
 fn model() -> WideDeep {

@@ -1,0 +1,85 @@
+//! Batches made ready for the step ahead of it, on a thread of their own.
+//!
+//! Before a step can run, its batch must be on the model's device and its ids placed: the
+//! distinct ids found (a radix sort of a hundred thousand ids at batch 4096), each id's index
+//! among them, and on a GPU the plan that sums the embeddings' gradients per distinct id.
+//! None of that depends on the weights, so [`Prefetch`] does it for the next batch while the
+//! current one trains: on a GPU the training thread then only queues kernels and waits for
+//! their results, and on a CPU the work moves to a core the step's threads leave idle at
+//! times. The copies to the device are queued on the device's one stream from this thread, so
+//! they run in order with the step's kernels, and each batch is handed over only once its
+//! tensors are queued.
+
+use std::sync::mpsc::SyncSender;
+
+use candle_core::Device;
+
+use crate::background::Background;
+use crate::batch::{Batch, LookupPlan};
+use crate::error::Result;
+use crate::features::Encoded;
+
+/// A batch ready for [`crate::DataParallel::step_prepared`]: its tensors on the device and
+/// the plan of its ids.
+pub struct Prepared {
+    batch: Batch,
+    plan: Option<LookupPlan>,
+}
+
+impl Prepared {
+    /// `encoded` on `device`, its ids placed for a training step.
+    pub fn new(encoded: &Encoded, device: &Device) -> Result<Prepared> {
+        let batch = Batch::from_encoded_on(encoded, device)?;
+        let plan = LookupPlan::of(&batch)?;
+        if let Some(plan) = &plan {
+            plan.plan_gradients()?;
+        }
+        Ok(Prepared { batch, plan })
+    }
+
+    /// The batch itself.
+    pub fn batch(&self) -> &Batch {
+        &self.batch
+    }
+
+    /// The batch and the plan of its ids (None when it has none).
+    pub(crate) fn into_parts(self) -> (Batch, Option<LookupPlan>) {
+        (self.batch, self.plan)
+    }
+}
+
+/// Batches of an input, prepared on a thread of their own, [`Prefetch::DEPTH`] ahead of the
+/// one being trained on, in the input's order. An input's error ends it, in its place.
+pub struct Prefetch(Background<Prepared>);
+
+impl Prefetch {
+    /// Batches prepared and waiting, besides the one being prepared: one is enough to hide
+    /// the preparation behind a step, which takes longer.
+    pub const DEPTH: usize = 1;
+
+    /// Starts preparing `batches` for `device`. Dropping the result stops the thread once it
+    /// has finished the batch at hand.
+    pub fn start<I>(batches: I, device: Device) -> Result<Prefetch>
+    where
+        I: Iterator<Item = Result<Encoded>> + Send + 'static,
+    {
+        let work = move |sender: SyncSender<Result<Prepared>>| {
+            for encoded in batches {
+                let prepared = encoded.and_then(|e| Prepared::new(&e, &device));
+                let failed = prepared.is_err();
+                if sender.send(prepared).is_err() || failed {
+                    return;
+                }
+            }
+        };
+        Background::spawn("prefetch", Self::DEPTH, work).map(Prefetch)
+    }
+}
+
+impl Iterator for Prefetch {
+    type Item = Result<Prepared>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next()
+    }
+}

@@ -1,0 +1,158 @@
+//! Batches prepared ahead on the prefetch thread (on the device, their ids placed) train
+//! bit for bit as the same batches handed to the step directly, wherever the tables live
+//! (in memory, on the device, sharded over two workers); the prefetch keeps the input's
+//! order, ends with an input's error in its place, and stops its thread when dropped.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use candle_core::Device;
+use sparktrain_train::{
+    Batch, DataParallel, EmbeddingConfig, Encoded, Loss, OptimizerConfig, Prefetch, Rule, ShardTables,
+    TableOptions, TrainError, WideDeep,
+};
+use support::{on_workers, tagged_rows, tagged_spec};
+
+/// Rows `range`, encoded.
+fn encoded(range: std::ops::Range<u64>) -> Encoded {
+    tagged_spec().encode(&tagged_rows(range)).unwrap()
+}
+
+/// Worker `w`'s share (of `workers`) of every step's 64 rows, for `steps` steps.
+fn shares(w: usize, workers: usize, steps: u64) -> Vec<Encoded> {
+    let share = 64 / workers as u64;
+    (0..steps).map(|s| encoded(s * 64 + w as u64 * share..s * 64 + (w as u64 + 1) * share)).collect()
+}
+
+/// Every step's loss and norm, then the weights, after training `workers` workers with the
+/// tables placed by `tables`, batches handed to the step or prepared by the prefetch thread.
+fn train(tables: TableOptions, optimizer: &OptimizerConfig, workers: usize, prefetch: bool) -> Vec<Vec<f32>> {
+    let optimizer = optimizer.clone();
+    on_workers(workers, move |w, ring| {
+        let model = WideDeep::new(
+            &tagged_spec(),
+            &EmbeddingConfig { dim: 4, hidden: vec![8], cross_layers: 0, seed: 3 },
+        )
+        .unwrap();
+        let mut dp =
+            DataParallel::with_tables(model, Loss::BinaryCrossEntropy, &optimizer, ring, &tables).unwrap();
+        let mut out = Vec::new();
+        // Worker 1 has one batch fewer: the last step runs with one batch among two.
+        let steps = if w == 1 { 11 } else { 12 };
+        if prefetch {
+            let batches = shares(w, workers, steps).into_iter().map(Ok);
+            for prepared in Prefetch::start(batches, Device::Cpu).unwrap() {
+                let stats = dp.step_prepared(Some(prepared.unwrap())).unwrap().unwrap();
+                out.extend([stats.loss, stats.grad_norm]);
+            }
+            while let Some(stats) = dp.step_prepared(None).unwrap() {
+                out.extend([stats.loss, stats.grad_norm]);
+            }
+        } else {
+            for e in shares(w, workers, steps) {
+                let stats = dp.step(Some(&Batch::from_encoded(&e).unwrap())).unwrap().unwrap();
+                out.extend([stats.loss, stats.grad_norm]);
+            }
+            while let Some(stats) = dp.step(None).unwrap() {
+                out.extend([stats.loss, stats.grad_norm]);
+            }
+        }
+        out.extend(dp.weights().unwrap().iter());
+        out
+    })
+}
+
+#[test]
+fn prepared_batches_train_bit_for_bit_as_the_batches_themselves() {
+    let memory = TableOptions { shard: ShardTables::Off, budget_bytes: None, on_device: Some(false) };
+    let on_device = TableOptions { on_device: Some(true), ..memory };
+    let sharded = TableOptions { shard: ShardTables::On, budget_bytes: None, on_device: None };
+    let adam = OptimizerConfig::new(Rule::adam(0.02));
+    let update_on_device = OptimizerConfig { update_on_device: Some(true), ..adam.clone() };
+    let cases = [
+        ("tables in memory, one worker", memory, &adam, 1),
+        ("tables in memory, two workers", memory, &adam, 2),
+        ("tables and the update on the device, two workers", on_device, &update_on_device, 2),
+        ("sharded tables, two workers", sharded, &adam, 2),
+    ];
+    for (name, tables, optimizer, workers) in cases {
+        let direct = train(tables, optimizer, workers, false);
+        let prepared = train(tables, optimizer, workers, true);
+        assert!(direct[0].iter().all(|v| v.is_finite()), "{name}");
+        assert_eq!(direct, prepared, "{name}");
+    }
+}
+
+#[test]
+fn the_prefetch_keeps_the_order_and_ends_with_an_error_in_its_place() {
+    let batches: Vec<Result<Encoded, TrainError>> = vec![
+        Ok(encoded(0..5)),
+        Ok(encoded(5..12)),
+        Err(TrainError::InvalidArgument("part-00003.parquet is cut short".into())),
+        Ok(encoded(12..20)),
+    ];
+    let mut prefetch = Prefetch::start(batches.into_iter(), Device::Cpu).unwrap();
+    for rows in [5, 7] {
+        assert_eq!(prefetch.next().unwrap().unwrap().batch().rows().unwrap(), rows);
+    }
+    let err = prefetch.next().unwrap().err().unwrap().to_string();
+    assert!(err.contains("part-00003.parquet is cut short"), "{err}");
+    assert!(prefetch.next().is_none(), "nothing after the error");
+
+    // A batch that cannot be placed (its multi-hot counts do not match its ids) fails there.
+    let mut broken = encoded(20..30);
+    broken.bag_lengths[0] += 1;
+    let batches = vec![Ok(encoded(0..4)), Ok(broken), Ok(encoded(30..40))];
+    let mut prefetch = Prefetch::start(batches.into_iter(), Device::Cpu).unwrap();
+    assert!(prefetch.next().unwrap().is_ok());
+    let err = prefetch.next().unwrap().err().unwrap().to_string();
+    assert!(err.contains("multi-hot counts add up to"), "{err}");
+    assert!(prefetch.next().is_none());
+}
+
+/// Counts the batches it makes, without end, and says when it is dropped.
+struct Endless {
+    made: Arc<AtomicUsize>,
+    dropped: Arc<AtomicBool>,
+}
+
+impl Iterator for Endless {
+    type Item = Result<Encoded, TrainError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let n = self.made.fetch_add(1, Ordering::SeqCst) as u64;
+        Some(Ok(encoded(n * 8..n * 8 + 8)))
+    }
+}
+
+impl Drop for Endless {
+    fn drop(&mut self) {
+        self.dropped.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_dropped_prefetch_prepares_a_bounded_number_ahead_and_stops() {
+    let (made, dropped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+    let endless = Endless { made: made.clone(), dropped: dropped.clone() };
+    let mut prefetch = Prefetch::start(endless, Device::Cpu).unwrap();
+    for _ in 0..3 {
+        prefetch.next().unwrap().unwrap();
+    }
+    // Taken, waiting in the channel, and the one being prepared; no more.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while made.load(Ordering::SeqCst) < 3 + Prefetch::DEPTH + 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(made.load(Ordering::SeqCst), 3 + Prefetch::DEPTH + 1);
+    drop(prefetch);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !dropped.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "the prefetch thread kept its input after being dropped");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

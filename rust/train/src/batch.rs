@@ -118,21 +118,20 @@ pub struct Lookup {
 /// of its ids sits among them, and the layout its rows will take, the layout's index tensors
 /// already on the batch's device. A step makes one from its batch, or is handed one made
 /// ahead on the prefetch thread (`prefetch.rs`), and then only brings the rows.
-pub struct LookupPlan {
+pub(crate) struct LookupPlan {
     /// The batch's distinct ids, ascending.
     pub(crate) unique: Vec<u32>,
     form: Form,
-    device: Device,
 }
 
 impl LookupPlan {
     /// The plan of `batch`'s ids, laid out for its device; None when it has no ids.
-    pub fn of(batch: &Batch) -> Result<Option<LookupPlan>> {
+    pub(crate) fn of(batch: &Batch) -> Result<Option<LookupPlan>> {
         Self::of_as(batch, Gather::for_device(batch.dense.device()))
     }
 
     /// [`LookupPlan::of`], laid out as `gather` says.
-    pub fn of_as(batch: &Batch, gather: Gather) -> Result<Option<LookupPlan>> {
+    fn of_as(batch: &Batch, gather: Gather) -> Result<Option<LookupPlan>> {
         let Some(ids) = all_ids(batch) else { return Ok(None) };
         let (unique, mut local) = distinct(&ids);
         let bag_local = local.split_off(batch.ids.as_ref().map_or(0, Vec::len));
@@ -169,15 +168,23 @@ impl LookupPlan {
                 Form::Distinct { local, bags }
             }
         };
-        Ok(LookupPlan { unique, form, device })
+        Ok(LookupPlan { unique, form })
+    }
+
+    /// The device of the batch the plan was made for: where its index tensors are.
+    fn device(&self) -> &Device {
+        match &self.form {
+            Form::Distinct { local, .. } => local.device(),
+            Form::PerPosition { at, .. } => at.device(),
+        }
     }
 
     /// Makes now what [`Lookup::row_grads`] would make on its first call: the plan that sums
     /// the gradient of one row per id into one per distinct id. For batches that will be
     /// trained on, so that the step finds it made.
-    pub fn plan_gradients(&self) -> Result<()> {
+    pub(crate) fn plan_gradients(&self) -> Result<()> {
         if let Form::PerPosition { slots, sum, .. } = &self.form {
-            gradient_sums(sum, slots, self.unique.len(), &self.device)?;
+            gradient_sums(sum, slots, self.unique.len(), self.device())?;
         }
         Ok(())
     }
@@ -213,7 +220,8 @@ impl LookupPlan {
 
     /// The lookup given every table's rows of `unique`, in main memory or on the device.
     fn with(self, tables: Vec<(String, usize, Rows)>) -> Result<Lookup> {
-        let LookupPlan { unique, form, device } = self;
+        let device = self.device().clone();
+        let LookupPlan { unique, form } = self;
         let mut vars = BTreeMap::new();
         for (name, width, values) in tables {
             let count = match &values {

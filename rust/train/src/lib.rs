@@ -63,7 +63,7 @@ pub mod step;
 pub mod tensorboard;
 pub mod trainer;
 
-pub use batch::{Batch, Gather, Lookup, LookupPlan};
+pub use batch::{Batch, Gather, Lookup};
 pub use checkpoint::{Best, CheckpointOptions, Fence, Progress, Restored};
 pub use embedding::{Dcn, DeepFm, EmbeddingConfig, WideDeep};
 pub use error::{Result, TrainError};

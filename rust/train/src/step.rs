@@ -401,10 +401,9 @@ impl<M: Model> DataParallel<M> {
     /// ids): gathered from the weights, or with sharded tables asked of their owners (a
     /// collective: every worker calls it, with None when it has no batch).
     fn lookup(&self, batch: Option<&Batch>, plan: Option<LookupPlan>) -> Result<(Option<Lookup>, Fetched)> {
+        let plan = plan.filter(|_| batch.is_some());
         if let Some(device) = &self.on_device {
-            let Some(plan) = plan.filter(|_| batch.is_some()) else {
-                return Ok((None, Fetched::default()));
-            };
+            let Some(plan) = plan else { return Ok((None, Fetched::default())) };
             let ids = device.ids(&plan.unique)?;
             let tables = (self.tables.iter().enumerate())
                 .map(|(t, e)| Ok((e.name.clone(), device.gather(t, &ids)?)))
@@ -416,10 +415,9 @@ impl<M: Model> DataParallel<M> {
                 // No tables: the variables are on the device, and `weights` is empty.
                 return Ok((None, Fetched::default()));
             }
-            let lookup = plan.filter(|_| batch.is_some()).map(|p| p.gather(&self.entries, &self.weights));
-            return Ok((lookup.transpose()?, Fetched::default()));
+            let lookup = plan.map(|p| p.gather(&self.entries, &self.weights)).transpose()?;
+            return Ok((lookup, Fetched::default()));
         };
-        let plan = plan.filter(|_| batch.is_some());
         let unique = plan.as_ref().map_or(&[][..], |p| &p.unique[..]);
         let mut fetched = sharded.fetch(self.ring.as_ref(), batch.is_some(), unique)?;
         let lookup = match plan {

@@ -6,8 +6,9 @@
 //! parameters back: on a GPU that host work and traffic take longer than the whole step
 //! does in PyTorch. Here the rows are gathered on the device (`index_select`), and the step's
 //! row gradients (summed over the workers on the host, where the ring is) go back to update
-//! only those rows there, so the tables never cross to the host while training. Checkpoints,
-//! snapshots and exports copy them out when asked.
+//! only those rows there, so the tables never cross to the host while training. A trainer
+//! alone keeps the row gradients on the device as well (`update_rows_on_device`).
+//! Checkpoints, snapshots and exports copy the tables out when asked.
 //!
 //! Each update rule is the host's written in tensor operations (`rule_tensors.rs`). Updated
 //! rows are written back by one gather over the whole table from the table and the new rows
@@ -164,7 +165,7 @@ impl DeviceTables {
         scale: f32,
         step: u64,
     ) -> Result<()> {
-        let table = &mut self.tables[t];
+        let table = &self.tables[t];
         let (rows, width) = (table.entry.shape[0], table.entry.row_width());
         if grads.len() != ids.len() * width || ids.iter().any(|&id| id as usize >= rows) {
             return Err(TrainError::InvalidArgument(format!(
@@ -177,6 +178,51 @@ impl DeviceTables {
         if ids.is_empty() {
             return Ok(());
         }
+        let g = Tensor::from_slice(grads, (ids.len(), width), &self.device)?;
+        self.write_rows(t, ids, &g, None, scale, step)
+    }
+
+    /// [`Self::update_rows`] with the gradients already on the device (`[ids, width]`), as
+    /// a trainer alone keeps them. A row whose gradient is all zeros stays as it is, rule
+    /// state included, as the host's update skips such rows (`rows::live_rows`): a lazy rule
+    /// touches only the rows a step moved.
+    pub(crate) fn update_rows_on_device(
+        &mut self,
+        t: usize,
+        ids: &[u32],
+        grads: &Tensor,
+        scale: f32,
+        step: u64,
+    ) -> Result<()> {
+        let (rows, width) = (self.tables[t].entry.shape[0], self.tables[t].entry.row_width());
+        if grads.dims() != [ids.len(), width] || ids.last().is_some_and(|&id| id as usize >= rows) {
+            return Err(TrainError::InvalidArgument(format!(
+                "gradients of shape {:?} for {} rows of '{}' ({rows} rows of {width})",
+                grads.dims(),
+                ids.len(),
+                self.tables[t].entry.name
+            )));
+        }
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let live = grads.abs()?.max_keepdim(1)?.gt(0f32)?;
+        self.write_rows(t, ids, grads, Some(&live), scale, step)
+    }
+
+    /// Runs table `t`'s rule on its rows `ids` with gradients `g` and writes them back;
+    /// where `live` (`[ids, 1]`) is 0 a row and its state keep their values.
+    fn write_rows(
+        &mut self,
+        t: usize,
+        ids: &[u32],
+        g: &Tensor,
+        live: Option<&Tensor>,
+        scale: f32,
+        step: u64,
+    ) -> Result<()> {
+        let table = &mut self.tables[t];
+        let rows = table.entry.shape[0];
         // The tables of a step mostly update the same rows (they share the id space): the
         // places are made and copied to the device once.
         let written = match self.last.take() {
@@ -196,15 +242,18 @@ impl DeviceTables {
             }
         };
         let (at, pick) = (&written.at, &written.pick);
-        let g = Tensor::from_slice(grads, (ids.len(), width), &self.device)?;
         let p = table.values.index_select(at, 0)?;
         let state =
             table.state.iter().map(|s| s.index_select(at, 0)).collect::<candle_core::Result<Vec<_>>>()?;
-        let (p, state) = apply_rule(table.rule.scaled(scale), step, &p, &g, &state)?;
+        let (new_p, new_state) = apply_rule(table.rule.scaled(scale), step, &p, g, &state)?;
+        let keep = |new: Tensor, old: &Tensor| match live {
+            Some(live) => live.broadcast_as(new.shape())?.where_cond(&new, old),
+            None => Ok(new),
+        };
         let write = |old: &Tensor, new: &Tensor| Tensor::cat(&[old, new], 0)?.index_select(pick, 0);
-        table.values = write(&table.values, &p)?;
-        for (old, new) in table.state.iter_mut().zip(&state) {
-            *old = write(old, new)?;
+        table.values = write(&table.values, &keep(new_p, &p)?)?;
+        for ((old, new), before) in table.state.iter_mut().zip(new_state).zip(&state) {
+            *old = write(old, &keep(new, before)?)?;
         }
         self.last = Some(written);
         Ok(())
@@ -235,4 +284,46 @@ fn upload(entry: &Entry, what: &str, values: impl AsRef<[f32]>, device: &Device)
         )));
     }
     Ok(Tensor::from_slice(values, (entry.shape[0], entry.row_width()), device)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rows::live_rows;
+
+    /// A table of 6 rows of 2 under lazy Adam, whose state moves even for a zero gradient.
+    fn tables() -> DeviceTables {
+        let entry = Entry { name: "deep/embeddings".into(), shape: vec![6, 2], offset: 0, table: true };
+        let values = (0..12).map(|v| v as f32 * 0.1 - 0.5).collect();
+        DeviceTables::new(&[entry], vec![values], &OptimizerConfig::new(Rule::adam(0.1)), &Device::Cpu)
+            .unwrap()
+    }
+
+    #[test]
+    fn rows_of_zero_gradient_stay_as_the_host_leaves_them() {
+        let ids = [0u32, 2, 3, 5];
+        let first = [0.5f32, -1.0, 0.3, 0.7, 0.25, 0.0, -2.0, 3.0];
+        // Then row 2's gradient is zero (-0.0 counts as zero, as on the host): Adam's state
+        // would move it on.
+        let then = [0.5f32, -1.0, 0.0, -0.0, 0.25, 0.0, -2.0, 3.0];
+        let (mut host, mut device) = (tables(), tables());
+        for (step, grads) in [(1, first), (2, then), (3, then)] {
+            let (live, rows) = live_rows(&ids, &grads, 2);
+            host.update_rows(0, &live, &rows, 1.0, step).unwrap();
+            let g = Tensor::from_slice(&grads, (4, 2), &Device::Cpu).unwrap();
+            device.update_rows_on_device(0, &ids, &g, 1.0, step).unwrap();
+        }
+        assert_eq!(device.values().unwrap(), host.values().unwrap());
+        assert_eq!(device.state(0).unwrap(), host.state(0).unwrap());
+    }
+
+    #[test]
+    fn gradients_of_another_shape_are_refused_naming_the_table() {
+        let g = Tensor::zeros((3, 2), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let error = tables().update_rows_on_device(0, &[0, 1], &g, 1.0, 1).unwrap_err();
+        assert!(error.to_string().contains("'deep/embeddings'"), "{error}");
+        let g = Tensor::zeros((1, 2), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let error = tables().update_rows_on_device(0, &[6], &g, 1.0, 1).unwrap_err();
+        assert!(error.to_string().contains("6 rows of 2"), "{error}");
+    }
 }

@@ -130,13 +130,20 @@ impl DeviceVars {
     /// The gradient summed over `total` examples made the step's mean, with the penalties'
     /// gradients added at the current values; returns it with the sum of its squares.
     pub(crate) fn finish(&self, grad: &Tensor, total: f32) -> Result<(Tensor, f64)> {
+        let (grad, squares) = self.finish_on_device(grad, total)?;
+        Ok((grad, squares.to_scalar::<f64>()?))
+    }
+
+    /// [`Self::finish`], the sum of squares left on the device (a float64 scalar), so that
+    /// the step reads it together with its other numbers.
+    pub(crate) fn finish_on_device(&self, grad: &Tensor, total: f32) -> Result<(Tensor, Tensor)> {
         let mut grad = div(grad, total)?;
         if let Some((l1, twice_l2)) = &self.penalties {
             // The host adds `l1·sign(w) + 2·l2·w` to each gradient, in that order.
             let w = self.values(&self.vars)?;
             grad = (grad + ((w.sign()? * l1)? + (&w * twice_l2)?)?)?;
         }
-        let squares = grad.to_dtype(DType::F64)?.sqr()?.sum_all()?.to_scalar::<f64>()?;
+        let squares = squares(&grad)?;
         Ok((grad, squares))
     }
 
@@ -176,4 +183,9 @@ impl DeviceVars {
         }
         Ok(())
     }
+}
+
+/// The sum of `values`' squares in float64, a scalar on their device.
+pub(crate) fn squares(values: &Tensor) -> Result<Tensor> {
+    Ok(values.to_dtype(DType::F64)?.sqr()?.sum_all()?)
 }

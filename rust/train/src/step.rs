@@ -31,14 +31,14 @@
 use std::borrow::{Borrow, Cow};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use candle_core::Tensor;
 use candle_core::backprop::GradStore;
+use candle_core::{DType, Tensor};
 use sparktrain_collective::{Communicator, ReduceOp, Wire};
 
 use crate::batch::{Batch, Lookup, LookupPlan};
 use crate::checkpoint::{self, CheckpointOptions, Progress, Restored, TableFiles};
 use crate::device_tables::DeviceTables;
-use crate::device_vars::DeviceVars;
+use crate::device_vars::{self, DeviceVars};
 use crate::error::{Result, TrainError};
 use crate::groups::{GroupState, OptimizerConfig, Optimizers};
 use crate::loss::Loss;
@@ -50,6 +50,7 @@ use crate::params::Entry;
 use crate::prefetch::Prepared;
 use crate::regularize::Regularization;
 use crate::rows::live_rows;
+use crate::rule_tensors::{div, mul};
 use crate::schedule::Schedule;
 use crate::shard::{Placement, TableOptions, default_table_budget};
 use crate::sharded::{Fetched, OwnedGrads, ShardedTables, rule_of};
@@ -899,6 +900,12 @@ impl<M: Model> DataParallel<M> {
         lookup: Option<Lookup>,
         rows: usize,
     ) -> Result<Option<StepStats>> {
+        let lookup = match (self.alone_on_device(), batch, lookup) {
+            (true, Some(batch), Some(lookup)) => {
+                return self.step_alone_on_device(batch, lookup, rows).map(Some);
+            }
+            (_, _, lookup) => lookup,
+        };
         let vars = self.reduced.len() - 3;
         let (local, mut grad) = match batch {
             Some(batch) => {
@@ -934,12 +941,89 @@ impl<M: Model> DataParallel<M> {
             && norm > clip
         {
             let factor = clip / norm;
-            grad = crate::rule_tensors::mul(&grad, factor)?;
+            grad = mul(&grad, factor)?;
             self.clip_tables(&mut tables, factor);
         }
         self.optimizers.set_scale(factor);
         self.apply(tables, factor, Some(&grad))?;
         Ok(Some(self.stats(total, norm)))
+    }
+
+    /// Whether a step keeps everything on the device: a trainer alone (no ring to carry its
+    /// gradients through main memory), its variables and tables updated there, the tables by
+    /// the rows a step touches.
+    fn alone_on_device(&self) -> bool {
+        self.ring.is_none() && self.vars_on_device.is_some() && self.on_device.is_some() && self.sparse_tables
+    }
+
+    /// [`Self::step_on_device`] for a trainer alone ([`Self::alone_on_device`]): the tables'
+    /// row gradients stay on the device with the variables', and the step waits for the
+    /// device once, for its loss and norm together. The arithmetic is the host path's, in
+    /// the same order.
+    fn step_alone_on_device(&mut self, batch: &Batch, lookup: Lookup, rows: usize) -> Result<StepStats> {
+        let logits = self.model.forward(batch, Some(&lookup))?;
+        let loss = self.loss.compute_weighted(&logits, &batch.labels, self.class_weights.as_deref())?;
+        let grads = loss.backward()?;
+        // Weighted by the example count and then divided by the total, as with a ring.
+        let (scale, total) = (rows as f32, rows as f32);
+        let vars = self.vars_on_device.as_ref().expect("the update on the device");
+        let (mut grad, var_squares) = vars.finish_on_device(&vars.gradient(&grads, scale)?, total)?;
+        let tables = self.on_device.as_ref().expect("the tables on the device");
+        let at = (!self.regularization.is_zero()).then(|| tables.ids(&lookup.unique)).transpose()?;
+        let mut table_grads = Vec::with_capacity(self.tables.len());
+        let mut squares = vec![var_squares];
+        for (t, entry) in self.tables.iter().enumerate() {
+            let g = match lookup.row_grads(&entry.name, &grads)? {
+                Some(g) => div(&mul(&g, scale)?, total)?,
+                None => Tensor::zeros((lookup.unique.len(), entry.row_width()), DType::F32, grad.device())?,
+            };
+            let penalty = self.regularization.of(entry);
+            let g = match &at {
+                Some(at) if !penalty.is_zero() => {
+                    // The host adds `l1·sign(w) + 2·l2·w` to each gradient, in that order.
+                    let w = tables.gather(t, at)?;
+                    (g + (mul(&w.sign()?, penalty.l1)? + mul(&w, 2.0 * penalty.l2)?)?)?
+                }
+                _ => g,
+            };
+            squares.push(device_vars::squares(&g)?);
+            table_grads.push(g);
+        }
+        // The step's one wait for the device.
+        let loss_and_squares = Tensor::cat(
+            &[loss.to_dtype(DType::F64)?.reshape(1)?, Tensor::stack(&squares, 0)?.sum_keepdim(0)?],
+            0,
+        )?
+        .to_vec1::<f64>()?;
+        let (loss, squares) = (loss_and_squares[0] as f32, loss_and_squares[1]);
+        let slots = [scale, loss * scale, lookup.unique.len() as f32];
+        let at = self.reduced.len() - 3;
+        self.reduced[at..].copy_from_slice(&slots);
+        let norm = squares.sqrt() as f32;
+        if let Some(clip) = self.clip_norm
+            && norm > clip
+        {
+            let factor = clip / norm;
+            grad = mul(&grad, factor)?;
+            for g in &mut table_grads {
+                *g = mul(g, factor)?;
+            }
+        }
+        let factor = self.schedule.factor(self.optimizers.steps() + 1);
+        self.optimizers.set_scale(factor);
+        let vars = self.vars_on_device.as_mut().expect("the update on the device");
+        let tables = self.on_device.as_mut().expect("the tables on the device");
+        for (g, group) in self.optimizers.groups_mut().iter_mut().enumerate() {
+            group.optimizer.advance();
+            let step = group.optimizer.steps();
+            vars.update(g, &grad, factor, step)?;
+            for (t, rows) in table_grads.iter().enumerate() {
+                if tables.group(t) == group.name {
+                    tables.update_rows_on_device(t, &lookup.unique, rows, factor, step)?;
+                }
+            }
+        }
+        Ok(self.stats(total, norm))
     }
 
     /// All-reduces the step's buffer over the ring, the gradients in the wire's format.

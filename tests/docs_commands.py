@@ -56,7 +56,7 @@ RULES = [
     Rule(r"^bash tests/run\.sh", "external", "the full suite is what CI itself runs; not again inside it"),
     Rule(r"cargo \+nightly fuzz", "external", "nightly Rust and cargo-fuzz"),
     Rule(r"^bash submit/build-cuda\.sh", "costly", "the CUDA wheel: PyPI's nvcc, a release build"),
-    Rule(r"^bash tests/gpu/check\.sh", "external", "a GPU"),
+    Rule(r"^(GPU_CHECK_STEPS=\d+ )?bash tests/gpu/check\.sh", "external", "a GPU"),
     Rule(
         r"^pip install sparktrain\b|^pip install 'sparktrain\[", "external", "sparktrain is not on PyPI yet"
     ),

@@ -6,8 +6,10 @@
 #
 # It runs rust/train's gpu_check example and tests/gpu/torch_peer.py (PyTorch, from
 # TORCH_PYTHON, default /opt/torch/.venv/bin/python; only PyTorch is needed) and prints:
-# - exactness: every built-in model under every optimizer rule, cuda against cpu (fails above
-#   1e-4 relative);
+# - exactness: every built-in model under every optimizer rule, cuda against cpu: the step
+#   losses within 1e-4 relative, and the parameters (see gpu_check's `same_training`);
+# - the CUDA wheel through Python, when target/wheels-cuda holds one (or GPU_CHECK_WHEEL names
+#   it): tests/gpu/wheel_check.py, with PyTorch's Python (which has pyarrow and numpy);
 # - one trainer's step (DataParallel::step) and the Trainer with its input pipeline, for the
 #   MLP, Wide&Deep, DeepFM and DCN at batch 256 and 4096, beside PyTorch on the same GPU;
 # - the embedding models' step at 4096 with their tables the other way (on a GPU the engine
@@ -53,13 +55,34 @@ run() {
     fi
 }
 
+original_library_path=${LD_LIBRARY_PATH-}
 if [ "$device" = cuda ]; then
+    # The binary opens cuBLAS, cuBLASLt and cuRAND at run time: PyTorch's CUDA packages (and a
+    # toolkit in /usr/local/cuda) serve, where the loader does not already find them.
+    site=$("$torch" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" 2>/dev/null)
+    for lib in /usr/local/cuda/lib64 "$site"/nvidia/*/lib; do
+        [ -d "$lib" ] && LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$lib"
+    done
+    export LD_LIBRARY_PATH
     nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader || failed=1
     "$torch" -c "import torch; print('PyTorch', torch.__version__, torch.cuda.get_device_name(0))" || failed=1
 fi
 steps=${GPU_CHECK_STEPS:-200}
 
 run 300 "$bin" exact cpu "$device" 10
+# The CUDA wheel through Python, where one is built (bash submit/build-cuda.sh): installed
+# apart, and left to find CUDA's libraries itself, as a user's `pip install` is.
+wheel=${GPU_CHECK_WHEEL:-$(ls target/wheels-cuda/sparktrain-*.whl 2>/dev/null | head -n 1)}
+if [ -n "$wheel" ] && [ "$device" = cuda ]; then
+    site_dir=$(mktemp -d)
+    if "$torch" -m pip install -q --no-deps --no-index --target "$site_dir" "$wheel"; then
+        run 300 env LD_LIBRARY_PATH="$original_library_path" PYTHONPATH="$site_dir" \
+            "$torch" tests/gpu/wheel_check.py
+    else
+        echo "FAILED: pip could not install $wheel"
+        failed=1
+    fi
+fi
 for rows in 256 4096; do
     run 300 "$bin" step "$device" "$rows" "$steps"
     run 300 "$torch" tests/gpu/torch_peer.py "$device" "$rows" "$steps" mlp,wide_deep,deepfm,dcn
@@ -88,7 +111,8 @@ device = sys.argv[2]
 get = lambda **k: next((r["examples_per_sec"] for r in rows if all(r.get(a) == b for a, b in k.items())), None)
 fmt = lambda v: "-" if v is None else f"{v / 1e3:,.1f}k"
 ratio = lambda a, b: "-" if a is None or b is None else f"{a / b:.2f}x"
-print(f"\n{'model':<10} {'batch':>6} {'step':>10} {'Trainer':>10} {'PyTorch':>10} {'step/PyTorch':>13} {'Trainer/step':>13}")
+print(f"\nrates after the start: the Trainer's from its eleventh step on, the step's after its warm-up steps")
+print(f"{'model':<10} {'batch':>6} {'step':>10} {'Trainer':>10} {'PyTorch':>10} {'step/PyTorch':>13} {'Trainer/step':>13}")
 for size in (256, 4096):
     for model in ("mlp", "wide_deep", "deepfm", "dcn"):
         step = get(mode="step", model=model, rows=size, device=device)
@@ -115,7 +139,9 @@ phases = [r for r in rows if r["mode"] == "phases"]
 if phases:
     parts = ("upload", "lookup", "forward", "backward", "grads_to_host")
     print(f"\nwhere a step's time goes at 4096 rows, ms: " + ", ".join(parts) + ", the rest of the step (the update; with it on the host, the parameters back), the whole step (without the upload);"
-          " then what the Trainer's prefetch thread does ahead (the upload and the ids' plan) and the step left to the training thread")
+          " then what the Trainer's prefetch thread does ahead (the upload and the ids' plan) and the step left to the training thread."
+          " grads_to_host is the copy a step makes with a ring or with its update on the host: a trainer alone with its tables and"
+          " update on the device no longer makes it, and the rest of its step is understated by that column")
     for r in phases:
         ms = [r[f"{p}_ms"] for p in parts]
         rest = r["step_ms"] - sum(ms[1:])  # the step's own part: the batch is already on the device
@@ -136,6 +162,12 @@ if job:
     print(f"2 trainers on {device}, Wide&Deep at 256: {fmt(job['examples_per_sec'])} in all, same parameters: {job['same_parameters']}")
 exact = next((r for r in rows if r["mode"] == "exact"), None)
 if exact:
-    print(f"exactness, {device} against cpu, worst relative difference: {exact['worst']:.2e}")
+    print(f"exactness, {device} against cpu, worst relative difference: step losses {exact['worst_loss']:.2e},"
+          f" parameters {exact['worst']:.2e} (the table at the top names the parameter; gpu_check's same_training says"
+          " why Adam's and FTRL's may differ more)")
+wheel = next((r for r in rows if r["mode"] == "wheel" and "failures" in r), None)
+if wheel:
+    print("the CUDA wheel through Python: "
+          + ("every check passed" if not wheel["failures"] else "FAILED: " + "; ".join(wheel["failures"])))
 EOF
 exit $failed

@@ -151,7 +151,8 @@ impl Rule {
         }
     }
 
-    fn learning_rate(&self) -> f32 {
+    /// The rule's step size, before any schedule.
+    pub fn learning_rate(&self) -> f32 {
         match *self {
             Rule::Sgd { lr, .. }
             | Rule::Adam { lr, .. }

@@ -75,7 +75,7 @@ run 300 "$bin" exact cpu "$device" 10
 wheel=${GPU_CHECK_WHEEL:-$(ls target/wheels-cuda/sparktrain-*.whl 2>/dev/null | head -n 1)}
 if [ -n "$wheel" ] && [ "$device" = cuda ]; then
     site_dir=$(mktemp -d)
-    if "$torch" -m pip install -q --no-deps --no-index --target "$site_dir" "$wheel"; then
+    if timeout 120 "$torch" -m pip install -q --no-deps --no-index --target "$site_dir" "$wheel"; then
         run 300 env LD_LIBRARY_PATH="$original_library_path" PYTHONPATH="$site_dir" \
             "$torch" tests/gpu/wheel_check.py
     else

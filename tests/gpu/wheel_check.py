@@ -109,7 +109,12 @@ def main() -> int:
             "    print(type(e).__name__, e)\n"
         )
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-        done = subprocess.run([sys.executable, "-c", code, data], env=env, capture_output=True, text=True)
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", code, data], env=env, capture_output=True, text=True, timeout=120
+            )
+        except subprocess.TimeoutExpired:
+            done = subprocess.CompletedProcess([], 1, "", "the process seeing no card ran over 120 s")
         lines = done.stdout.strip().splitlines()
         check(done.returncode == 0 and lines[:1] == ["cpu"], f"no visible card: auto trains on {lines[:1]}")
         said = lines[1] if len(lines) > 1 else done.stderr.strip()[-300:]

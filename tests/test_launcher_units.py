@@ -352,6 +352,7 @@ def test_read_conf_takes_every_conf(pem_files):
         "spark.sparktrain.collective.streams": "2",
         "spark.sparktrain.collective.chunkBytes": "65536",
         "spark.sparktrain.collective.seal": "False",
+        "spark.sparktrain.collective.local": "false",
     }
     read = read_conf(conf, (pem_files["cert"], pem_files["key"]))
     assert (read.host, read.ports, read.collective_streams, read.collective_chunk_bytes) == (
@@ -361,11 +362,13 @@ def test_read_conf_takes_every_conf(pem_files):
         65536,
     )
     assert read.collective_sealed is False
+    assert read.collective_local is False
     assert read.tls[0] == read.tls[2] == Path(pem_files["cert"]).read_text()
     defaults = read_conf({}, None)
     assert (defaults.host, defaults.ports, defaults.tls) == (None, (0, 0), (None, None, None))
     assert (defaults.collective_streams, defaults.collective_chunk_bytes) == (1, 1 << 20)
     assert defaults.collective_sealed is True
+    assert defaults.collective_local is True
     assert defaults.auto_tls is True
     assert read_conf({"spark.sparktrain.tls.auto": "False"}, None).auto_tls is False
     with pytest.raises(

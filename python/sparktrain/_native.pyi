@@ -357,6 +357,7 @@ class Communicator:
         chunk_bytes: int = ...,
         streams: int = 1,
         sealed: bool = True,
+        local: bool = True,
     ) -> Communicator: ...
     def allreduce_at(
         self, addresses: list[int], counts: list[int], dtype: str, op: str, wire: str = "native"

@@ -5,7 +5,9 @@ reference.
 
 For each size (float32 buffers, 4 KiB to 256 MiB), each contender runs a few warm-up calls and
 then times ``--iters`` calls; the figure is the median call time on rank 0. sparktrain runs
-twice: with its frames sealed (encrypted and authenticated, the default) and in the clear
+three times: as configured by default, where ranks on one host connect through unix-domain
+sockets, unsealed; and over TCP as between hosts (``spark.sparktrain.collective.local=false``),
+with its frames sealed (encrypted and authenticated, the default) and in the clear
 (``spark.sparktrain.collective.seal=false``).
 ``busbw = bytes / time * 2(N-1)/N``, the traffic each link carries in a ring algorithm.
 
@@ -42,13 +44,14 @@ def sparktrain_rank(
     iters: int,
     streams: int,
     sealed: bool,
+    local: bool,
     out: Any,
 ) -> None:
     import numpy as np
 
     from sparktrain._native import Communicator
 
-    ring = Communicator(listener.fileno(), rank, peers, secret, 120.0, 1 << 20, streams, sealed)
+    ring = Communicator(listener.fileno(), rank, peers, secret, 120.0, 1 << 20, streams, sealed, local)
     times = {}
     for nbytes in sizes:
         data = np.ones(nbytes // 4, dtype=np.float32)
@@ -79,7 +82,9 @@ def collect(out: Any, procs: list[Any]) -> dict[int, float]:
                 sys.exit(f"a benchmark rank failed with exit code {dead[0].exitcode}")
 
 
-def run_sparktrain(n: int, sizes: list[int], iters: int, streams: int, sealed: bool) -> dict[int, float]:
+def run_sparktrain(
+    n: int, sizes: list[int], iters: int, streams: int, sealed: bool, local: bool = False
+) -> dict[int, float]:
     from sparktrain._native import generate_secret
 
     listeners = [socket.create_server(("127.0.0.1", 0)) for _ in range(n)]
@@ -89,7 +94,8 @@ def run_sparktrain(n: int, sizes: list[int], iters: int, streams: int, sealed: b
     out = ctx.Queue()
     procs = [
         ctx.Process(
-            target=sparktrain_rank, args=(r, peers, listeners[r], secret, sizes, iters, streams, sealed, out)
+            target=sparktrain_rank,
+            args=(r, peers, listeners[r], secret, sizes, iters, streams, sealed, local, out),
         )
         for r in range(n)
     ]
@@ -197,6 +203,7 @@ def main() -> None:
     sizes = [s for s in SIZES if s <= options.max_mib << 20]
 
     for n in options.ranks:
+        on_host = run_sparktrain(n, sizes, options.iters, options.streams, sealed=True, local=True)
         ours = run_sparktrain(n, sizes, options.iters, options.streams, sealed=True)
         clear = run_sparktrain(n, sizes, options.iters, options.streams, sealed=False)
         theirs = run_tensorflow(n, sizes, options.iters)
@@ -206,17 +213,19 @@ def main() -> None:
             " ring(s) (median call time on rank 0)"
         )
         print(
-            f"{'size':>8} | {'sparktrain, sealed':>22} | {'sparktrain, in clear':>22} | "
-            f"{'TensorFlow RING':>22} | {'ratio':>6} | {'clear':>6} | memcpy GB/s"
+            f"{'size':>8} | {'sparktrain, one host':>22} | {'sparktrain, TCP sealed':>22} | "
+            f"{'sparktrain, TCP clear':>22} | {'TensorFlow RING':>22} | {'host':>6} | {'ratio':>6} | "
+            f"{'clear':>6} | memcpy GB/s"
         )
         for nbytes in sizes:
-            a, c, b = ours[nbytes], clear[nbytes], theirs[nbytes]
-            bw = [nbytes / t * factor / 1e9 for t in (a, c, b)]
+            h, a, c, b = on_host[nbytes], ours[nbytes], clear[nbytes], theirs[nbytes]
+            bw = [nbytes / t * factor / 1e9 for t in (h, a, c, b)]
             memcpy = memcpy_bandwidth(nbytes) / 1e9
             print(
-                f"{human(nbytes):>8} | {a * 1e3:9.3f} ms {bw[0]:6.2f} GB/s"
-                f" | {c * 1e3:9.3f} ms {bw[1]:6.2f} GB/s | {b * 1e3:9.3f} ms {bw[2]:6.2f} GB/s"
-                f" | {b / a:5.1f}x | {b / c:5.1f}x | {memcpy:.2f}"
+                f"{human(nbytes):>8} | {h * 1e3:9.3f} ms {bw[0]:6.2f} GB/s"
+                f" | {a * 1e3:9.3f} ms {bw[1]:6.2f} GB/s | {c * 1e3:9.3f} ms {bw[2]:6.2f} GB/s"
+                f" | {b * 1e3:9.3f} ms {bw[3]:6.2f} GB/s"
+                f" | {b / h:5.1f}x | {b / a:5.1f}x | {b / c:5.1f}x | {memcpy:.2f}"
             )
         sys.stdout.flush()
 

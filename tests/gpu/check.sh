@@ -21,8 +21,9 @@
 #   the gradients' copy to host memory, against the whole step), and what the Trainer's
 #   prefetch thread takes off it (the batch's copy and the plan of its ids);
 # - a job of 2 trainer processes each on the GPU, in one ring (same parameters at the end);
-# - the ring's all-reduce alone, sealed and in the clear, against PyTorch's gloo, 2, 4 and 8
-#   processes over loopback, 1, 16 and 64 MiB (tests/gpu/gloo_peer.py; bus bandwidth);
+# - the ring's all-reduce alone against PyTorch's gloo, 2, 4 and 8 processes on the one host,
+#   1, 16 and 64 MiB (tests/gpu/gloo_peer.py; bus bandwidth): as configured by default (local
+#   sockets), and over TCP on loopback as between hosts, sealed and in the clear;
 # - the MLP at 4096 on one CPU thread against PyTorch's.
 # Every figure goes to $OUT/gpu-check.jsonl (OUT defaults to target/gpu-check) and a table
 # comparing them ends the output. Each command has a time-out; a failed one is reported and the
@@ -150,13 +151,14 @@ if phases:
 reduces = [r for r in rows if r["mode"] == "allreduce"]
 if reduces:
     print("\nall-reduce over loopback, float32 sums, bus bandwidth GB/s (median call on rank 0)")
-    print(f"{'ranks':>5} {'MiB':>5} {'sealed':>8} {'clear':>8} {'gloo':>8} {'sealed/gloo':>12} {'clear/gloo':>11}")
+    print("(local: the default between ranks on one host, unix-domain sockets; sealed, clear: TCP as between hosts)")
+    print(f"{'ranks':>5} {'MiB':>5} {'local':>8} {'sealed':>8} {'clear':>8} {'gloo':>8} {'local/gloo':>11} {'sealed/gloo':>12} {'clear/gloo':>11}")
     for n in sorted({r["ranks"] for r in reduces}):
         for size in sorted({r["bytes"] for r in reduces}):
             bw = {r["contender"]: r["busbw_gbs"] for r in reduces if r["ranks"] == n and r["bytes"] == size}
             cell = lambda c: "-" if c not in bw else f"{bw[c]:.2f}"
             over = lambda c: "-" if c not in bw or "gloo" not in bw else f"{bw[c] / bw['gloo']:.2f}x"
-            print(f"{n:>5} {size >> 20:>5} {cell('sealed'):>8} {cell('clear'):>8} {cell('gloo'):>8} {over('sealed'):>12} {over('clear'):>11}")
+            print(f"{n:>5} {size >> 20:>5} {cell('local'):>8} {cell('sealed'):>8} {cell('clear'):>8} {cell('gloo'):>8} {over('local'):>11} {over('sealed'):>12} {over('clear'):>11}")
 job = next((r for r in rows if r["mode"] == "job"), None)
 if job:
     print(f"2 trainers on {device}, Wide&Deep at 256: {fmt(job['examples_per_sec'])} in all, same parameters: {job['same_parameters']}")

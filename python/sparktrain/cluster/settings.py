@@ -87,6 +87,9 @@ class JobSettings:
     collective_chunk_bytes: int = 1 << 20
     #: Whether the data plane's frames are encrypted and authenticated.
     collective_sealed: bool = True
+    #: Whether trainers on one host (one network namespace) connect through unix-domain
+    #: sockets, their frames unsealed, rather than TCP.
+    collective_local: bool = True
     #: The job's generation: 0, then one more after each restart.
     generation: int = 0
     #: A random id of the job, the same in every generation: checkpoints tell this job's

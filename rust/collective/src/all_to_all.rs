@@ -36,13 +36,14 @@
 
 use std::borrow::Cow;
 use std::io;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::str::FromStr;
 use std::thread;
 use std::time::Duration;
 
 use crate::error::{CollectiveError, Result};
 use crate::handshake;
+use crate::local::{self, Stream};
 use crate::ring::{Config, Connection, INLINE_BYTES, Link, Place, Side, send_recv};
 use crate::seal::{KEY_BYTES, Opener, Sealer};
 
@@ -90,14 +91,11 @@ pub(crate) struct MeshLink<C: Connection> {
 
 impl<C: Connection> MeshLink<C> {
     /// The link over `to` and `from`, each with its frame key; `cut` is another handle on
-    /// `to`. Frames travel in the clear unless `sealed`.
+    /// `to`. Frames travel in the clear unless `sealed` and the connection leaves the host.
     pub(crate) fn new(to: (C, [u8; KEY_BYTES]), from: (C, [u8; KEY_BYTES]), cut: C, sealed: bool) -> Self {
-        let key = |k: &[u8; KEY_BYTES]| sealed.then_some(*k);
-        MeshLink {
-            to: Sealer::new(to.0, key(&to.1).as_ref()),
-            from: Opener::new(from.0, key(&from.1).as_ref()),
-            cut,
-        }
+        let key = |c: &C, k: &[u8; KEY_BYTES]| (sealed && !c.is_local()).then_some(*k);
+        let (to_key, from_key) = (key(&to.0, &to.1), key(&from.0, &from.1));
+        MeshLink { to: Sealer::new(to.0, to_key.as_ref()), from: Opener::new(from.0, from_key.as_ref()), cut }
     }
 
     fn shutdown(&self) {
@@ -237,8 +235,9 @@ impl<C: Connection> Mesh<C> {
     }
 }
 
-/// Connects a rank's mesh through `listener` (the one the ring was connected through).
-pub(crate) fn tcp_dialer(listener: TcpListener) -> Dialer<TcpStream> {
+/// Connects a rank's mesh through `listener` (the one the ring was connected through); links
+/// to ranks on the same host move to unix-domain sockets as the ring's do.
+pub(crate) fn tcp_dialer(listener: TcpListener) -> Dialer<Stream> {
     Box::new(move |config, barrier, refused| {
         let (n, rank) = (config.peers.len(), config.rank);
         let mut links = Vec::with_capacity(n.saturating_sub(1));
@@ -260,15 +259,18 @@ pub(crate) fn tcp_dialer(listener: TcpListener) -> Dialer<TcpStream> {
                     accepting.join().unwrap_or_else(|_| Err(CollectiveError::local("accept panicked")));
                 (accepted, connected)
             });
-            let (stream, key) = connected?;
+            let outgoing = connected?;
             let incoming =
                 accepted?.pop().ok_or_else(|| CollectiveError::local("accept returned nothing"))?;
             // Like the ring's: a partitioned peer host breaks the connection within the time-out.
-            for s in [&stream, &incoming.0] {
+            for s in [&outgoing.0, &incoming.0] {
                 crate::link::bound_silence(s, config.timeout).map_err(|e| {
                     CollectiveError::io(format!("bounding the silence of rank {to}'s mesh link"), e)
                 })?;
             }
+            let (mut outgoing, mut incoming) =
+                local::settle(vec![outgoing], vec![incoming], config, to, from)?;
+            let ((stream, key), incoming) = (outgoing.remove(0), incoming.remove(0));
             let cut = stream.try_clone().map_err(|e| {
                 CollectiveError::io(format!("a second handle on the connection to rank {to}"), e)
             })?;

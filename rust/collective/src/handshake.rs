@@ -28,7 +28,8 @@ use crate::error::{CollectiveError, Result};
 use crate::seal::KEY_BYTES;
 
 const MAGIC: &[u8; 4] = b"STDP";
-const VERSION: u8 = 3;
+// 4: the move to a unix-domain socket follows the handshake (`crate::local`).
+const VERSION: u8 = 4;
 const NONCE: usize = 32;
 const MAC: usize = 32;
 const HELLO: usize = 4 + 1 + 4 + 1 + 1 + NONCE;

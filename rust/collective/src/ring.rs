@@ -13,8 +13,9 @@
 //!   mixing data.
 //! - A failed call shuts every connection down: the neighbours fail at once too, and so on
 //!   around the ring, so no rank waits for its time-out when a peer is gone.
-//! - Every message is sealed ([`crate::seal`]): a frame that was altered on the way breaks
-//!   the ring like a lost peer does.
+//! - Every message that crosses a network is sealed ([`crate::seal`]): a frame that was
+//!   altered on the way breaks the ring like a lost peer does. Connections between ranks on
+//!   one host move to unix-domain sockets and go unsealed ([`crate::local`]).
 //! - All-to-all ([`crate::all_to_all`]) runs over direct connections to every rank, made
 //!   from the same listener with the same handshake the first time a job needs them.
 
@@ -27,6 +28,7 @@ use crate::all_to_all::{self, Mesh, Route};
 use crate::element::{Element, ReduceOp};
 use crate::error::{CollectiveError, Result};
 use crate::handshake;
+use crate::local::{self, Stream};
 use crate::seal::{KEY_BYTES, Opener, Sealer};
 use crate::wire::Wire;
 
@@ -39,6 +41,11 @@ pub trait Connection: Read + Write + Send {
     /// How long the connection has had data in flight, where the system says ([`crate::link`]).
     fn busy_time(&self) -> Option<Duration> {
         None
+    }
+    /// Whether the connection stays within one host ([`crate::local`]): its frames are not
+    /// sealed.
+    fn is_local(&self) -> bool {
+        false
     }
 }
 
@@ -82,6 +89,9 @@ pub struct Config {
     /// How all-to-all buffers travel: over direct connections between every pair of ranks
     /// (the default), or forwarded along the ring.
     pub all_to_all: Route,
+    /// Whether connections between ranks in one network namespace move to unix-domain
+    /// sockets, unsealed ([`crate::local`]); both ends must want it, or they stay on TCP.
+    pub local: bool,
 }
 
 impl Config {
@@ -97,6 +107,7 @@ impl Config {
             max_gather_bytes: MAX_GATHER_BYTES,
             sealed: true,
             all_to_all: Route::Mesh,
+            local: true,
         }
     }
 }
@@ -113,6 +124,8 @@ impl std::fmt::Debug for Config {
             .field("streams", &self.streams)
             .field("max_gather_bytes", &self.max_gather_bytes)
             .field("sealed", &self.sealed)
+            .field("all_to_all", &self.all_to_all)
+            .field("local", &self.local)
             .finish()
     }
 }
@@ -140,13 +153,11 @@ pub(crate) struct Link<C: Connection> {
 
 impl<C: Connection> Link<C> {
     /// The link over `next` (to send) and `prev` (to receive), each with its frame key;
-    /// frames travel in the clear unless `sealed`.
+    /// frames travel in the clear unless `sealed` and the connection leaves the host.
     pub(crate) fn new(next: (C, [u8; KEY_BYTES]), prev: (C, [u8; KEY_BYTES]), sealed: bool) -> Self {
-        let key = |k: &[u8; KEY_BYTES]| sealed.then_some(*k);
-        Link {
-            next: Sealer::new(next.0, key(&next.1).as_ref()),
-            prev: Opener::new(prev.0, key(&prev.1).as_ref()),
-        }
+        let key = |c: &C, k: &[u8; KEY_BYTES]| (sealed && !c.is_local()).then_some(*k);
+        let (next_key, prev_key) = (key(&next.0, &next.1), key(&prev.0, &prev.1));
+        Link { next: Sealer::new(next.0, next_key.as_ref()), prev: Opener::new(prev.0, prev_key.as_ref()) }
     }
 
     fn shutdown(&self) {
@@ -205,8 +216,9 @@ impl Place<'_> {
 /// (the ring then breaks) rather than allocated.
 pub const MAX_GATHER_BYTES: u64 = 1 << 30;
 
-/// One rank's end of the ring, over TCP connections unless told otherwise.
-pub struct Communicator<C: Connection = TcpStream> {
+/// One rank's end of the ring, over TCP connections or, between ranks on one host, unix-domain
+/// sockets ([`Stream`]).
+pub struct Communicator<C: Connection = Stream> {
     config: Config,
     links: Vec<Link<C>>,
     /// The direct connections of all-to-all, made when first needed.
@@ -245,19 +257,16 @@ impl Communicator {
                     accepting.join().unwrap_or_else(|_| Err(CollectiveError::local("accept panicked")));
                 (prev, next)
             });
-            links = next?
-                .into_iter()
-                .zip(prev?)
-                .map(|(next, prev)| Link::new(next, prev, config.sealed))
-                .collect::<Vec<_>>();
+            let (next, prev) = (next?, prev?);
             // A peer host that vanishes must not hold a wait longer than the time-out (the
             // engine's checkpoint barrier waits up to an hour for a live but slow chief).
-            for link in &links {
-                for stream in [link.next.stream(), link.prev.stream()] {
-                    crate::link::bound_silence(stream, config.timeout)
-                        .map_err(|e| CollectiveError::io("bounding a ring connection's silence", e))?;
-                }
+            for (stream, _) in next.iter().chain(&prev) {
+                crate::link::bound_silence(stream, config.timeout)
+                    .map_err(|e| CollectiveError::io("bounding a ring connection's silence", e))?;
             }
+            let (next, prev) = local::settle(next, prev, &config, next_rank, prev_rank)?;
+            links =
+                next.into_iter().zip(prev).map(|(next, prev)| Link::new(next, prev, config.sealed)).collect();
         }
         let mesh = Mesh::dialled_later(all_to_all::tcp_dialer(listener));
         Ok(Communicator { config, links, mesh, broken: false, calls: 0, refused })
@@ -318,6 +327,15 @@ impl<C: Connection> Communicator<C> {
     /// (see [`crate::link`]). None for a ring of one, or where the system does not say.
     pub fn send_busy(&self) -> Option<Duration> {
         self.links.iter().filter_map(|link| link.next.stream().busy_time()).max()
+    }
+
+    /// How many of this rank's ring connections (to the next rank and from the previous one,
+    /// over every parallel ring) stay within the host ([`crate::local`]).
+    pub fn local_connections(&self) -> usize {
+        self.links
+            .iter()
+            .map(|l| usize::from(l.next.stream().is_local()) + usize::from(l.prev.stream().is_local()))
+            .sum()
     }
 
     /// Bytes this rank has written to its connections so far, frames' tags included: what

@@ -507,16 +507,18 @@ fn ring_through(flip: Option<usize>) -> (Vec<Communicator>, std::sync::Arc<std::
         .map(|(rank, listener)| {
             // Rank 0 reaches rank 1 through the relay; rank 1 reaches rank 0 directly.
             let peers = if rank == 0 { vec![real[0].clone(), relay.clone()] } else { real.clone() };
-            let config = Config::new(rank, peers, SECRET.to_vec(), Duration::from_secs(10));
+            // Over TCP, as between hosts: on one host the ranks would move off the relay's path.
+            let config =
+                Config { local: false, ..Config::new(rank, peers, SECRET.to_vec(), Duration::from_secs(10)) };
             thread::spawn(move || Communicator::connect(listener, config).unwrap())
         })
         .collect();
     (handles.into_iter().map(|h| h.join().unwrap()).collect(), seen)
 }
 
-/// The bytes rank 0 sends in the handshake, before the first sealed frame: its 43-byte
-/// greeting and its 32-byte proof.
-const HANDSHAKE_BYTES: usize = 43 + 32;
+/// The bytes rank 0 sends before the first sealed frame: its 43-byte greeting, its 32-byte
+/// proof, and the byte that declines a local socket.
+const HANDSHAKE_BYTES: usize = 43 + 32 + 1;
 
 #[test]
 fn values_cross_the_network_encrypted() {
@@ -582,4 +584,59 @@ fn frames_in_the_clear_reduce_the_same_and_ranks_must_agree_on_sealing() {
         "{:?}",
         outcomes.iter().map(|o| o.as_ref().err().unwrap().to_string()).collect::<Vec<_>>()
     );
+}
+
+/// Runs one sum of 3 MiB of distinct values on every rank; returns each rank's local
+/// connections, bytes sent by the call, and result.
+fn sum_once(comms: Vec<Communicator>) -> Vec<(usize, u64, Vec<f32>)> {
+    on_all(comms, |c| {
+        let mut data: Vec<f32> = (0..3 << 18).map(|i| value::<f32>(c.rank(), i) / 7.0).collect();
+        let before = c.bytes_sent();
+        c.all_reduce(&mut data, ReduceOp::Sum).unwrap();
+        (c.local_connections(), c.bytes_sent() - before, data)
+    })
+    .into_iter()
+    .map(|(_, r)| r)
+    .collect()
+}
+
+#[test]
+fn ranks_on_one_host_move_to_local_sockets_unsealed_and_reduce_the_same_bits() {
+    let rings_with = |local: bool| {
+        connect_configured(3, |c| Config { streams: 2, local, ..c }).into_iter().map(Result::unwrap).collect()
+    };
+    let local = sum_once(rings_with(true));
+    let tcp = sum_once(rings_with(false));
+    // Each rank sends 2(N-1)/N of the buffer, plus a 24-byte header per call.
+    let payload = (2 * 2 * (3 << 20) / 3 + 24) as u64;
+    for rank in 0..3 {
+        let (on_host, sent_local, summed_local) = &local[rank];
+        let (over_tcp, sent_tcp, summed_tcp) = &tcp[rank];
+        // Both parallel rings, to the next rank and from the previous one.
+        assert_eq!((*on_host, *over_tcp), (4, 0), "rank {rank}");
+        assert_eq!(summed_local, summed_tcp, "rank {rank}: the same bits either way");
+        // No frame's tag on a local socket: nothing to seal against there.
+        assert_eq!(*sent_local, payload, "rank {rank}");
+        assert!(*sent_tcp > payload, "rank {rank}: sealed frames carry tags over TCP");
+    }
+}
+
+#[test]
+fn a_rank_that_declines_local_sockets_keeps_its_own_connections_on_tcp() {
+    let comms: Vec<Communicator> = connect_configured(3, |c| Config { local: c.rank != 1, ..c })
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let results = sum_once(comms);
+    // Rank 1's connections both ways stay on TCP; the ring's third one, 2 → 0, moves.
+    let on_host: Vec<usize> = results.iter().map(|r| r.0).collect();
+    assert_eq!(on_host, vec![1, 0, 1]);
+    let expected: Vec<f32> =
+        (0..3 << 18).map(|i| (0..3).map(|r| value::<f32>(r, i) / 7.0).fold(0.0, |a, b| a + b)).collect();
+    for (rank, (_, _, summed)) in results.iter().enumerate() {
+        // Sums of three values in ring order: close to any other order's.
+        let worst = summed.iter().zip(&expected).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(worst < 1e-3, "rank {rank}: {worst}");
+    }
+    assert_eq!(results[0].2, results[2].2, "every rank ends with the same bits");
 }

@@ -90,9 +90,11 @@ impl Communicator {
 impl Communicator {
     /// Connects the ring through the listening socket `listener_fd` (duplicated: the caller
     /// keeps its own), with every rank's `host:port` in `peers`. Frames are sealed (encrypted
-    /// and authenticated) unless `sealed` is false, which every rank must agree on.
+    /// and authenticated) unless `sealed` is false, which every rank must agree on; with
+    /// `local`, connections between ranks in one network namespace move to unix-domain
+    /// sockets, where frames are not sealed.
     #[new]
-    #[pyo3(signature = (listener_fd, rank, peers, secret, timeout, chunk_bytes=sparktrain_collective::DEFAULT_CHUNK_BYTES, streams=1, sealed=true))]
+    #[pyo3(signature = (listener_fd, rank, peers, secret, timeout, chunk_bytes=sparktrain_collective::DEFAULT_CHUNK_BYTES, streams=1, sealed=true, local=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -104,6 +106,7 @@ impl Communicator {
         chunk_bytes: usize,
         streams: usize,
         sealed: bool,
+        local: bool,
     ) -> Result<Self> {
         let secret = JobSecret::from_hex(secret)?;
         let timeout = crate::cluster::seconds(timeout, "timeout")?;
@@ -117,6 +120,7 @@ impl Communicator {
             chunk_bytes,
             streams,
             sealed,
+            local,
             // The ring's own key, derived from the secret: never the secret the control plane
             // derives its credential from.
             ..Config::new(rank, peers, secret.ring_key().to_vec(), timeout)

@@ -27,7 +27,8 @@
 //! - `job DEVICE WORKERS [steps]`: WORKERS trainer processes on this machine, each on DEVICE,
 //!   in one ring over loopback, training Wide&Deep; checks they end with the same parameters.
 //! - `allreduce RANKS[,RANKS...] MIB[,MIB...]`: the ring's float32 sum alone, RANKS processes
-//!   over loopback, sealed and in the clear, buffers of MIB MiB: the median call time on rank 0
+//!   on one host, by default (unix-domain sockets) and over TCP as between hosts, sealed and in
+//!   the clear, buffers of MIB MiB: the median call time on rank 0
 //!   and the bus bandwidth (`2(N-1)/N × bytes / time`, as NCCL's tests count it), for
 //!   `tests/gpu/gloo_peer.py`'s figures of PyTorch's gloo on the same machine.
 //!
@@ -624,13 +625,18 @@ fn numbers(list: &str) -> Vec<usize> {
     list.split(',').map(|n| n.trim().parse().expect("a whole number")).collect()
 }
 
-/// Starts RANKS `allreduce-rank` processes for every count in `ranks`, sealed and in the clear,
-/// and prints rank 0's median call time and the bus bandwidth for every size in `mib`.
+/// The all-reduce's contenders: the default (ranks on one host over unix-domain sockets), and
+/// TCP over loopback as between hosts, sealed and in the clear.
+const REDUCERS: [(&str, &str); 3] = [("local", "local"), ("sealed", "tcp-sealed"), ("clear", "tcp-clear")];
+
+/// Starts RANKS `allreduce-rank` processes for every count in `ranks`, for every contender of
+/// [`REDUCERS`], and prints rank 0's median call time and the bus bandwidth for every size in
+/// `mib`.
 fn all_reduce(ranks: &str, mib: &str) -> ExitCode {
     let sizes: Vec<String> = numbers(mib).iter().map(|m| (m << 20).to_string()).collect();
     let exe = std::env::current_exe().expect("this program");
     for n in numbers(ranks) {
-        for sealed in [true, false] {
+        for (contender, transport) in REDUCERS {
             // Free ports for the ring, found by binding and letting go (each rank binds its own).
             let peers: Vec<String> = (0..n)
                 .map(|_| {
@@ -640,7 +646,7 @@ fn all_reduce(ranks: &str, mib: &str) -> ExitCode {
             let children: Vec<_> = (0..n)
                 .map(|rank| {
                     Command::new(&exe)
-                        .args(["allreduce-rank", &rank.to_string(), &sealed.to_string(), &sizes.join(",")])
+                        .args(["allreduce-rank", &rank.to_string(), transport, &sizes.join(",")])
                         .args(&peers)
                         .stdout(std::process::Stdio::piped())
                         .spawn()
@@ -652,7 +658,7 @@ fn all_reduce(ranks: &str, mib: &str) -> ExitCode {
                 outputs.push(child.wait_with_output().expect("its output"));
             }
             if let Some(failed) = outputs.iter().find(|o| !o.status.success()) {
-                eprintln!("a rank failed ({}) with {n} ranks, sealed={sealed}", failed.status);
+                eprintln!("a rank failed ({}) with {n} ranks, {transport}", failed.status);
                 return ExitCode::FAILURE;
             }
             let text = String::from_utf8_lossy(&outputs[0].stdout).into_owned();
@@ -660,7 +666,7 @@ fn all_reduce(ranks: &str, mib: &str) -> ExitCode {
                 let (bytes, seconds): (usize, f64) = serde_json::from_str(line).expect("a timing");
                 let busbw = 2.0 * (n - 1) as f64 / n as f64 * bytes as f64 / seconds / 1e9;
                 let line = serde_json::json!({
-                    "mode": "allreduce", "contender": if sealed { "sealed" } else { "clear" }, "ranks": n,
+                    "mode": "allreduce", "contender": contender, "ranks": n,
                     "bytes": bytes, "seconds": seconds, "busbw_gbs": busbw,
                 });
                 println!("RESULT {line}");
@@ -670,15 +676,20 @@ fn all_reduce(ranks: &str, mib: &str) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// One rank of `allreduce`: `RANK SEALED SIZES PEER...`; rank 0 prints `TIME [bytes, median
-/// seconds]` per size.
+/// One rank of `allreduce`: `RANK TRANSPORT SIZES PEER...` (TRANSPORT `local`, `tcp-sealed`
+/// or `tcp-clear`); rank 0 prints `TIME [bytes, median seconds]` per size.
 fn all_reduce_rank(args: &[String]) -> ExitCode {
     let rank: usize = args[0].parse().expect("rank");
-    let sealed: bool = args[1].parse().expect("true or false");
+    let (local, sealed) = match args[1].as_str() {
+        "local" => (true, true),
+        "tcp-sealed" => (false, true),
+        "tcp-clear" => (false, false),
+        other => panic!("no transport {other}"),
+    };
     let peers = args[3..].to_vec();
     let listener = std::net::TcpListener::bind(&peers[rank]).expect("its port");
     let config =
-        Config { sealed, ..Config::new(rank, peers, b"gpu-check".to_vec(), Duration::from_secs(120)) };
+        Config { sealed, local, ..Config::new(rank, peers, b"gpu-check".to_vec(), Duration::from_secs(120)) };
     let mut ring = Communicator::connect(listener, config).expect("the ring");
     for bytes in numbers(&args[2]) {
         let mut data = vec![1.0f32; bytes / 4];

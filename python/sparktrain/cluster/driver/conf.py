@@ -25,6 +25,9 @@ CHUNK_CONF: Final = "spark.sparktrain.collective.chunkBytes"
 #: The Spark conf key that sends the data plane's frames in the clear (``false``) rather than
 #: encrypted and authenticated (``true``, the default): only for networks the job trusts.
 SEAL_CONF: Final = "spark.sparktrain.collective.seal"
+#: The Spark conf key that keeps connections between trainers on one host on TCP (``false``)
+#: rather than moving them to unix-domain sockets (``true``, the default).
+LOCAL_CONF: Final = "spark.sparktrain.collective.local"
 #: Spark's conf of the GPUs each task of the default resource profile gets.
 TASK_GPU_CONF: Final = "spark.task.resource.gpu.amount"
 
@@ -45,6 +48,8 @@ class DriverConf:
     collective_chunk_bytes: int
     #: Whether the data plane's frames are encrypted and authenticated.
     collective_sealed: bool
+    #: Whether trainers on one host connect through unix-domain sockets.
+    collective_local: bool
 
 
 def read_conf(conf: Any, tls: tuple[str, ...] | None, gpus_per_worker: int | None = None) -> DriverConf:
@@ -66,6 +71,7 @@ def read_conf(conf: Any, tls: tuple[str, ...] | None, gpus_per_worker: int | Non
         collective_streams=positive_int(conf, STREAMS_CONF, 1),
         collective_chunk_bytes=positive_int(conf, CHUNK_CONF, 1 << 20),
         collective_sealed=boolean(conf, SEAL_CONF, True),
+        collective_local=boolean(conf, LOCAL_CONF, True),
     )
 
 

@@ -329,6 +329,7 @@ class Cluster:
             collective_streams=conf.collective_streams,
             collective_chunk_bytes=conf.collective_chunk_bytes,
             collective_sealed=conf.collective_sealed,
+            collective_local=conf.collective_local,
             barrier_timeout=options.barrier_timeout,
             storage=storage,
             evaluator_roles=tuple(options.evaluator_roles or ()),

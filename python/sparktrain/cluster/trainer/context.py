@@ -65,6 +65,7 @@ class TrainerContext:
     _collective_streams: int = field(default=1, repr=False)
     _collective_chunk_bytes: int = field(default=1 << 20, repr=False)
     _collective_sealed: bool = field(default=True, repr=False)
+    _collective_local: bool = field(default=True, repr=False)
     _ring: Communicator | None = field(default=None, repr=False)
     #: Whether a pass over the feed is being read (the task serves one at a time).
     _feed_open: bool = field(default=False, repr=False)
@@ -224,6 +225,7 @@ class TrainerContext:
                 self._collective_chunk_bytes,
                 self._collective_streams,
                 self._collective_sealed,
+                self._collective_local,
             )
         return self._ring
 

@@ -181,6 +181,7 @@ def _context(
         _collective_streams=job.collective_streams,
         _collective_chunk_bytes=job.collective_chunk_bytes,
         _collective_sealed=job.collective_sealed,
+        _collective_local=job.collective_local,
         callbacks=callbacks,
     )
 

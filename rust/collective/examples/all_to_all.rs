@@ -37,8 +37,10 @@ fn connect(n: usize, route: Route) -> Vec<Communicator> {
         .into_iter()
         .enumerate()
         .map(|(rank, listener)| {
+            // Over TCP, sealed, as between hosts: on one host the ranks would move to unix sockets.
             let config = Config {
                 all_to_all: route,
+                local: false,
                 ..Config::new(rank, peers.clone(), b"bench secret".to_vec(), Duration::from_secs(30))
             };
             thread::spawn(move || Communicator::connect(listener, config).unwrap())

@@ -115,7 +115,11 @@ fn rings(n: usize) -> Vec<SharedRing> {
         .into_iter()
         .enumerate()
         .map(|(rank, l)| {
-            let config = Config::new(rank, peers.clone(), b"bench".to_vec(), Duration::from_secs(60));
+            // Over TCP, sealed, as between hosts: on one host the ranks would move to unix sockets.
+            let config = Config {
+                local: false,
+                ..Config::new(rank, peers.clone(), b"bench".to_vec(), Duration::from_secs(60))
+            };
             thread::spawn(move || shared(Communicator::connect(l, config).unwrap()))
         })
         .collect();

@@ -126,8 +126,8 @@ type Settled = (Vec<Keyed<Stream>>, Vec<Keyed<Stream>>);
 /// The longest the accepting end waits for a connection already made and a proof already sent.
 const PROOF_WAIT: Duration = Duration::from_secs(5);
 
-/// Kernel buffers of a local connection: a whole 1 MiB chunk in flight halves the wake-ups
-/// against the default (about 200 KiB); the kernel caps it at `net.core.wmem_max`.
+/// Kernel buffers asked for a local connection: room for a whole 1 MiB chunk and more in
+/// flight, where the default holds about 200 KiB (the kernel caps it at `net.core.wmem_max`).
 const BUFFER_BYTES: libc::c_int = 4 << 20;
 
 fn proof(key: &[u8; KEY_BYTES], label: &[u8]) -> [u8; PROOF] {
@@ -193,8 +193,9 @@ fn abstract_address(_name: &[u8]) -> Option<SocketAddr> {
 }
 
 /// The accepting end of an established, keyed connection: offers a local socket when the
-/// configuration wants it ([`Config::local`]), and returns the stream to use. Errors are the TCP connection's own (the peer
-/// went away mid-way); a peer that cannot or will not move leaves the connection on TCP.
+/// configuration wants it ([`Config::local`]), and returns the stream to use. Errors are the
+/// TCP connection's own (the peer went away mid-way); a peer that cannot or will not move
+/// leaves the connection on TCP.
 pub(crate) fn offer((mut tcp, frame_key): Keyed<TcpStream>, config: &Config) -> io::Result<Keyed<Stream>> {
     let (key, wanted, timeout) = (&frame_key, config.local, config.timeout);
     tcp.set_timeout(timeout)?;

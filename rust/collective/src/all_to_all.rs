@@ -44,7 +44,7 @@ use std::time::Duration;
 use crate::error::{CollectiveError, Result};
 use crate::handshake;
 use crate::local::{self, Stream};
-use crate::ring::{Config, Connection, INLINE_BYTES, Link, Place, Side, send_recv};
+use crate::ring::{Config, Connection, INLINE_BYTES, Link, Place, Side, sealing, send_recv};
 use crate::seal::{KEY_BYTES, Opener, Sealer};
 
 /// How all-to-all buffers travel between ranks.
@@ -93,8 +93,7 @@ impl<C: Connection> MeshLink<C> {
     /// The link over `to` and `from`, each with its frame key; `cut` is another handle on
     /// `to`. Frames travel in the clear unless `sealed` and the connection leaves the host.
     pub(crate) fn new(to: (C, [u8; KEY_BYTES]), from: (C, [u8; KEY_BYTES]), cut: C, sealed: bool) -> Self {
-        let key = |c: &C, k: &[u8; KEY_BYTES]| (sealed && !c.is_local()).then_some(*k);
-        let (to_key, from_key) = (key(&to.0, &to.1), key(&from.0, &from.1));
+        let (to_key, from_key) = (sealing(&to.0, &to.1, sealed), sealing(&from.0, &from.1, sealed));
         MeshLink { to: Sealer::new(to.0, to_key.as_ref()), from: Opener::new(from.0, from_key.as_ref()), cut }
     }
 

@@ -56,7 +56,8 @@ pub struct Expected {
     pub sealed: bool,
 }
 
-fn mac(secret: &[u8], label: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
+/// HMAC-SHA256 of `label` and `parts` under `secret`.
+pub(crate) fn mac(secret: &[u8], label: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
     // HMAC takes keys of any length.
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC accepts any key length");
     mac.update(label);

@@ -29,10 +29,10 @@ use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use hmac::Mac;
 
 use crate::error::{CollectiveError, Result};
+use crate::handshake::mac;
 use crate::ring::{Config, Connection};
 use crate::seal::KEY_BYTES;
 
@@ -131,15 +131,11 @@ const PROOF_WAIT: Duration = Duration::from_secs(5);
 const BUFFER_BYTES: libc::c_int = 4 << 20;
 
 fn proof(key: &[u8; KEY_BYTES], label: &[u8]) -> [u8; PROOF] {
-    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts any key length");
-    mac.update(label);
-    mac.finalize().into_bytes().into()
+    mac(key, label, &[]).finalize().into_bytes().into()
 }
 
 fn checks(key: &[u8; KEY_BYTES], label: &[u8], theirs: &[u8]) -> bool {
-    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts any key length");
-    mac.update(label);
-    mac.verify_slice(theirs).is_ok()
+    mac(key, label, &[]).verify_slice(theirs).is_ok()
 }
 
 const CONNECTING: &[u8] = b"sparktrain local connect";

@@ -155,8 +155,7 @@ impl<C: Connection> Link<C> {
     /// The link over `next` (to send) and `prev` (to receive), each with its frame key;
     /// frames travel in the clear unless `sealed` and the connection leaves the host.
     pub(crate) fn new(next: (C, [u8; KEY_BYTES]), prev: (C, [u8; KEY_BYTES]), sealed: bool) -> Self {
-        let key = |c: &C, k: &[u8; KEY_BYTES]| (sealed && !c.is_local()).then_some(*k);
-        let (next_key, prev_key) = (key(&next.0, &next.1), key(&prev.0, &prev.1));
+        let (next_key, prev_key) = (sealing(&next.0, &next.1, sealed), sealing(&prev.0, &prev.1, sealed));
         Link { next: Sealer::new(next.0, next_key.as_ref()), prev: Opener::new(prev.0, prev_key.as_ref()) }
     }
 
@@ -164,6 +163,15 @@ impl<C: Connection> Link<C> {
         self.next.stream().shutdown();
         self.prev.stream().shutdown();
     }
+}
+
+/// The key `stream`'s frames are sealed under: none in the clear, or within the host.
+pub(crate) fn sealing<C: Connection>(
+    stream: &C,
+    key: &[u8; KEY_BYTES],
+    sealed: bool,
+) -> Option<[u8; KEY_BYTES]> {
+    (sealed && !stream.is_local()).then_some(*key)
 }
 
 #[derive(Clone, Copy)]

@@ -627,7 +627,7 @@ fn numbers(list: &str) -> Vec<usize> {
 
 /// The all-reduce's contenders: the default (ranks on one host over unix-domain sockets), and
 /// TCP over loopback as between hosts, sealed and in the clear.
-const REDUCERS: [(&str, &str); 3] = [("local", "local"), ("sealed", "tcp-sealed"), ("clear", "tcp-clear")];
+const REDUCERS: [&str; 3] = ["local", "sealed", "clear"];
 
 /// Starts RANKS `allreduce-rank` processes for every count in `ranks`, for every contender of
 /// [`REDUCERS`], and prints rank 0's median call time and the bus bandwidth for every size in
@@ -636,7 +636,7 @@ fn all_reduce(ranks: &str, mib: &str) -> ExitCode {
     let sizes: Vec<String> = numbers(mib).iter().map(|m| (m << 20).to_string()).collect();
     let exe = std::env::current_exe().expect("this program");
     for n in numbers(ranks) {
-        for (contender, transport) in REDUCERS {
+        for contender in REDUCERS {
             // Free ports for the ring, found by binding and letting go (each rank binds its own).
             let peers: Vec<String> = (0..n)
                 .map(|_| {
@@ -646,7 +646,7 @@ fn all_reduce(ranks: &str, mib: &str) -> ExitCode {
             let children: Vec<_> = (0..n)
                 .map(|rank| {
                     Command::new(&exe)
-                        .args(["allreduce-rank", &rank.to_string(), transport, &sizes.join(",")])
+                        .args(["allreduce-rank", &rank.to_string(), contender, &sizes.join(",")])
                         .args(&peers)
                         .stdout(std::process::Stdio::piped())
                         .spawn()
@@ -658,7 +658,7 @@ fn all_reduce(ranks: &str, mib: &str) -> ExitCode {
                 outputs.push(child.wait_with_output().expect("its output"));
             }
             if let Some(failed) = outputs.iter().find(|o| !o.status.success()) {
-                eprintln!("a rank failed ({}) with {n} ranks, {transport}", failed.status);
+                eprintln!("a rank failed ({}) with {n} ranks, {contender}", failed.status);
                 return ExitCode::FAILURE;
             }
             let text = String::from_utf8_lossy(&outputs[0].stdout).into_owned();
@@ -676,15 +676,15 @@ fn all_reduce(ranks: &str, mib: &str) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// One rank of `allreduce`: `RANK TRANSPORT SIZES PEER...` (TRANSPORT `local`, `tcp-sealed`
-/// or `tcp-clear`); rank 0 prints `TIME [bytes, median seconds]` per size.
+/// One rank of `allreduce`: `RANK CONTENDER SIZES PEER...` (a contender of [`REDUCERS`]);
+/// rank 0 prints `TIME [bytes, median seconds]` per size.
 fn all_reduce_rank(args: &[String]) -> ExitCode {
     let rank: usize = args[0].parse().expect("rank");
     let (local, sealed) = match args[1].as_str() {
         "local" => (true, true),
-        "tcp-sealed" => (false, true),
-        "tcp-clear" => (false, false),
-        other => panic!("no transport {other}"),
+        "sealed" => (false, true),
+        "clear" => (false, false),
+        other => panic!("no contender {other}"),
     };
     let peers = args[3..].to_vec();
     let listener = std::net::TcpListener::bind(&peers[rank]).expect("its port");

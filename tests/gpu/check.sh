@@ -19,7 +19,8 @@
 #   it runs on the device; this runs it on the host, as before);
 # - where a step's time goes at batch 4096 (the batch's copy, the lookup, forward, backward,
 #   the gradients' copy to host memory, against the whole step), and what the Trainer's
-#   prefetch thread takes off it (the batch's copy and the plan of its ids);
+#   prefetch thread takes off it (the batch's copy and the plan of its ids), and the host's
+#   share of that alone, in the CPU's layout and in the GPU's;
 # - a job of 2 trainer processes each on the GPU, in one ring (same parameters at the end);
 # - the ring's all-reduce alone against PyTorch's gloo, 2, 4 and 8 processes on the one host,
 #   1, 16 and 64 MiB (tests/gpu/gloo_peer.py; bus bandwidth): as configured by default (local
@@ -97,6 +98,7 @@ other_update=host
 run 300 env GPU_CHECK_TABLES=device GPU_CHECK_UPDATE=$other_update "$bin" step "$device" 4096 "$steps" mlp,wide_deep
 run 300 "$bin" phases "$device" 4096 $((steps / 4))
 run 300 "$bin" input 4096 $((steps / 2))
+run 120 "$bin" prepare 4096 200 wide_deep,deepfm
 run 300 "$bin" job "$device" 2 50
 ranks=${GPU_CHECK_RANKS:-2,4,8}
 run 300 "$bin" allreduce "$ranks" 1,16,64
@@ -148,6 +150,10 @@ if phases:
         rest = r["step_ms"] - sum(ms[1:])  # the step's own part: the batch is already on the device
         print(f"{r['model']:<10} " + " ".join(f"{v:8.3f}" for v in ms) + f" {rest:8.3f} {r['step_ms']:8.3f}"
               + f" | {r['prepare_ms']:8.3f} {r['prepared_step_ms']:8.3f}")
+prepares = [r for r in rows if r["mode"] == "prepare"]
+if prepares:
+    print("the host's share of preparing a batch of 4096 rows, median ms (CPU layout; GPU layout): "
+          + ", ".join(f"{r['model']} {r['cpu_layout_ms']:.3f}; {r['gpu_layout_ms']:.3f}" for r in prepares))
 reduces = [r for r in rows if r["mode"] == "allreduce"]
 if reduces:
     print("\nall-reduce over loopback, float32 sums, bus bandwidth GB/s (median call on rank 0)")

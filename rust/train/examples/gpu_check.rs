@@ -20,6 +20,11 @@
 //!   the whole `DataParallel::step` (the rest of which is the update, and with the update on
 //!   the host the copy of the parameters back); a JSON line per model, in milliseconds per
 //!   step.
+//! - `prepare ROWS [batches] [models] [buckets]`: the host's share of preparing a batch for a
+//!   step (`Prepared`: its distinct ids, each id's place among them, and in the layout of a GPU
+//!   the plan of the gradient sums), on the CPU in both layouts, for Wide&Deep's and DeepFM's
+//!   ids by default, with `buckets` ids a column (10,000 unless told); a JSON line per model
+//!   with the median milliseconds a batch.
 //! - `input ROWS [steps] [models]`: the `trainer` mode's input pipeline alone over the same
 //!   files (read, encoded and cut into batches on its thread, then copied to the CPU as the
 //!   trainer copies a batch to its device): the examples per second it can feed at most; a
@@ -54,8 +59,8 @@ use sparktrain_collective::{Communicator, Config};
 use sparktrain_train::input::Input;
 use sparktrain_train::trainer::{FitOptions, Hooks, LogLine, Trainer, TrainerConfig};
 use sparktrain_train::{
-    Batch, Categorical, DataParallel, FeatureSpec, Loss, Model, ModelKind, OptimizerConfig, Prepared, Rule,
-    ShardTables, TableOptions, shared,
+    Batch, Categorical, DataParallel, FeatureSpec, Gather, Loss, Model, ModelKind, OptimizerConfig, Prepared,
+    Rule, ShardTables, TableOptions, shared,
 };
 
 const DENSE: usize = 13;
@@ -78,6 +83,12 @@ fn main() -> ExitCode {
         Some("step") => step(&arg(1, "cuda"), number(2, 4096), number(3, 100), &timed(&arg(4, TIMED))),
         Some("trainer") => trainer(&arg(1, "cuda"), number(2, 4096), number(3, 100), &timed(&arg(4, TIMED))),
         Some("phases") => phases(&arg(1, "cuda"), number(2, 4096), number(3, 50), &timed(&arg(4, TIMED))),
+        Some("prepare") => prepare(
+            number(1, 4096),
+            number(2, 200),
+            &timed(&arg(3, "wide_deep,deepfm")),
+            number(4, BUCKETS as usize) as u32,
+        ),
         Some("input") => input(number(1, 4096), number(2, 100), &timed(&arg(3, TIMED))),
         Some("job") => job(&arg(1, "cuda"), number(2, 2), number(3, 50)),
         Some("job-worker") => job_worker(&args[1..]),
@@ -85,7 +96,7 @@ fn main() -> ExitCode {
         Some("allreduce-rank") => all_reduce_rank(&args[1..]),
         _ => {
             eprintln!(
-                "usage: gpu_check exact A B [steps] | step DEVICE ROWS [steps] | trainer DEVICE ROWS [steps] | phases DEVICE ROWS [steps] | input ROWS [steps] | job DEVICE WORKERS [steps] | allreduce RANKS MIB"
+                "usage: gpu_check exact A B [steps] | step DEVICE ROWS [steps] | trainer DEVICE ROWS [steps] | phases DEVICE ROWS [steps] | prepare ROWS [batches] [models] [buckets] | input ROWS [steps] | job DEVICE WORKERS [steps] | allreduce RANKS MIB"
             );
             ExitCode::from(2)
         }
@@ -118,13 +129,18 @@ fn models() -> Vec<(&'static str, ModelKind)> {
 
 /// The MLP reads 39 dense features; the others 13 dense and 26 categorical columns.
 fn spec(model: &str) -> FeatureSpec {
+    spec_of(model, BUCKETS)
+}
+
+/// [`spec`] with `buckets` ids in each categorical column.
+fn spec_of(model: &str, buckets: u32) -> FeatureSpec {
     let dense_only = matches!(model, "mlp" | "logistic_regression");
     FeatureSpec {
         dense: (0..if dense_only { 39 } else { DENSE }).map(|i| format!("d{i}")).collect(),
         categorical: if dense_only {
             vec![]
         } else {
-            (0..COLUMNS).map(|c| Categorical { name: format!("c{c}"), buckets: BUCKETS }).collect()
+            (0..COLUMNS).map(|c| Categorical { name: format!("c{c}"), buckets }).collect()
         },
         crossed: vec![],
         multi_hot: vec![],
@@ -417,6 +433,34 @@ fn phases(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str
             "tables": tables_name(&dp), "update": update_name(&dp),
             "upload_ms": per(0), "lookup_ms": per(1), "forward_ms": per(2), "backward_ms": per(3),
             "grads_to_host_ms": per(4), "step_ms": per(5), "prepare_ms": per(6), "prepared_step_ms": per(7),
+        });
+        println!("RESULT {line}");
+    }
+    ExitCode::SUCCESS
+}
+
+fn prepare(rows_per_step: usize, batches: usize, models: &[(&str, ModelKind)], buckets: u32) -> ExitCode {
+    for (name, _) in models {
+        let spec = spec_of(name, buckets);
+        let encoded: Vec<_> =
+            (0..8).map(|s| spec.encode(&rows(&spec, rows_per_step, s + 1)).expect("encodes")).collect();
+        let median = |gather: Gather| {
+            let mut times: Vec<f64> = (0..batches)
+                .map(|b| {
+                    let t = Instant::now();
+                    let prepared = Prepared::with_layout(&encoded[b % encoded.len()], &Device::Cpu, gather)
+                        .expect("the batch is prepared");
+                    let ms = t.elapsed().as_secs_f64() * 1e3;
+                    drop(prepared);
+                    ms
+                })
+                .collect();
+            times.sort_by(f64::total_cmp);
+            times[times.len() / 2]
+        };
+        let line = serde_json::json!({
+            "mode": "prepare", "model": name, "rows": rows_per_step, "batches": batches, "buckets": buckets,
+            "cpu_layout_ms": median(Gather::Distinct), "gpu_layout_ms": median(Gather::PerPosition),
         });
         println!("RESULT {line}");
     }

@@ -131,7 +131,7 @@ impl LookupPlan {
     }
 
     /// [`LookupPlan::of`], laid out as `gather` says.
-    fn of_as(batch: &Batch, gather: Gather) -> Result<Option<LookupPlan>> {
+    pub(crate) fn of_as(batch: &Batch, gather: Gather) -> Result<Option<LookupPlan>> {
         let Some(ids) = all_ids(batch) else { return Ok(None) };
         let (unique, mut local) = distinct(&ids);
         let bag_local = local.split_off(batch.ids.as_ref().map_or(0, Vec::len));

@@ -15,7 +15,7 @@ use std::sync::mpsc::SyncSender;
 use candle_core::Device;
 
 use crate::background::Background;
-use crate::batch::{Batch, LookupPlan};
+use crate::batch::{Batch, Gather, LookupPlan};
 use crate::error::Result;
 use crate::features::Encoded;
 
@@ -29,8 +29,14 @@ pub struct Prepared {
 impl Prepared {
     /// `encoded` on `device`, its ids placed for a training step.
     pub fn new(encoded: &Encoded, device: &Device) -> Result<Prepared> {
+        Self::with_layout(encoded, device, Gather::for_device(device))
+    }
+
+    /// [`Prepared::new`] with the rows laid out as `gather` says, whatever the device: on the
+    /// CPU, `Gather::PerPosition` does the host's share of a GPU's preparation.
+    pub fn with_layout(encoded: &Encoded, device: &Device, gather: Gather) -> Result<Prepared> {
         let batch = Batch::from_encoded_on(encoded, device)?;
-        let plan = LookupPlan::of(&batch)?;
+        let plan = LookupPlan::of_as(&batch, gather)?;
         if let Some(plan) = &plan {
             plan.plan_gradients()?;
         }

@@ -41,19 +41,28 @@ impl SegmentSum {
     /// The plan for `group_of[slot]` (a group below `groups`, or [`NONE`]), on `device`.
     pub fn new(group_of: &[u32], groups: usize, device: &Device) -> Result<Self> {
         // The current round's rows by group, as offsets into one array (no allocation per
-        // group: a batch has tens of thousands of distinct ids).
-        let mut starts = vec![0usize; groups + 1];
-        for &g in group_of.iter().filter(|&&g| g != NONE) {
-            starts[g as usize + 1] += 1;
+        // group: a batch has tens of thousands of distinct ids), from a counting sort of the
+        // slots with 32-bit counters, which keep its scattered reads and writes in cache.
+        let mut cursor = vec![0u32; groups];
+        for &g in group_of {
+            if g != NONE {
+                cursor[g as usize] += 1;
+            }
         }
-        for g in 0..groups {
-            starts[g + 1] += starts[g];
+        let mut starts = Vec::with_capacity(groups + 1);
+        let mut total = 0u32;
+        for count in &mut cursor {
+            starts.push(total as usize);
+            (*count, total) = (total, total + *count);
         }
-        let mut items = vec![0u32; starts[groups]];
-        let mut cursor = starts.clone();
-        for (slot, &g) in group_of.iter().enumerate().filter(|(_, g)| **g != NONE) {
-            items[cursor[g as usize]] = slot as u32;
-            cursor[g as usize] += 1;
+        starts.push(total as usize);
+        let mut items = vec![0u32; total as usize];
+        for (slot, &g) in group_of.iter().enumerate() {
+            if g != NONE {
+                let at = &mut cursor[g as usize];
+                items[*at as usize] = slot as u32;
+                *at += 1;
+            }
         }
         let mut ids: Vec<u32> = (0..groups as u32).collect();
         let mut pick = vec![NONE; groups];

@@ -1,7 +1,7 @@
 //! Batches made ready for the step ahead of it, on a thread of their own.
 //!
 //! Before a step can run, its batch must be on the model's device and its ids placed: the
-//! distinct ids found (a radix sort of a hundred thousand ids at batch 4096), each id's index
+//! distinct ids found (a hundred thousand ids at batch 4096; `distinct.rs`), each id's index
 //! among them, and on a GPU the plan that sums the embeddings' gradients per distinct id.
 //! None of that depends on the weights, so [`Prefetch`] does it for the next batch while the
 //! current one trains: on a GPU the training thread then only queues kernels and waits for

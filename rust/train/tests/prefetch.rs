@@ -1,7 +1,8 @@
 //! Batches prepared ahead on the prefetch thread (on the device, their ids placed) train
 //! bit for bit as the same batches handed to the step directly, wherever the tables live
-//! (in memory, on the device, sharded over two workers); the prefetch keeps the input's
-//! order, ends with an input's error in its place, and stops its thread when dropped.
+//! (in memory, on the device, sharded over two workers); batches laid out as a GPU's prefetch
+//! lays them out train the same on the CPU; the prefetch keeps the input's order, ends with
+//! an input's error in its place, and stops its thread when dropped.
 
 mod support;
 
@@ -11,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use candle_core::Device;
 use sparktrain_train::{
-    Batch, DataParallel, EmbeddingConfig, Encoded, Loss, OptimizerConfig, Prefetch, Rule, ShardTables,
-    TableOptions, TrainError, WideDeep,
+    Batch, DataParallel, EmbeddingConfig, Encoded, Gather, Loss, OptimizerConfig, Prefetch, Prepared, Rule,
+    ShardTables, TableOptions, TrainError, WideDeep,
 };
 use support::{on_workers, tagged_rows, tagged_spec};
 
@@ -83,6 +84,32 @@ fn prepared_batches_train_bit_for_bit_as_the_batches_themselves() {
         let prepared = train(tables, optimizer, workers, true);
         assert!(direct[0].iter().all(|v| v.is_finite()), "{name}");
         assert_eq!(direct, prepared, "{name}");
+    }
+}
+
+#[test]
+fn batches_prepared_in_a_gpus_layout_on_the_cpu_train_as_the_batches_themselves() {
+    // One row per id, padded bags, and the gradients summed by the plan a GPU's prefetch
+    // makes: the same training as the CPU's own layout, to the rounding of sums in another
+    // order.
+    let memory = TableOptions { shard: ShardTables::Off, budget_bytes: None, on_device: Some(false) };
+    let adam = OptimizerConfig::new(Rule::adam(0.02));
+    let direct = train(memory, &adam, 1, false).remove(0);
+    let model =
+        WideDeep::new(&tagged_spec(), &EmbeddingConfig { dim: 4, hidden: vec![8], cross_layers: 0, seed: 3 })
+            .unwrap();
+    let mut dp = DataParallel::with_tables(model, Loss::BinaryCrossEntropy, &adam, None, &memory).unwrap();
+    let mut laid_out = Vec::new();
+    for e in shares(0, 1, 12) {
+        let prepared = Prepared::with_layout(&e, &Device::Cpu, Gather::PerPosition).unwrap();
+        let stats = dp.step_prepared(Some(prepared)).unwrap().unwrap();
+        laid_out.extend([stats.loss, stats.grad_norm]);
+    }
+    laid_out.extend(dp.weights().unwrap().iter());
+    assert_eq!(direct.len(), laid_out.len());
+    let top = direct.iter().fold(0f32, |m, v| m.max(v.abs()));
+    for (i, (a, b)) in direct.iter().zip(&laid_out).enumerate() {
+        assert!((a - b).abs() <= 1e-5 * top, "value {i}: {a} in the CPU's layout, {b} in a GPU's");
     }
 }
 

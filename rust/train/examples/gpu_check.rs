@@ -440,6 +440,7 @@ fn phases(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str
 }
 
 fn prepare(rows_per_step: usize, batches: usize, models: &[(&str, ModelKind)], buckets: u32) -> ExitCode {
+    let batches = batches.max(1);
     for (name, _) in models {
         let spec = spec_of(name, buckets);
         let encoded: Vec<_> =

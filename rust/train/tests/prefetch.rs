@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use candle_core::Device;
 use sparktrain_train::{
     Batch, DataParallel, EmbeddingConfig, Encoded, Gather, Loss, OptimizerConfig, Prefetch, Prepared, Rule,
-    ShardTables, TableOptions, TrainError, WideDeep,
+    ShardTables, StepStats, TableOptions, TrainError, WideDeep,
 };
 use support::{on_workers, tagged_rows, tagged_spec};
 
@@ -28,9 +28,20 @@ fn shares(w: usize, workers: usize, steps: u64) -> Vec<Encoded> {
     (0..steps).map(|s| encoded(s * 64 + w as u64 * share..s * 64 + (w as u64 + 1) * share)).collect()
 }
 
+/// How a test hands its batches to the step.
+#[derive(Clone, Copy)]
+enum Feed {
+    /// Each batch as it is (`DataParallel::step`).
+    Direct,
+    /// Through the prefetch thread.
+    Prefetch,
+    /// Prepared on the CPU in the given layout (`Prepared::with_layout`).
+    Laid(Gather),
+}
+
 /// Every step's loss and norm, then the weights, after training `workers` workers with the
-/// tables placed by `tables`, batches handed to the step or prepared by the prefetch thread.
-fn train(tables: TableOptions, optimizer: &OptimizerConfig, workers: usize, prefetch: bool) -> Vec<Vec<f32>> {
+/// tables placed by `tables`, batches fed as `feed` says.
+fn train(tables: TableOptions, optimizer: &OptimizerConfig, workers: usize, feed: Feed) -> Vec<Vec<f32>> {
     let optimizer = optimizer.clone();
     on_workers(workers, move |w, ring| {
         let model = WideDeep::new(
@@ -43,22 +54,27 @@ fn train(tables: TableOptions, optimizer: &OptimizerConfig, workers: usize, pref
         let mut out = Vec::new();
         // Worker 1 has one batch fewer: the last step runs with one batch among two.
         let steps = if w == 1 { 11 } else { 12 };
-        if prefetch {
-            let batches = shares(w, workers, steps).into_iter().map(Ok);
-            for prepared in Prefetch::start(batches, Device::Cpu).unwrap() {
-                let stats = dp.step_prepared(Some(prepared.unwrap())).unwrap().unwrap();
-                out.extend([stats.loss, stats.grad_norm]);
+        let batches = shares(w, workers, steps);
+        let mut record = |stats: Option<StepStats>| stats.map(|s| out.extend([s.loss, s.grad_norm]));
+        match feed {
+            Feed::Direct => {
+                for e in batches {
+                    record(dp.step(Some(&Batch::from_encoded(&e).unwrap())).unwrap());
+                }
+                while record(dp.step(None).unwrap()).is_some() {}
             }
-            while let Some(stats) = dp.step_prepared(None).unwrap() {
-                out.extend([stats.loss, stats.grad_norm]);
+            Feed::Prefetch => {
+                for prepared in Prefetch::start(batches.into_iter().map(Ok), Device::Cpu).unwrap() {
+                    record(dp.step_prepared(Some(prepared.unwrap())).unwrap());
+                }
+                while record(dp.step_prepared(None).unwrap()).is_some() {}
             }
-        } else {
-            for e in shares(w, workers, steps) {
-                let stats = dp.step(Some(&Batch::from_encoded(&e).unwrap())).unwrap().unwrap();
-                out.extend([stats.loss, stats.grad_norm]);
-            }
-            while let Some(stats) = dp.step(None).unwrap() {
-                out.extend([stats.loss, stats.grad_norm]);
+            Feed::Laid(gather) => {
+                for e in batches {
+                    let prepared = Prepared::with_layout(&e, &Device::Cpu, gather).unwrap();
+                    record(dp.step_prepared(Some(prepared)).unwrap());
+                }
+                while record(dp.step_prepared(None).unwrap()).is_some() {}
             }
         }
         out.extend(dp.weights().unwrap().iter());
@@ -80,8 +96,8 @@ fn prepared_batches_train_bit_for_bit_as_the_batches_themselves() {
         ("sharded tables, two workers", sharded, &adam, 2),
     ];
     for (name, tables, optimizer, workers) in cases {
-        let direct = train(tables, optimizer, workers, false);
-        let prepared = train(tables, optimizer, workers, true);
+        let direct = train(tables, optimizer, workers, Feed::Direct);
+        let prepared = train(tables, optimizer, workers, Feed::Prefetch);
         assert!(direct[0].iter().all(|v| v.is_finite()), "{name}");
         assert_eq!(direct, prepared, "{name}");
     }
@@ -94,18 +110,8 @@ fn batches_prepared_in_a_gpus_layout_on_the_cpu_train_as_the_batches_themselves(
     // order.
     let memory = TableOptions { shard: ShardTables::Off, budget_bytes: None, on_device: Some(false) };
     let adam = OptimizerConfig::new(Rule::adam(0.02));
-    let direct = train(memory, &adam, 1, false).remove(0);
-    let model =
-        WideDeep::new(&tagged_spec(), &EmbeddingConfig { dim: 4, hidden: vec![8], cross_layers: 0, seed: 3 })
-            .unwrap();
-    let mut dp = DataParallel::with_tables(model, Loss::BinaryCrossEntropy, &adam, None, &memory).unwrap();
-    let mut laid_out = Vec::new();
-    for e in shares(0, 1, 12) {
-        let prepared = Prepared::with_layout(&e, &Device::Cpu, Gather::PerPosition).unwrap();
-        let stats = dp.step_prepared(Some(prepared)).unwrap().unwrap();
-        laid_out.extend([stats.loss, stats.grad_norm]);
-    }
-    laid_out.extend(dp.weights().unwrap().iter());
+    let direct = train(memory, &adam, 1, Feed::Direct).remove(0);
+    let laid_out = train(memory, &adam, 1, Feed::Laid(Gather::PerPosition)).remove(0);
     assert_eq!(direct.len(), laid_out.len());
     let top = direct.iter().fold(0f32, |m, v| m.max(v.abs()));
     for (i, (a, b)) in direct.iter().zip(&laid_out).enumerate() {

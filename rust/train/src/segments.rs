@@ -37,89 +37,132 @@ pub struct SegmentSum {
     pick: Tensor,
 }
 
+/// One round's plan, for groups numbered within the round.
+struct Planned {
+    /// None when no group has two rows.
+    round: Option<Round>,
+    /// Rows this round's sums make.
+    rows: usize,
+    /// Each group's sum, as a row of every round's rows laid end to end, where this round
+    /// gives it; [`NONE`] for a group with no row or one still summing.
+    pick: Vec<u32>,
+    /// The groups still summing: `(group, first of its rows in this round's sums, rows)`.
+    long: Vec<(usize, usize, usize)>,
+}
+
+/// Classes of segments: class `c` holds segments padded to `2 << c` rows, up to [`SEGMENT`].
+const CLASSES: usize = SEGMENT.ilog2() as usize;
+
+/// Entries past the classes that groups of no class count in, in turn ([`plan_round`]).
+const SPREAD: usize = 8;
+
+/// The class of the segments of a group of `n` rows; [`CLASSES`] (no class) for fewer than
+/// two. Written to compile without a branch: groups of one row and of several come in no
+/// order, and a mispredicted branch per group cost more than the rest of the pass.
+fn class_of(n: usize) -> usize {
+    let class = ((n.clamp(1, SEGMENT) - 1) | 1).ilog2() as usize;
+    if n > 1 { class } else { CLASSES }
+}
+
+/// The round that sums `members` (each row's group below `groups`, or [`NONE`]), rows that
+/// start at `offset` in every round's rows laid end to end. A group of up to [`SEGMENT`] rows
+/// is one segment of its class; a longer one is a run of full-width segments, the last
+/// padded, whose sums the next round adds. Every group's place in the gathers (or, for a
+/// group of one row, in `pick`) is known from the counts alone, so each row is written
+/// straight to its place: one pass to count, one over the groups, one to place.
+fn plan_round(members: &[u32], groups: usize, offset: usize, device: &Device) -> Result<Planned> {
+    let mut count = vec![0u32; groups];
+    for &g in members {
+        if g != NONE {
+            count[g as usize] += 1;
+        }
+    }
+    // Each class's segments. Groups of no class (one row or none), most groups where ids
+    // are many, count in entries past the classes, eight of them in turn: adding into one
+    // entry would chain each group's addition to the last through memory.
+    let entry_of = |g: usize, n: usize| class_of(n) + (g % SPREAD) * usize::from(n < 2);
+    let mut segments = [0usize; CLASSES + SPREAD];
+    for (g, &n) in count.iter().enumerate() {
+        segments[entry_of(g, n as usize)] += (n as usize).div_ceil(SEGMENT);
+    }
+    // Class after class, in the gathers and in the sums.
+    let (mut at_of, mut row_of, mut layout) =
+        ([0usize; CLASSES + SPREAD], [0usize; CLASSES + SPREAD], Vec::new());
+    let (mut at_len, mut rows) = (0, 0);
+    for c in 0..CLASSES {
+        (at_of[c], row_of[c]) = (at_len, rows);
+        if segments[c] > 0 {
+            layout.push((at_len, segments[c], 2 << c));
+        }
+        at_len += segments[c] * (2 << c);
+        rows += segments[c];
+    }
+    // The gathers, then each group's pick, in one buffer: a group of one row has its place
+    // in the second part, so that placing a row needs no branch on its group's size.
+    let mut places = vec![NONE; at_len + groups];
+    let mut long = Vec::new();
+    let sums = offset + members.len();
+    // Each group's count becomes the place of its next row: one array of groups, not two,
+    // for the placing pass's scattered reads and writes.
+    let mut next = count;
+    for (g, slot) in next.iter_mut().enumerate() {
+        let n = *slot as usize;
+        // A group of one row is picked from the input as it is, at its own row: only the
+        // first round, whose input starts at 0, has such groups (later rounds sum runs of
+        // at least two sums).
+        debug_assert!(n != 1 || offset == 0, "a group of one row in a later round");
+        let (c, run) = (entry_of(g, n), n.div_ceil(SEGMENT));
+        *slot = if n == 1 { (at_len + g) as u32 } else { at_of[c] as u32 };
+        at_of[c] += run << (c + 1);
+        places[at_len + g] = if n > 1 && run == 1 { (sums + row_of[c]) as u32 } else { NONE };
+        if run > 1 {
+            long.push((g, row_of[c], run));
+        }
+        row_of[c] += run;
+    }
+    for (row, &g) in members.iter().enumerate() {
+        if g != NONE {
+            let at = &mut next[g as usize];
+            places[*at as usize] = row as u32;
+            *at += 1;
+        }
+    }
+    let pick = places.split_off(at_len);
+    let round = match at_len {
+        0 => None,
+        _ => Some(Round { at: Tensor::from_vec(places, at_len, device)?, classes: layout }),
+    };
+    Ok(Planned { round, rows, pick, long })
+}
+
 impl SegmentSum {
     /// The plan for `group_of[slot]` (a group below `groups`, or [`NONE`]), on `device`.
     pub fn new(group_of: &[u32], groups: usize, device: &Device) -> Result<Self> {
-        // The current round's rows by group, as offsets into one array (no allocation per
-        // group: a batch has tens of thousands of distinct ids), from a counting sort of the
-        // slots with 32-bit counters, which keep its scattered reads and writes in cache.
-        let mut cursor = vec![0u32; groups];
-        for &g in group_of {
-            if g != NONE {
-                cursor[g as usize] += 1;
-            }
-        }
-        let mut starts = Vec::with_capacity(groups + 1);
-        let mut total = 0u32;
-        for count in &mut cursor {
-            starts.push(total as usize);
-            (*count, total) = (total, total + *count);
-        }
-        starts.push(total as usize);
-        let mut items = vec![0u32; total as usize];
-        for (slot, &g) in group_of.iter().enumerate() {
-            if g != NONE {
-                let at = &mut cursor[g as usize];
-                items[*at as usize] = slot as u32;
-                *at += 1;
-            }
-        }
-        let mut ids: Vec<u32> = (0..groups as u32).collect();
-        let mut pick = vec![NONE; groups];
-        let (mut offset, mut rows) = (0usize, group_of.len());
+        let mut planned = plan_round(group_of, groups, 0, device)?;
+        let mut pick = std::mem::take(&mut planned.pick);
         let mut rounds = Vec::new();
-        let classes = SEGMENT.ilog2() as usize;
-        let class_of = |len: usize| len.next_power_of_two().max(2).ilog2() as usize - 1;
+        // Each group of the latest round by its number among all (None: the same number).
+        let mut names: Option<Vec<usize>> = None;
+        let mut offset = group_of.len();
         loop {
-            let mut pending = Vec::new();
-            for (k, &g) in ids.iter().enumerate() {
-                let (s, e) = (starts[k], starts[k + 1]);
-                match e - s {
-                    0 => {}
-                    1 => pick[g as usize] = (offset + items[s] as usize) as u32,
-                    _ => pending.push((g, s, e)),
-                }
-            }
-            if pending.is_empty() {
+            rounds.extend(planned.round.take());
+            if planned.long.is_empty() {
                 break;
             }
-            // The segments of each class (rows per segment, a power of two), then where each
-            // class's gathers and sums go: class after class.
-            let mut count = vec![0usize; classes];
-            for &(_, s, e) in &pending {
-                for from in (s..e).step_by(SEGMENT) {
-                    count[class_of((e - from).min(SEGMENT))] += 1;
+            let mut members = vec![NONE; planned.rows];
+            let mut next_names = Vec::with_capacity(planned.long.len());
+            for (k, &(g, first, run)) in planned.long.iter().enumerate() {
+                members[first..first + run].fill(k as u32);
+                next_names.push(names.as_ref().map_or(g, |n| n[g]));
+            }
+            let next = plan_round(&members, next_names.len(), offset, device)?;
+            offset += planned.rows;
+            for (k, &p) in next.pick.iter().enumerate() {
+                if p != NONE {
+                    pick[next_names[k]] = p;
                 }
             }
-            let (mut row_of, mut at_of, mut layout) =
-                (vec![0usize; classes], vec![0usize; classes], Vec::new());
-            let (mut row, mut at_len) = (0, 0);
-            for c in 0..classes {
-                (row_of[c], at_of[c]) = (row, at_len);
-                if count[c] > 0 {
-                    layout.push((at_len, count[c], 2 << c));
-                }
-                row += count[c];
-                at_len += count[c] * (2 << c);
-            }
-            let mut at = vec![NONE; at_len];
-            let (mut next_ids, mut next_starts, mut next_items) = (Vec::new(), vec![0], Vec::new());
-            for &(g, s, e) in &pending {
-                for from in (s..e).step_by(SEGMENT) {
-                    let len = (e - from).min(SEGMENT);
-                    let c = class_of(len);
-                    at[at_of[c]..at_of[c] + len].copy_from_slice(&items[from..from + len]);
-                    at_of[c] += 2 << c;
-                    next_items.push(row_of[c] as u32);
-                    row_of[c] += 1;
-                }
-                next_ids.push(g);
-                next_starts.push(next_items.len());
-            }
-            rounds.push(Round { at: Tensor::from_vec(at, at_len, device)?, classes: layout });
-            offset += rows;
-            rows = row;
-            (ids, starts, items) = (next_ids, next_starts, next_items);
+            (planned, names) = (next, Some(next_names));
         }
         Ok(SegmentSum { rounds, pick: Tensor::from_vec(pick, groups, device)? })
     }
@@ -159,6 +202,14 @@ mod tests {
         out
     }
 
+    /// `group_of` in another order, spread so that a group's rows are seldom adjacent.
+    fn interleaved(group_of: Vec<u32>) -> Vec<u32> {
+        let mut keyed: Vec<(usize, u32)> =
+            group_of.into_iter().enumerate().map(|(i, g)| (i.wrapping_mul(2654435761) % 10_007, g)).collect();
+        keyed.sort_unstable();
+        keyed.into_iter().map(|(_, g)| g).collect()
+    }
+
     fn check(group_of: &[u32], groups: usize, dim: usize) {
         let values: Vec<f32> =
             (0..group_of.len() * dim).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 250.0).collect();
@@ -188,9 +239,7 @@ mod tests {
             }
             group_of.push(NONE);
         }
-        // Interleave so that no group's rows are adjacent.
-        group_of.sort_by_key(|g| g.wrapping_mul(2654435761) % 97);
-        check(&group_of, groups, 3);
+        check(&interleaved(group_of), groups, 3);
     }
 
     #[test]
@@ -199,6 +248,18 @@ mod tests {
         let mut group_of: Vec<u32> = (0..10_000).map(|i| if i % 3 == 0 { 1 + i / 3 } else { 0 }).collect();
         group_of.push(NONE);
         check(&group_of, 1 + 10_000 / 3 + 1, 16);
+        let plan = SegmentSum::new(&group_of, 1 + 10_000 / 3 + 1, &Device::Cpu).unwrap();
+        assert_eq!(plan.rounds.len(), 3);
+    }
+
+    #[test]
+    fn several_hot_groups_sum_through_the_same_rounds() {
+        // Groups that stop after one, two and three rounds, side by side, interleaved: each
+        // must find its own sums in every round.
+        let sizes = [4097usize, 1, 130, 8000, 65, 2, 64 * 64, 3];
+        let group_of: Vec<u32> =
+            sizes.iter().enumerate().flat_map(|(g, &n)| std::iter::repeat_n(g as u32, n)).collect();
+        check(&interleaved(group_of), sizes.len() + 1, 5);
     }
 
     #[test]

@@ -415,7 +415,7 @@ fn phases(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str
             // device and its ids placed; then the step that is left.
             let t = Instant::now();
             let prepared =
-                Prepared::new(&encoded[s % encoded.len()], &device).expect("the batch is prepared");
+                Prepared::for_step(&encoded[s % encoded.len()], &dp).expect("the batch is prepared");
             let prepare = done(t);
             let t = Instant::now();
             dp.step_prepared(Some(prepared)).expect("the step runs");

@@ -12,6 +12,7 @@ use std::sync::OnceLock;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 
+use crate::device_tables::RowPlaces;
 use crate::distinct::{all_ids, distinct};
 use crate::error::{Result, TrainError};
 use crate::features::{Encoded, Pooling};
@@ -112,6 +113,8 @@ pub struct Lookup {
     /// Per table name, the variable gradients flow into.
     rows: BTreeMap<String, Var>,
     form: Form,
+    /// The ids' places in tables on the device, when made ahead with the plan.
+    places: Option<RowPlaces>,
 }
 
 /// Everything of a [`Lookup`] that depends on the batch alone: its distinct ids, where each
@@ -122,6 +125,8 @@ pub(crate) struct LookupPlan {
     /// The batch's distinct ids, ascending.
     pub(crate) unique: Vec<u32>,
     form: Form,
+    /// Their places in tables on the device ([`LookupPlan::place_rows`]).
+    pub(crate) places: Option<RowPlaces>,
 }
 
 impl LookupPlan {
@@ -168,7 +173,7 @@ impl LookupPlan {
                 Form::Distinct { local, bags }
             }
         };
-        Ok(LookupPlan { unique, form })
+        Ok(LookupPlan { unique, form, places: None })
     }
 
     /// The device of the batch the plan was made for: where its index tensors are.
@@ -186,6 +191,14 @@ impl LookupPlan {
         if let Form::PerPosition { slots, sum, .. } = &self.form {
             gradient_sums(sum, slots, self.unique.len(), self.device())?;
         }
+        Ok(())
+    }
+
+    /// Makes the places of the distinct ids in tables of each of `row_counts` rows on the
+    /// plan's device, where a trainer alone reads and updates them: for batches that will be
+    /// trained on, so that the step finds them made.
+    pub(crate) fn place_rows(&mut self, row_counts: &[usize]) -> Result<()> {
+        self.places = Some(RowPlaces::new(&self.unique, row_counts, self.device())?);
         Ok(())
     }
 
@@ -221,7 +234,7 @@ impl LookupPlan {
     /// The lookup given every table's rows of `unique`, in main memory or on the device.
     fn with(self, tables: Vec<(String, usize, Rows)>) -> Result<Lookup> {
         let device = self.device().clone();
-        let LookupPlan { unique, form } = self;
+        let LookupPlan { unique, form, places } = self;
         let mut vars = BTreeMap::new();
         for (name, width, values) in tables {
             let count = match &values {
@@ -249,7 +262,7 @@ impl LookupPlan {
             };
             vars.insert(name, var);
         }
-        Ok(Lookup { unique, rows: vars, form })
+        Ok(Lookup { unique, rows: vars, form, places })
     }
 }
 
@@ -324,6 +337,11 @@ struct PooledBags {
 }
 
 impl Lookup {
+    /// The places of the ids in tables on the device, when the plan had them made ahead.
+    pub(crate) fn take_places(&mut self) -> Option<RowPlaces> {
+        self.places.take()
+    }
+
     /// The batch's distinct ids (single and multi-hot), ascending; None when it has none.
     pub fn distinct_ids(batch: &Batch) -> Option<Vec<u32>> {
         Some(distinct(&all_ids(batch)?).0)

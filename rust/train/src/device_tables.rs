@@ -41,19 +41,52 @@ struct DeviceTable {
 pub(crate) struct DeviceTables {
     tables: Vec<DeviceTable>,
     device: Device,
-    /// The last rows updated, for the next table of a step, which updates the same ones.
-    last: Option<Written>,
+    /// The places of the last rows updated from the host, for the next table of a step,
+    /// which mostly updates the same ones.
+    last: Option<RowPlaces>,
 }
 
-/// Where an update of some rows reads and writes, on the device.
-struct Written {
-    /// The rows, ascending, and the table's row count.
+/// Where an update of some rows reads and writes on the tables' device. The tables of a step
+/// update the same rows (they share the id space), so one is made per step: for a trainer
+/// alone, on the prefetch thread with the batch (`prefetch.rs`), which takes its making and
+/// its copies to the device off the training thread.
+pub(crate) struct RowPlaces {
+    /// The rows, ascending.
     ids: Vec<u32>,
-    rows: usize,
     /// `[ids]`: the rows to read.
     at: Tensor,
-    /// `[rows]`: each row's place in the table followed by the updated rows.
-    pick: Tensor,
+    /// For each table row count, `[rows]`: each row's place in the table followed by the
+    /// updated rows.
+    picks: Vec<(usize, Tensor)>,
+}
+
+impl RowPlaces {
+    /// The places of rows `ids` (ascending, distinct) in tables of each of `row_counts` rows
+    /// (a count the ids do not fit gets none: the update refuses such ids), on `device`.
+    pub(crate) fn new(ids: &[u32], row_counts: &[usize], device: &Device) -> Result<RowPlaces> {
+        let mut picks: Vec<(usize, Tensor)> = Vec::new();
+        for &rows in row_counts {
+            let fits = ids.last().is_none_or(|&id| (id as usize) < rows);
+            if fits && !picks.iter().any(|(r, _)| *r == rows) {
+                picks.push((rows, pick(ids, rows, device)?));
+            }
+        }
+        Ok(RowPlaces { ids: ids.to_vec(), at: Tensor::from_slice(ids, ids.len(), device)?, picks })
+    }
+
+    /// `[ids]`: the rows, on the device, to gather them.
+    pub(crate) fn at(&self) -> &Tensor {
+        &self.at
+    }
+}
+
+/// `[rows]` on `device`: row r is row r of the table, or the k-th updated row for `ids[k]`.
+fn pick(ids: &[u32], rows: usize, device: &Device) -> Result<Tensor> {
+    let mut pick: Vec<u32> = (0..rows as u32).collect();
+    for (k, &id) in ids.iter().enumerate() {
+        pick[id as usize] = (rows + k) as u32;
+    }
+    Ok(Tensor::from_vec(pick, rows, device)?)
 }
 
 impl DeviceTables {
@@ -179,21 +212,38 @@ impl DeviceTables {
             return Ok(());
         }
         let g = Tensor::from_slice(grads, (ids.len(), width), &self.device)?;
-        self.write_rows(t, ids, &g, None, scale, step)
+        let places = match self.last.take() {
+            Some(last) if last.ids == ids => last,
+            _ => self.places(ids)?,
+        };
+        let written = self.write_rows(t, &places, &g, None, scale, step);
+        self.last = Some(places);
+        written
     }
 
-    /// [`Self::update_rows`] with the gradients already on the device (`[ids, width]`), as
-    /// a trainer alone keeps them. A row whose gradient is all zeros stays as it is, rule
-    /// state included, as the host's update skips such rows (`rows::live_rows`): a lazy rule
-    /// touches only the rows a step moved.
+    /// The places of rows `ids` (ascending, distinct) in these tables.
+    pub(crate) fn places(&self, ids: &[u32]) -> Result<RowPlaces> {
+        RowPlaces::new(ids, &self.row_counts(), &self.device)
+    }
+
+    /// Every table's row count, in entry order.
+    pub(crate) fn row_counts(&self) -> Vec<usize> {
+        self.tables.iter().map(|table| table.entry.shape[0]).collect()
+    }
+
+    /// [`Self::update_rows`] of the rows `places` holds, with the gradients already on the
+    /// device (`[ids, width]`), as a trainer alone keeps them. A row whose gradient is all
+    /// zeros stays as it is, rule state included, as the host's update skips such rows
+    /// (`rows::live_rows`): a lazy rule touches only the rows a step moved.
     pub(crate) fn update_rows_on_device(
         &mut self,
         t: usize,
-        ids: &[u32],
+        places: &RowPlaces,
         grads: &Tensor,
         scale: f32,
         step: u64,
     ) -> Result<()> {
+        let ids = &places.ids;
         let (rows, width) = (self.tables[t].entry.shape[0], self.tables[t].entry.row_width());
         if grads.dims() != [ids.len(), width] || ids.last().is_some_and(|&id| id as usize >= rows) {
             return Err(TrainError::InvalidArgument(format!(
@@ -207,15 +257,15 @@ impl DeviceTables {
             return Ok(());
         }
         let live = grads.abs()?.max_keepdim(1)?.gt(0f32)?;
-        self.write_rows(t, ids, grads, Some(&live), scale, step)
+        self.write_rows(t, places, grads, Some(&live), scale, step)
     }
 
-    /// Runs table `t`'s rule on its rows `ids` with gradients `g` and writes them back;
-    /// where `live` (`[ids, 1]`) is 0 a row and its state keep their values.
+    /// Runs table `t`'s rule on the rows `places` holds with gradients `g` and writes them
+    /// back; where `live` (`[ids, 1]`) is 0 a row and its state keep their values.
     fn write_rows(
         &mut self,
         t: usize,
-        ids: &[u32],
+        places: &RowPlaces,
         g: &Tensor,
         live: Option<&Tensor>,
         scale: f32,
@@ -223,25 +273,15 @@ impl DeviceTables {
     ) -> Result<()> {
         let table = &mut self.tables[t];
         let rows = table.entry.shape[0];
-        // The tables of a step mostly update the same rows (they share the id space): the
-        // places are made and copied to the device once.
-        let written = match self.last.take() {
-            Some(last) if last.rows == rows && last.ids == ids => last,
-            _ => {
-                // Row r of the result is row r of the table, or the k-th new row for ids[k].
-                let mut pick: Vec<u32> = (0..rows as u32).collect();
-                for (k, &id) in ids.iter().enumerate() {
-                    pick[id as usize] = (rows + k) as u32;
-                }
-                Written {
-                    ids: ids.to_vec(),
-                    rows,
-                    at: Tensor::from_slice(ids, ids.len(), &self.device)?,
-                    pick: Tensor::from_vec(pick, rows, &self.device)?,
-                }
+        let made;
+        let pick = match places.picks.iter().find(|(r, _)| *r == rows) {
+            Some((_, pick)) => pick,
+            None => {
+                made = pick(&places.ids, rows, &self.device)?;
+                &made
             }
         };
-        let (at, pick) = (&written.at, &written.pick);
+        let at = &places.at;
         let p = table.values.index_select(at, 0)?;
         let state =
             table.state.iter().map(|s| s.index_select(at, 0)).collect::<candle_core::Result<Vec<_>>>()?;
@@ -255,7 +295,6 @@ impl DeviceTables {
         for ((old, new), before) in table.state.iter_mut().zip(new_state).zip(&state) {
             *old = write(old, &keep(new, before)?)?;
         }
-        self.last = Some(written);
         Ok(())
     }
 
@@ -311,7 +350,8 @@ mod tests {
             let (live, rows) = live_rows(&ids, &grads, 2);
             host.update_rows(0, &live, &rows, 1.0, step).unwrap();
             let g = Tensor::from_slice(&grads, (4, 2), &Device::Cpu).unwrap();
-            device.update_rows_on_device(0, &ids, &g, 1.0, step).unwrap();
+            let places = device.places(&ids).unwrap();
+            device.update_rows_on_device(0, &places, &g, 1.0, step).unwrap();
         }
         assert_eq!(device.values().unwrap(), host.values().unwrap());
         assert_eq!(device.state(0).unwrap(), host.state(0).unwrap());
@@ -320,10 +360,33 @@ mod tests {
     #[test]
     fn gradients_of_another_shape_are_refused_naming_the_table() {
         let g = Tensor::zeros((3, 2), candle_core::DType::F32, &Device::Cpu).unwrap();
-        let error = tables().update_rows_on_device(0, &[0, 1], &g, 1.0, 1).unwrap_err();
+        let places = tables().places(&[0, 1]).unwrap();
+        let error = tables().update_rows_on_device(0, &places, &g, 1.0, 1).unwrap_err();
         assert!(error.to_string().contains("'deep/embeddings'"), "{error}");
         let g = Tensor::zeros((1, 2), candle_core::DType::F32, &Device::Cpu).unwrap();
-        let error = tables().update_rows_on_device(0, &[6], &g, 1.0, 1).unwrap_err();
+        let places = tables().places(&[6]).unwrap();
+        let error = tables().update_rows_on_device(0, &places, &g, 1.0, 1).unwrap_err();
         assert!(error.to_string().contains("6 rows of 2"), "{error}");
+    }
+
+    #[test]
+    fn places_made_for_other_tables_update_the_same_rows() {
+        // Places made ahead for tables of another size (or of none) carry no write-back for
+        // this one: it is made when the update needs it.
+        let ids = [1u32, 4];
+        let grads = Tensor::from_slice(&[0.5f32, -1.0, 0.25, 2.0], (2, 2), &Device::Cpu).unwrap();
+        let updated = |row_counts: &[usize]| {
+            let mut tables = tables();
+            let places = RowPlaces::new(&ids, row_counts, &Device::Cpu).unwrap();
+            tables.update_rows_on_device(0, &places, &grads, 1.0, 1).unwrap();
+            (tables.values().unwrap(), tables.state(0).unwrap())
+        };
+        let (values, state) = updated(&[6]);
+        assert_eq!(updated(&[]), (values.clone(), state));
+        assert_eq!(updated(&[9, 5]).0, values);
+        let untouched = tables().values().unwrap();
+        let moved: Vec<usize> =
+            (0..6).filter(|&r| values[0][2 * r..2 * r + 2] != untouched[0][2 * r..2 * r + 2]).collect();
+        assert_eq!(moved, [1, 4]);
     }
 }

@@ -51,8 +51,8 @@ fn by_marking(ids: &[u32], top: usize) -> (Vec<u32>, Vec<u32>) {
     }
     // Numbered without a branch: a quarter of the ids present, at random, would mispredict
     // one branch in four. Every id is written at the next free place, which only a present
-    // one then keeps.
-    let mut unique = vec![0u32; top + 1];
+    // one then keeps: the next free place is at most the count of distinct ids.
+    let mut unique = vec![0u32; (top + 1).min(ids.len() + 1)];
     let mut count = 0u32;
     for (id, slot) in index.iter_mut().enumerate() {
         let present = *slot;
@@ -145,5 +145,9 @@ mod tests {
                 assert_eq!(by_marking(&ids, top as usize), want, "{n} ids below {top}, marked");
             }
         }
+        // Every id distinct, spread over a space larger than the batch: the last place taken
+        // is the batch's length.
+        let spread = [9u32, 3, 0, 7];
+        assert_eq!(by_marking(&spread, 9), reference(&spread));
     }
 }

@@ -6,7 +6,9 @@
 //! None of that depends on the weights, so [`Prefetch`] does it for the next batch while the
 //! current one trains: on a GPU the training thread then only queues kernels and waits for
 //! their results, and on a CPU the work moves to a core the step's threads leave idle at
-//! times. The copies to the device are queued on the device's one stream from this thread, so
+//! times. For a trainer alone with its tables on the device, it also makes the ids' places
+//! there, where the step reads and updates their rows (`device_tables::RowPlaces`). The
+//! copies to the device are queued on the device's one stream from this thread, so
 //! they run in order with the step's kernels, and each batch is handed over only once its
 //! tensors are queued.
 
@@ -18,6 +20,8 @@ use crate::background::Background;
 use crate::batch::{Batch, Gather, LookupPlan};
 use crate::error::Result;
 use crate::features::Encoded;
+use crate::model::Model;
+use crate::step::DataParallel;
 
 /// A batch ready for [`crate::DataParallel::step_prepared`]: its tensors on the device and
 /// the plan of its ids.
@@ -35,10 +39,25 @@ impl Prepared {
     /// [`Prepared::new`] with the rows laid out as `gather` says, whatever the device: on the
     /// CPU, `Gather::PerPosition` does the host's share of a GPU's preparation.
     pub fn with_layout(encoded: &Encoded, device: &Device, gather: Gather) -> Result<Prepared> {
+        Self::made(encoded, device, gather, &[])
+    }
+
+    /// `encoded` prepared for `dp`'s step, as [`Prefetch::for_step`] prepares its batches.
+    pub fn for_step<M: Model>(encoded: &Encoded, dp: &DataParallel<M>) -> Result<Prepared> {
+        let (device, table_rows) = dp.preparation();
+        Self::made(encoded, &device, Gather::for_device(&device), &table_rows)
+    }
+
+    /// `encoded` laid out as `gather` says on `device`, its ids placed for a training step
+    /// and, for tables of each of `table_rows` rows on the device, in those tables.
+    fn made(encoded: &Encoded, device: &Device, gather: Gather, table_rows: &[usize]) -> Result<Prepared> {
         let batch = Batch::from_encoded_on(encoded, device)?;
-        let plan = LookupPlan::of_as(&batch, gather)?;
-        if let Some(plan) = &plan {
+        let mut plan = LookupPlan::of_as(&batch, gather)?;
+        if let Some(plan) = &mut plan {
             plan.plan_gradients()?;
+            if !table_rows.is_empty() {
+                plan.place_rows(table_rows)?;
+            }
         }
         Ok(Prepared { batch, plan })
     }
@@ -69,9 +88,29 @@ impl Prefetch {
     where
         I: Iterator<Item = Result<Encoded>> + Send + 'static,
     {
+        Self::placing(batches, device, Vec::new())
+    }
+
+    /// Starts preparing `batches` for `dp`'s step: on its device, and where its tables are on
+    /// the device and it trains alone, with the ids' places in them.
+    pub fn for_step<I, M>(batches: I, dp: &DataParallel<M>) -> Result<Prefetch>
+    where
+        I: Iterator<Item = Result<Encoded>> + Send + 'static,
+        M: Model,
+    {
+        let (device, table_rows) = dp.preparation();
+        Self::placing(batches, device, table_rows)
+    }
+
+    /// [`Prefetch::start`], the ids also placed in tables of each of `table_rows` rows.
+    fn placing<I>(batches: I, device: Device, table_rows: Vec<usize>) -> Result<Prefetch>
+    where
+        I: Iterator<Item = Result<Encoded>> + Send + 'static,
+    {
+        let gather = Gather::for_device(&device);
         let work = move |sender: SyncSender<Result<Prepared>>| {
             for encoded in batches {
-                let prepared = encoded.and_then(|e| Prepared::new(&e, &device));
+                let prepared = encoded.and_then(|e| Prepared::made(&e, &device, gather, &table_rows));
                 let failed = prepared.is_err();
                 if sender.send(prepared).is_err() || failed {
                     return;

@@ -32,7 +32,7 @@ use std::borrow::{Borrow, Cow};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use candle_core::backprop::GradStore;
-use candle_core::{DType, Tensor};
+use candle_core::{DType, Device, Tensor};
 use sparktrain_collective::{Communicator, ReduceOp, Wire};
 
 use crate::batch::{Batch, Lookup, LookupPlan};
@@ -247,6 +247,18 @@ impl<M: Model> DataParallel<M> {
         self.vars_on_device.is_some()
     }
 
+    /// What a batch prepared ahead of the step is made for ([`crate::Prefetch::for_step`]):
+    /// the model's device, and the row counts of the tables whose rows the step reads and
+    /// updates there, when it can place them ahead (a trainer alone; with a ring the rows
+    /// updated are every worker's, known only in the step).
+    pub(crate) fn preparation(&self) -> (Device, Vec<usize>) {
+        let device = self.model.parameters().device().clone();
+        match &self.on_device {
+            Some(tables) if self.alone_on_device() => (device, tables.row_counts()),
+            _ => (device, Vec::new()),
+        }
+    }
+
     /// This worker's shares of the tables, when they are sharded.
     pub(crate) fn sharded(&self) -> Option<&ShardedTables> {
         self.sharded.as_ref()
@@ -405,7 +417,10 @@ impl<M: Model> DataParallel<M> {
         let plan = plan.filter(|_| batch.is_some());
         if let Some(device) = &self.on_device {
             let Some(plan) = plan else { return Ok((None, Fetched::default())) };
-            let ids = device.ids(&plan.unique)?;
+            let ids = match &plan.places {
+                Some(places) => places.at().clone(),
+                None => device.ids(&plan.unique)?,
+            };
             let tables = (self.tables.iter().enumerate())
                 .map(|(t, e)| Ok((e.name.clone(), device.gather(t, &ids)?)))
                 .collect::<Result<_>>()?;
@@ -960,7 +975,7 @@ impl<M: Model> DataParallel<M> {
     /// row gradients stay on the device with the variables', and the step waits for the
     /// device once, for its loss and norm together. The arithmetic is the host path's, in
     /// the same order.
-    fn step_alone_on_device(&mut self, batch: &Batch, lookup: Lookup, rows: usize) -> Result<StepStats> {
+    fn step_alone_on_device(&mut self, batch: &Batch, mut lookup: Lookup, rows: usize) -> Result<StepStats> {
         let logits = self.model.forward(batch, Some(&lookup))?;
         let loss = self.loss.compute_weighted(&logits, &batch.labels, self.class_weights.as_deref())?;
         let grads = loss.backward()?;
@@ -969,7 +984,11 @@ impl<M: Model> DataParallel<M> {
         let vars = self.vars_on_device.as_ref().expect("the update on the device");
         let (mut grad, var_squares) = vars.finish_on_device(&vars.gradient(&grads, scale)?, total)?;
         let tables = self.on_device.as_ref().expect("the tables on the device");
-        let at = (!self.regularization.is_zero()).then(|| tables.ids(&lookup.unique)).transpose()?;
+        let places = match lookup.take_places() {
+            Some(places) => places,
+            None => tables.places(&lookup.unique)?,
+        };
+        let at = (!self.regularization.is_zero()).then(|| places.at());
         let mut table_grads = Vec::with_capacity(self.tables.len());
         let mut squares = vec![var_squares];
         for (t, entry) in self.tables.iter().enumerate() {
@@ -1019,7 +1038,7 @@ impl<M: Model> DataParallel<M> {
             vars.update(g, &grad, factor, step)?;
             for (t, rows) in table_grads.iter().enumerate() {
                 if tables.group(t) == group.name {
-                    tables.update_rows_on_device(t, &lookup.unique, rows, factor, step)?;
+                    tables.update_rows_on_device(t, &places, rows, factor, step)?;
                 }
             }
         }

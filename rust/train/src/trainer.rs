@@ -652,7 +652,7 @@ impl Trainer {
                 }
             }
             // The next batch is put on the device and its ids placed while a step runs.
-            let mut batches = Prefetch::start(batches, self.device.clone())?;
+            let mut batches = Prefetch::for_step(batches, &self.dp)?;
             loop {
                 if done(self.progress.step) {
                     break 'epochs;

@@ -64,7 +64,7 @@ fn train(tables: TableOptions, optimizer: &OptimizerConfig, workers: usize, feed
                 while record(dp.step(None).unwrap()).is_some() {}
             }
             Feed::Prefetch => {
-                for prepared in Prefetch::start(batches.into_iter().map(Ok), Device::Cpu).unwrap() {
+                for prepared in Prefetch::for_step(batches.into_iter().map(Ok), &dp).unwrap() {
                     record(dp.step_prepared(Some(prepared.unwrap())).unwrap());
                 }
                 while record(dp.step_prepared(None).unwrap()).is_some() {}
@@ -92,6 +92,7 @@ fn prepared_batches_train_bit_for_bit_as_the_batches_themselves() {
     let cases = [
         ("tables in memory, one worker", memory, &adam, 1),
         ("tables in memory, two workers", memory, &adam, 2),
+        ("tables and the update on the device, one worker", on_device, &update_on_device, 1),
         ("tables and the update on the device, two workers", on_device, &update_on_device, 2),
         ("sharded tables, two workers", sharded, &adam, 2),
     ];

@@ -64,14 +64,22 @@ impl RowPlaces {
     /// The places of rows `ids` (ascending, distinct) in tables of each of `row_counts` rows
     /// (a count the ids do not fit gets none: the update refuses such ids), on `device`.
     pub(crate) fn new(ids: &[u32], row_counts: &[usize], device: &Device) -> Result<RowPlaces> {
-        let mut picks: Vec<(usize, Tensor)> = Vec::new();
+        let at = Tensor::from_slice(ids, ids.len(), device)?;
+        let mut places = RowPlaces { ids: ids.to_vec(), at, picks: Vec::new() };
         for &rows in row_counts {
-            let fits = ids.last().is_none_or(|&id| (id as usize) < rows);
-            if fits && !picks.iter().any(|(r, _)| *r == rows) {
-                picks.push((rows, pick(ids, rows, device)?));
-            }
+            places.place_in(rows, device)?;
         }
-        Ok(RowPlaces { ids: ids.to_vec(), at: Tensor::from_slice(ids, ids.len(), device)?, picks })
+        Ok(places)
+    }
+
+    /// Makes the write-back for tables of `rows` rows, unless it is made or the ids do not
+    /// fit such a table.
+    fn place_in(&mut self, rows: usize, device: &Device) -> Result<()> {
+        let fits = self.ids.last().is_none_or(|&id| (id as usize) < rows);
+        if fits && !self.picks.iter().any(|(r, _)| *r == rows) {
+            self.picks.push((rows, pick(&self.ids, rows, device)?));
+        }
+        Ok(())
     }
 
     /// `[ids]`: the rows, on the device, to gather them.
@@ -212,10 +220,12 @@ impl DeviceTables {
             return Ok(());
         }
         let g = Tensor::from_slice(grads, (ids.len(), width), &self.device)?;
-        let places = match self.last.take() {
+        // Only this table's write-back is made: with a ring each table's rows may differ.
+        let mut places = match self.last.take() {
             Some(last) if last.ids == ids => last,
-            _ => self.places(ids)?,
+            _ => RowPlaces::new(ids, &[], &self.device)?,
         };
+        places.place_in(rows, &self.device)?;
         let written = self.write_rows(t, &places, &g, None, scale, step);
         self.last = Some(places);
         written

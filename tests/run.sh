@@ -74,13 +74,6 @@ ruff format --check python tests examples docs/conf.py
 # The package's layers (pyproject.toml): no import back up, no driver module in a task or trainer.
 PYTHONPATH=python lint-imports
 
-# The MLflow tests' tracking server runs from a virtualenv of its own (tests/harness/mlflow_server.py),
-# made once and reused while tests/requirements-mlflow-server.txt is unchanged.
-mlflow_env() {
-    step "MLflow tracking server environment (.venv-mlflow)"
-    python tests/harness/mlflow_server.py
-}
-
 if $fast; then
     export SPARKTRAIN_SKIP_JAR=1 # no Maven here: the wheel carries the jar only if one was built
     step "Rust tests without HDFS"
@@ -121,7 +114,11 @@ mkfifo "$work/stdin"
 bash tests/minidfs/start.sh <"$work/stdin" >"$work/stdout" 2>"$work/stderr" &
 minidfs=$!
 exec 3>"$work/stdin" # holding the pipe open keeps the cluster up; closing it stops the cluster
+environments=
 cleanup() {
+    if [ -n "$environments" ]; then
+        kill -- -"$environments" 2>/dev/null || true
+    fi
     exec 3>&- || true
     wait "$minidfs" 2>/dev/null || true
     rm -rf "$work"
@@ -155,14 +152,29 @@ if [ "${CI:-}" = true ]; then
     cargo clean --profile dev
 fi
 
+# PyTorch's wheels (several GB with their CUDA libraries) and the setuptools they need cannot
+# share .venv with TensorFlowOnSpark, nor can the MLflow server's pins or PySpark 3.5: their
+# virtualenvs (tests/environments.sh) are made while the wheel compiles. That is mostly
+# downloading, which the compiler's two cores do not wait on. In a process group of its own, so
+# that a failed step stops all of it.
+environments_log="$work/environments.log"
+setsid bash tests/environments.sh >"$environments_log" 2>&1 &
+environments=$!
+
 install_wheel
 
-# PyTorch's wheels (several GB with their CUDA libraries) and the setuptools they need cannot
-# share .venv with TensorFlowOnSpark: the PyTorch tests run their jobs in .venv-torch, made once
-# and reused while tests/bench/requirements-torch.txt is unchanged.
-step "PyTorch environment (.venv-torch)"
+step "PyTorch, MLflow server and PySpark 3.5 environments (made during the wheel's build)"
+status=0
+wait "$environments" || status=$?
+environments=
+cat "$environments_log"
+if [ "$status" -ne 0 ]; then
+    echo "tests/environments.sh failed with status $status" >&2
+    exit "$status"
+fi
+# The wheel just built, into .venv-torch: a job run by its interpreter has it as driver and
+# executors.
 python tests/harness/torch_env.py
-mlflow_env
 
 step "API reference (Sphinx, warnings as errors, docstring examples run)"
 bash docs/build.sh
@@ -205,15 +217,7 @@ cat "$SPARKTRAIN_CHAOS_REPORT" 2>/dev/null || true
 # skipped with the reason (tests/conftest.py). The doctor's and `sparktrain submit`'s Spark tests, which take minutes,
 # run on 4.x only.
 step "PySpark 3.5: launcher, tfrecord.write and read_dataframe, training and predict (.venv-spark35)"
-venv=.venv-spark35
-want=$(sha256sum tests/requirements-spark35.txt | cut -d' ' -f1)
-if [ "$(cat "$venv/.requirements.sha" 2>/dev/null)" != "$want" ]; then
-    rm -rf "$venv" # from scratch: a pin removed from the file leaves nothing behind
-    "${PYTHON:-python3}" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --upgrade pip
-    "$venv/bin/python" -m pip install -q -r tests/requirements-spark35.txt
-    echo "$want" >"$venv/.requirements.sha"
-fi
+venv=.venv-spark35 # made by tests/environments.sh
 "$venv/bin/python" -m pip install -q --force-reinstall --no-deps target/wheels/sparktrain-*.whl
 "$venv/bin/python" -c "import pyspark, sparktrain; print('pyspark', pyspark.__version__, 'jar', sparktrain.jar_path())"
 # Executors and trainers run this interpreter, whatever the caller's environment says.

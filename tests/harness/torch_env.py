@@ -99,8 +99,17 @@ def torch_python_for_tests() -> Path:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Makes .venv-torch and installs the built wheel in it.")
+    parser.add_argument(
+        "--without-wheel",
+        action="store_true",
+        help="the requirements alone (tests/environments.sh runs this while the wheel compiles)",
+    )
+    args = parser.parse_args()
     try:
-        print(torch_python())
+        print(torch_python(with_wheel=not args.without_wheel))
     except TorchEnvUnavailable as unavailable:
         # Not fatal: the tests that need PyTorch say this again as their reason to skip.
         print(f"PyTorch environment not built: {unavailable}", file=sys.stderr)

@@ -11,7 +11,9 @@
 # - the CUDA wheel through Python, when target/wheels-cuda holds one (or GPU_CHECK_WHEEL names
 #   it): tests/gpu/wheel_check.py, with PyTorch's Python (which has pyarrow and numpy);
 # - one trainer's step (DataParallel::step) and the Trainer with its input pipeline, for the
-#   MLP, Wide&Deep, DeepFM and DCN at batch 256 and 4096, beside PyTorch on the same GPU;
+#   MLP, Wide&Deep, DeepFM and DCN at batch 256 and 4096, beside PyTorch on the same GPU, and
+#   the Trainer's loop taken apart: its training thread's time waiting for a prepared batch
+#   and stepping, to tell a Trainer held up by its input from one whose step runs slower;
 # - the embedding models' step at 4096 with their tables the other way (on a GPU the engine
 #   keeps them on the device; this runs them in main memory, as before), to show what that
 #   placement is worth;
@@ -89,6 +91,7 @@ for rows in 256 4096; do
     run 300 "$bin" step "$device" "$rows" "$steps"
     run 300 "$torch" tests/gpu/torch_peer.py "$device" "$rows" "$steps" mlp,wide_deep,deepfm,dcn
     run 300 "$bin" trainer "$device" "$rows" $((steps / 2))
+    run 300 "$bin" loop "$device" "$rows" $((steps / 2))
 done
 other=memory
 [ "$device" = cpu ] && other=device
@@ -122,6 +125,17 @@ for size in (256, 4096):
         trainer = get(mode="trainer", model=model, rows=size, device=device)
         peer = get(mode="torch", model=model, rows=size, device=device)
         print(f"{model:<10} {size:>6} {fmt(step):>10} {fmt(trainer):>10} {fmt(peer):>10} {ratio(step, peer):>13} {ratio(trainer, step):>13}")
+loops = [r for r in rows if r["mode"] == "loop"]
+if loops:
+    print("\nthe Trainer's loop on its training thread, ms a step: waiting for the next prepared batch; stepping"
+          " (beside the bare step's ms); examples/s of the loop and of the Trainer")
+    for r in loops:
+        bare = next((b for b in rows if b["mode"] == "step" and b["model"] == r["model"] and b["rows"] == r["rows"]
+                     and b["device"] == r["device"] and "step_ms" in b), None)
+        trainer = get(mode="trainer", model=r["model"], rows=r["rows"], device=r["device"])
+        print(f"{r['model']:<10} {r['rows']:>6} wait {r['wait_ms']:8.3f} step {r['step_ms']:8.3f}"
+              f" (bare {bare['step_ms'] if bare else float('nan'):8.3f})"
+              f" loop {fmt(r['examples_per_sec']):>10} Trainer {fmt(trainer):>10}")
 placed = [r for r in rows if r["mode"] == "step" and r["rows"] == 4096 and r["device"] == device and "update" in r]
 if placed:
     print(f"\nthe step at 4096 rows by where the tables and the variables' update were (a model without tables says memory)")

@@ -13,6 +13,12 @@
 //!   (the input pipeline included); a JSON line per model, its rate from the second progress
 //!   window of ten steps on (`whole_fit_examples_per_sec` counts the whole fit, start-up
 //!   included).
+//! - `loop DEVICE ROWS [steps] [models]`: the `trainer` mode's training loop taken apart: the
+//!   same files and input pipeline, batches prepared ahead by the prefetch thread
+//!   (`Prefetch::for_step`) and stepped (`DataParallel::step_prepared`), with the training
+//!   thread's time split between waiting for the next prepared batch and stepping; a JSON line
+//!   per model, in examples per second and milliseconds per step (the means past the first ten
+//!   steps), to tell a `Trainer` held up by its input from one whose step runs slower.
 //! - `phases DEVICE ROWS [steps] [models]`: where a step's time goes, for the same models: the
 //!   batch's copy to the device, the lookup of its rows, the forward pass, the loss and
 //!   backward pass, and the gradients' copy to host memory (which the step makes only with a
@@ -59,8 +65,8 @@ use sparktrain_collective::{Communicator, Config};
 use sparktrain_train::input::Input;
 use sparktrain_train::trainer::{FitOptions, Hooks, LogLine, Trainer, TrainerConfig};
 use sparktrain_train::{
-    Batch, Categorical, DataParallel, FeatureSpec, Gather, Loss, Model, ModelKind, OptimizerConfig, Prepared,
-    Rule, ShardTables, TableOptions, shared,
+    Batch, Categorical, DataParallel, FeatureSpec, Gather, Loss, Model, ModelKind, OptimizerConfig, Prefetch,
+    Prepared, Rule, ShardTables, TableOptions, shared,
 };
 
 const DENSE: usize = 13;
@@ -82,6 +88,9 @@ fn main() -> ExitCode {
         Some("exact") => exact(&arg(1, "cpu"), &arg(2, "cuda"), number(3, 10)),
         Some("step") => step(&arg(1, "cuda"), number(2, 4096), number(3, 100), &timed(&arg(4, TIMED))),
         Some("trainer") => trainer(&arg(1, "cuda"), number(2, 4096), number(3, 100), &timed(&arg(4, TIMED))),
+        Some("loop") => {
+            training_loop(&arg(1, "cuda"), number(2, 4096), number(3, 100), &timed(&arg(4, TIMED)))
+        }
         Some("phases") => phases(&arg(1, "cuda"), number(2, 4096), number(3, 50), &timed(&arg(4, TIMED))),
         Some("prepare") => prepare(
             number(1, 4096),
@@ -96,7 +105,7 @@ fn main() -> ExitCode {
         Some("allreduce-rank") => all_reduce_rank(&args[1..]),
         _ => {
             eprintln!(
-                "usage: gpu_check exact A B [steps] | step DEVICE ROWS [steps] | trainer DEVICE ROWS [steps] | phases DEVICE ROWS [steps] | prepare ROWS [batches] [models] [buckets] | input ROWS [steps] | job DEVICE WORKERS [steps] | allreduce RANKS MIB"
+                "usage: gpu_check exact A B [steps] | step DEVICE ROWS [steps] | trainer DEVICE ROWS [steps] | loop DEVICE ROWS [steps] | phases DEVICE ROWS [steps] | prepare ROWS [batches] [models] [buckets] | input ROWS [steps] | job DEVICE WORKERS [steps] | allreduce RANKS MIB"
             );
             ExitCode::from(2)
         }
@@ -543,6 +552,55 @@ fn trainer(device: &str, rows_per_step: usize, steps: usize, models: &[(&str, Mo
             "tables": tables_name(trainer.data_parallel()), "update": update_name(trainer.data_parallel()),
             "steps": summary.new_steps, "examples_per_sec": steady_rate,
             "whole_fit_examples_per_sec": summary.examples_per_sec,
+        });
+        println!("RESULT {line}");
+    }
+    ExitCode::SUCCESS
+}
+
+/// The `trainer` mode's loop, timed on the training thread: waiting for each prepared batch,
+/// and stepping on it.
+fn training_loop(
+    device_name: &str,
+    rows_per_step: usize,
+    steps: usize,
+    models: &[(&str, ModelKind)],
+) -> ExitCode {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let device = open(device_name);
+    for (name, kind) in models {
+        let spec = spec(name);
+        let path = training_files(dir.path(), name, &spec, rows_per_step, steps);
+        let config = config_for(kind.clone(), device_name, rows_per_step);
+        let input = Input::open(&path, 1, 0, config.input_options()).expect("the input opens");
+        let mut dp = data_parallel(kind, &spec, &device, &OptimizerConfig::new(Rule::adam(1e-3)));
+        let batches = input.epoch(0, &Arc::new(spec)).expect("the epoch starts");
+        let mut prepared = Prefetch::for_step(batches, &dp).expect("the prefetch starts");
+        // As the `trainer` mode's rate, past the first window of ten steps.
+        let warm = WINDOW as usize;
+        let (mut waiting, mut stepping, mut examples) = (0f64, 0f64, 0u64);
+        let started = Instant::now();
+        let mut timed_from = started;
+        for s in 0..warm + steps {
+            if s == warm {
+                (waiting, stepping, examples, timed_from) = (0.0, 0.0, 0, Instant::now());
+            }
+            let t = Instant::now();
+            let Some(batch) = prepared.next() else { break };
+            let batch = batch.expect("a prepared batch");
+            let waited = t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            let stats = dp.step_prepared(Some(batch)).expect("the step runs").expect("a step");
+            stepping += t.elapsed().as_secs_f64();
+            waiting += waited;
+            examples += stats.examples;
+        }
+        let timed = (examples / rows_per_step as u64).max(1) as f64;
+        let line = serde_json::json!({
+            "mode": "loop", "model": name, "device": device_name, "rows": rows_per_step,
+            "tables": tables_name(&dp), "update": update_name(&dp),
+            "examples_per_sec": examples as f64 / timed_from.elapsed().as_secs_f64(),
+            "wait_ms": waiting * 1e3 / timed, "step_ms": stepping * 1e3 / timed,
         });
         println!("RESULT {line}");
     }

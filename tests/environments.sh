@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The test suite's other virtualenvs, each made once and reused while its requirements file is
 # unchanged: PyTorch's (.venv-torch), the MLflow tracking server's (.venv-mlflow) and PySpark
-# 3.5's (.venv-spark35). Making them is mostly downloading and unpacking, so tests/run.sh runs
-# this script in the background while the release wheel compiles, and waits for it before the
-# first test that needs one. The sparktrain wheel goes into them afterwards, once it is built.
+# 3.5's (.venv-spark35). Making them (downloads, unpacking, byte-compiling) needs no Rust build,
+# so tests/run.sh runs this script in the background while the release wheel compiles, and
+# waits for it before the first test that needs one. The sparktrain wheel goes into them afterwards, once it is built.
 # Usage: bash tests/environments.sh   (from the repository root, with .venv's python on PATH)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -154,9 +154,9 @@ fi
 
 # PyTorch's wheels (several GB with their CUDA libraries) and the setuptools they need cannot
 # share .venv with TensorFlowOnSpark, nor can the MLflow server's pins or PySpark 3.5: their
-# virtualenvs (tests/environments.sh) are made while the wheel compiles. That is mostly
-# downloading, which the compiler's two cores do not wait on. In a process group of its own, so
-# that a failed step stops all of it.
+# virtualenvs (tests/environments.sh) are made while the wheel compiles: their downloads and
+# unpacking overlap the compiler's work instead of following it. In a process group of its own,
+# so that a failed step stops all of it.
 environments_log="$work/environments.log"
 setsid bash tests/environments.sh >"$environments_log" 2>&1 &
 environments=$!

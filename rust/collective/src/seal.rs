@@ -79,8 +79,8 @@ pub struct Sealer<S> {
     keyed: Option<Keyed>,
     /// The frame being sealed: the message's bytes are copied here, since the caller's may
     /// not be changed. (Sealing straight from the message into this buffer, as GCM's "extra"
-    /// plaintext, saves the copy but measured no faster: both are bound by reading the
-    /// message; `examples/cipher_speed.rs` times the two.)
+    /// plaintext, saves the copy but measured no faster here; `examples/cipher_speed.rs`
+    /// times the two.)
     frame: Vec<u8>,
     /// Bytes written to the connection so far.
     sent: u64,

@@ -20,10 +20,14 @@ import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.EnumSet;
+import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.MiniYARNCluster;
+import org.apache.hadoop.yarn.server.nodemanager.containermanager.container.Container;
+import org.apache.hadoop.yarn.server.nodemanager.containermanager.container.ContainerState;
 import org.apache.log4j.Level;
 import org.apache.log4j.LogManager;
 import sun.misc.Signal;
@@ -44,6 +48,17 @@ public final class MiniYarnLauncher {
 
   /** Seconds to wait for the ResourceManager's address and the NodeManagers. */
   private static final int START_TIMEOUT_S = 120;
+  /** How long a stop waits for containers still running to end by themselves. */
+  private static final int CONTAINERS_END_S = 10;
+  /** A container's states once its process has ended (or never started). */
+  private static final Set<ContainerState> ENDED =
+      EnumSet.of(
+          ContainerState.LOCALIZATION_FAILED,
+          ContainerState.EXITED_WITH_SUCCESS,
+          ContainerState.EXITED_WITH_FAILURE,
+          ContainerState.CONTAINER_CLEANEDUP_AFTER_KILL,
+          ContainerState.CONTAINER_RESOURCES_CLEANINGUP,
+          ContainerState.DONE);
 
   /** Parsed command line; plain fields because this is a test tool. */
   static final class Options {
@@ -187,6 +202,12 @@ public final class MiniYarnLauncher {
     watcher.setDaemon(true);
     watcher.start();
     stop.await();
+    // An application that just finished may still be ending its containers: give them a few
+    // seconds to go by themselves.
+    long ending = System.nanoTime() + CONTAINERS_END_S * 1_000_000_000L;
+    while (!noContainerRuns(cluster, opts.nodeManagers) && System.nanoTime() < ending) {
+      Thread.sleep(100);
+    }
     if (noContainerRuns(cluster, opts.nodeManagers)) {
       // No application's process is left to stop, and the cluster's folders go with the
       // test: a full stop would only wait out each NodeManager's pending log deletions
@@ -198,11 +219,17 @@ public final class MiniYarnLauncher {
     return 0;
   }
 
-  /** Whether no NodeManager runs a container (a stop then has no process to kill). */
+  /**
+   * Whether no NodeManager has a container whose process may still run (a stop then has no
+   * process to kill). Finished containers stay listed for a while after their process ends.
+   */
   private static boolean noContainerRuns(MiniYARNCluster cluster, int nodeManagers) {
     for (int i = 0; i < nodeManagers; i++) {
-      if (!cluster.getNodeManager(i).getNMContext().getContainers().isEmpty()) {
-        return false;
+      for (Container container :
+          cluster.getNodeManager(i).getNMContext().getContainers().values()) {
+        if (!ENDED.contains(container.getContainerState())) {
+          return false;
+        }
       }
     }
     return true;

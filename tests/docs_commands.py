@@ -77,7 +77,11 @@ RULES = [
     Rule(r"^python3 -m venv \.venv && \.venv/bin/pip install", "costly", "the test environment's install"),
     Rule(r"maturin develop", "costly", "a release build of the extension"),
     Rule(r"^cargo build --release|^for n in", "costly", "release builds and scaling runs of the readers"),
-    Rule(r"^RAYON_NUM_THREADS=1 target/release/examples/gpu_check", "costly", "the engine's step, timed"),
+    Rule(
+        r"^(GPU_CHECK_\w+=\w+ )*RAYON_NUM_THREADS=1 target/release/examples/gpu_check",
+        "costly",
+        "the engine's step, timed",
+    ),
     Rule(r"^target/release/examples/gpu_check allreduce", "costly", "the ring's all-reduce, timed"),
     Rule(r"^target/gpu-check/gpu_check", "costly", "the CUDA build's check binary, timed"),
     Rule(r"tests/gpu/gloo_peer\.py", "costly", "PyTorch's gloo all-reduce, from its virtualenv"),

@@ -19,6 +19,8 @@
 #   placement is worth;
 # - the MLP's and Wide&Deep's step at 4096 with the variables' update the other way (on a GPU
 #   it runs on the device; this runs it on the host, as before);
+# - Wide&Deep's step at 4096 with tables 100 times larger (26 million rows, 1.7 GB a buffer),
+#   whose cost should be the rows a step touches, not the tables' size;
 # - where a step's time goes at batch 4096 (the batch's copy, the lookup, forward, backward,
 #   the gradients' copy to host memory, against the whole step), and what the Trainer's
 #   prefetch thread takes off it (the batch's copy and the plan of its ids), and the host's
@@ -99,6 +101,7 @@ run 300 env GPU_CHECK_TABLES=$other "$bin" step "$device" 4096 "$steps" wide_dee
 other_update=host
 [ "$device" = cpu ] && other_update=device
 run 300 env GPU_CHECK_TABLES=device GPU_CHECK_UPDATE=$other_update "$bin" step "$device" 4096 "$steps" mlp,wide_deep
+[ "$device" = cpu ] || run 300 env GPU_CHECK_BUCKETS=1000000 "$bin" step "$device" 4096 "$steps" wide_deep
 run 300 "$bin" phases "$device" 4096 $((steps / 4))
 run 300 "$bin" input 4096 $((steps / 2))
 run 120 "$bin" prepare 4096 200 wide_deep,deepfm
@@ -145,6 +148,13 @@ if placed:
         if key not in seen:
             seen.add(key)
             print(f"{r['model']:<10} tables: {r['tables']:<7} update: {r['update']:<7} {fmt(r['examples_per_sec']):>10}")
+large = [r for r in rows if r["mode"] == "step" and r.get("table_rows", 0) > 1_000_000]
+for r in large:
+    small = next((s for s in rows if s["mode"] == "step" and s["model"] == r["model"] and s["rows"] == r["rows"]
+                  and s["device"] == r["device"] and s.get("table_rows") == 260_000 and s["tables"] == r["tables"]
+                  and s["update"] == r["update"]), None)
+    print(f"\n{r['model']} at {r['rows']} rows with tables of {r['table_rows']:,} rows: {r['step_ms']:.3f} ms a step,"
+          f" against {small['step_ms'] if small else float('nan'):.3f} ms with 260,000")
 cpu = get(mode="step", model="mlp", device="cpu", rows=4096, steps=30)
 cpu_peer = get(mode="torch", model="mlp", device="cpu", rows=4096, steps=30)
 print(f"\nMLP at 4096 on one CPU thread: {fmt(cpu)} against PyTorch's {fmt(cpu_peer)}: {ratio(cpu, cpu_peer)}")

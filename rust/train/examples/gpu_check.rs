@@ -48,6 +48,8 @@
 //! `GPU_CHECK_UPDATE=device` or `host` runs the variables' update on the device or on the host
 //! (`OptimizerConfig::update_on_device`, which needs the tables on the device too); unset, the
 //! engine decides (on a GPU, on the device). Every timed line says where both were.
+//! `GPU_CHECK_BUCKETS` sets the ids in each categorical column (10,000 unless set; the
+//! tables' rows are 26 times it), for the cost of a step against its tables' size.
 //!
 //! The C library's allocator is set as the Python binding sets it in trainer processes, so the
 //! host's share of a step costs what it costs in the wheel.
@@ -136,9 +138,14 @@ fn models() -> Vec<(&'static str, ModelKind)> {
     ]
 }
 
-/// The MLP reads 39 dense features; the others 13 dense and 26 categorical columns.
+/// The MLP reads 39 dense features; the others 13 dense and 26 categorical columns of
+/// `GPU_CHECK_BUCKETS` ids each (10,000 unless set).
 fn spec(model: &str) -> FeatureSpec {
-    spec_of(model, BUCKETS)
+    let buckets = match std::env::var("GPU_CHECK_BUCKETS") {
+        Ok(n) => n.parse().unwrap_or_else(|_| panic!("GPU_CHECK_BUCKETS={n}: a count of ids")),
+        Err(_) => BUCKETS,
+    };
+    spec_of(model, buckets)
 }
 
 /// [`spec`] with `buckets` ids in each categorical column.
@@ -366,6 +373,7 @@ fn step(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str, 
         let line = serde_json::json!({
             "mode": "step", "model": name, "device": device_name, "rows": rows_per_step, "steps": steps,
             "tables": tables_name(&dp), "update": update_name(&dp), "step_ms": seconds * 1e3 / steps as f64,
+            "table_rows": spec.categorical.iter().map(|c| c.buckets as usize).sum::<usize>(),
             "examples_per_sec": (rows_per_step * steps) as f64 / seconds,
         });
         println!("RESULT {line}");

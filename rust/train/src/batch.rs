@@ -194,11 +194,11 @@ impl LookupPlan {
         Ok(())
     }
 
-    /// Makes the places of the distinct ids in tables of each of `row_counts` rows on the
-    /// plan's device, where a trainer alone reads and updates them: for batches that will be
-    /// trained on, so that the step finds them made.
-    pub(crate) fn place_rows(&mut self, row_counts: &[usize]) -> Result<()> {
-        self.places = Some(RowPlaces::new(&self.unique, row_counts, self.device())?);
+    /// Makes the places of the distinct ids on the plan's device, where a trainer alone reads
+    /// and updates their rows: for batches that will be trained on, so that the step finds
+    /// them made.
+    pub(crate) fn place_rows(&mut self) -> Result<()> {
+        self.places = Some(RowPlaces::new(&self.unique, self.device())?);
         Ok(())
     }
 

@@ -11,9 +11,8 @@
 //! Checkpoints, snapshots and exports copy the tables out when asked.
 //!
 //! Each update rule is the host's written in tensor operations (`rule_tensors.rs`). Updated
-//! rows are written back by one gather over the whole table from the table and the new rows
-//! laid end to end: candle's CUDA `scatter` and `index_add` loop over every row in each
-//! thread, a gather is parallel over its output.
+//! rows and their state are written back in place (`row_write.rs`), so a step's update costs
+//! what its rows do, however large the table.
 
 use candle_core::{Device, Tensor};
 
@@ -21,6 +20,7 @@ use crate::error::{Result, TrainError};
 use crate::groups::OptimizerConfig;
 use crate::optim::Rule;
 use crate::params::Entry;
+use crate::row_write::write_rows;
 use crate::rule_tensors::apply_rule;
 use crate::sharded::{group_of, rule_of};
 
@@ -46,55 +46,28 @@ pub(crate) struct DeviceTables {
     last: Option<RowPlaces>,
 }
 
-/// Where an update of some rows reads and writes on the tables' device. The tables of a step
-/// update the same rows (they share the id space), so one is made per step: for a trainer
-/// alone, on the prefetch thread with the batch (`prefetch.rs`), which takes its making and
-/// its copies to the device off the training thread.
+/// The rows an update reads and writes, on the tables' device. The tables of a step update
+/// the same rows (they share the id space), so one is made per step: for a trainer alone, on
+/// the prefetch thread with the batch (`prefetch.rs`), which takes its copy to the device off
+/// the training thread.
 pub(crate) struct RowPlaces {
     /// The rows, ascending.
     ids: Vec<u32>,
-    /// `[ids]`: the rows to read.
+    /// `[ids]`: the rows, on the device.
     at: Tensor,
-    /// For each table row count, `[rows]`: each row's place in the table followed by the
-    /// updated rows.
-    picks: Vec<(usize, Tensor)>,
 }
 
 impl RowPlaces {
-    /// The places of rows `ids` (ascending, distinct) in tables of each of `row_counts` rows
-    /// (a count the ids do not fit gets none: the update refuses such ids), on `device`.
-    pub(crate) fn new(ids: &[u32], row_counts: &[usize], device: &Device) -> Result<RowPlaces> {
+    /// The places of rows `ids` (ascending, distinct) on `device`.
+    pub(crate) fn new(ids: &[u32], device: &Device) -> Result<RowPlaces> {
         let at = Tensor::from_slice(ids, ids.len(), device)?;
-        let mut places = RowPlaces { ids: ids.to_vec(), at, picks: Vec::new() };
-        for &rows in row_counts {
-            places.place_in(rows, device)?;
-        }
-        Ok(places)
-    }
-
-    /// Makes the write-back for tables of `rows` rows, unless it is made or the ids do not
-    /// fit such a table.
-    fn place_in(&mut self, rows: usize, device: &Device) -> Result<()> {
-        let fits = self.ids.last().is_none_or(|&id| (id as usize) < rows);
-        if fits && !self.picks.iter().any(|(r, _)| *r == rows) {
-            self.picks.push((rows, pick(&self.ids, rows, device)?));
-        }
-        Ok(())
+        Ok(RowPlaces { ids: ids.to_vec(), at })
     }
 
     /// `[ids]`: the rows, on the device, to gather them.
     pub(crate) fn at(&self) -> &Tensor {
         &self.at
     }
-}
-
-/// `[rows]` on `device`: row r is row r of the table, or the k-th updated row for `ids[k]`.
-fn pick(ids: &[u32], rows: usize, device: &Device) -> Result<Tensor> {
-    let mut pick: Vec<u32> = (0..rows as u32).collect();
-    for (k, &id) in ids.iter().enumerate() {
-        pick[id as usize] = (rows + k) as u32;
-    }
-    Ok(Tensor::from_vec(pick, rows, device)?)
 }
 
 impl DeviceTables {
@@ -220,12 +193,11 @@ impl DeviceTables {
             return Ok(());
         }
         let g = Tensor::from_slice(grads, (ids.len(), width), &self.device)?;
-        // Only this table's write-back is made: with a ring each table's rows may differ.
-        let mut places = match self.last.take() {
+        // With a ring each table's rows may differ; mostly they are the last table's.
+        let places = match self.last.take() {
             Some(last) if last.ids == ids => last,
-            _ => RowPlaces::new(ids, &[], &self.device)?,
+            _ => RowPlaces::new(ids, &self.device)?,
         };
-        places.place_in(rows, &self.device)?;
         let written = self.write_rows(t, &places, &g, None, scale, step);
         self.last = Some(places);
         written
@@ -233,12 +205,7 @@ impl DeviceTables {
 
     /// The places of rows `ids` (ascending, distinct) in these tables.
     pub(crate) fn places(&self, ids: &[u32]) -> Result<RowPlaces> {
-        RowPlaces::new(ids, &self.row_counts(), &self.device)
-    }
-
-    /// Every table's row count, in entry order.
-    pub(crate) fn row_counts(&self) -> Vec<usize> {
-        self.tables.iter().map(|table| table.entry.shape[0]).collect()
+        RowPlaces::new(ids, &self.device)
     }
 
     /// [`Self::update_rows`] of the rows `places` holds, with the gradients already on the
@@ -282,15 +249,6 @@ impl DeviceTables {
         step: u64,
     ) -> Result<()> {
         let table = &mut self.tables[t];
-        let rows = table.entry.shape[0];
-        let made;
-        let pick = match places.picks.iter().find(|(r, _)| *r == rows) {
-            Some((_, pick)) => pick,
-            None => {
-                made = pick(&places.ids, rows, &self.device)?;
-                &made
-            }
-        };
         let at = &places.at;
         let p = table.values.index_select(at, 0)?;
         let state =
@@ -300,10 +258,11 @@ impl DeviceTables {
             Some(live) => live.broadcast_as(new.shape())?.where_cond(&new, old),
             None => Ok(new),
         };
-        let write = |old: &Tensor, new: &Tensor| Tensor::cat(&[old, new], 0)?.index_select(pick, 0);
-        table.values = write(&table.values, &keep(new_p, &p)?)?;
-        for ((old, new), before) in table.state.iter_mut().zip(new_state).zip(&state) {
-            *old = write(old, &keep(new, before)?)?;
+        // The tables and their state are this struct's alone (gathers copy their rows), so
+        // writing them in place changes nothing a computation still reads.
+        write_rows(&table.values, at, &keep(new_p, &p)?)?;
+        for ((buffer, new), before) in table.state.iter().zip(new_state).zip(&state) {
+            write_rows(buffer, at, &keep(new, before)?)?;
         }
         Ok(())
     }
@@ -380,23 +339,24 @@ mod tests {
     }
 
     #[test]
-    fn places_made_for_other_tables_update_the_same_rows() {
-        // Places made ahead for tables of another size (or of none) carry no write-back for
-        // this one: it is made when the update needs it.
+    fn an_update_moves_its_rows_alone_and_rows_gathered_before_keep_their_values() {
+        // The write-back is in place: the step's gathered rows (the lookup the backward pass
+        // read) must be copies, untouched by it.
         let ids = [1u32, 4];
         let grads = Tensor::from_slice(&[0.5f32, -1.0, 0.25, 2.0], (2, 2), &Device::Cpu).unwrap();
-        let updated = |row_counts: &[usize]| {
-            let mut tables = tables();
-            let places = RowPlaces::new(&ids, row_counts, &Device::Cpu).unwrap();
-            tables.update_rows_on_device(0, &places, &grads, 1.0, 1).unwrap();
-            (tables.values().unwrap(), tables.state(0).unwrap())
-        };
-        let (values, state) = updated(&[6]);
-        assert_eq!(updated(&[]), (values.clone(), state));
-        assert_eq!(updated(&[9, 5]).0, values);
-        let untouched = tables().values().unwrap();
+        let mut tables = tables();
+        let untouched = tables.values().unwrap();
+        let places = tables.places(&ids).unwrap();
+        let gathered = tables.gather(0, places.at()).unwrap();
+        let before = gathered.to_vec2::<f32>().unwrap();
+        tables.update_rows_on_device(0, &places, &grads, 1.0, 1).unwrap();
+        assert_eq!(gathered.to_vec2::<f32>().unwrap(), before);
+        let values = tables.values().unwrap();
         let moved: Vec<usize> =
             (0..6).filter(|&r| values[0][2 * r..2 * r + 2] != untouched[0][2 * r..2 * r + 2]).collect();
+        assert_eq!(moved, [1, 4]);
+        let state = tables.state(0).unwrap();
+        let moved: Vec<usize> = (0..6).filter(|&r| state[0][2 * r..2 * r + 2] != [0.0, 0.0]).collect();
         assert_eq!(moved, [1, 4]);
     }
 }

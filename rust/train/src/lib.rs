@@ -53,6 +53,7 @@ pub mod params;
 pub mod prefetch;
 pub mod regularize;
 mod rng;
+mod row_write;
 mod rows;
 mod rule_tensors;
 pub mod schedule;

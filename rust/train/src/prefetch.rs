@@ -39,24 +39,24 @@ impl Prepared {
     /// [`Prepared::new`] with the rows laid out as `gather` says, whatever the device: on the
     /// CPU, `Gather::PerPosition` does the host's share of a GPU's preparation.
     pub fn with_layout(encoded: &Encoded, device: &Device, gather: Gather) -> Result<Prepared> {
-        Self::made(encoded, device, gather, &[])
+        Self::made(encoded, device, gather, false)
     }
 
     /// `encoded` prepared for `dp`'s step, as [`Prefetch::for_step`] prepares its batches.
     pub fn for_step<M: Model>(encoded: &Encoded, dp: &DataParallel<M>) -> Result<Prepared> {
-        let (device, table_rows) = dp.preparation();
-        Self::made(encoded, &device, Gather::for_device(&device), &table_rows)
+        let (device, place_rows) = dp.preparation();
+        Self::made(encoded, &device, Gather::for_device(&device), place_rows)
     }
 
     /// `encoded` laid out as `gather` says on `device`, its ids placed for a training step
-    /// and, for tables of each of `table_rows` rows on the device, in those tables.
-    fn made(encoded: &Encoded, device: &Device, gather: Gather, table_rows: &[usize]) -> Result<Prepared> {
+    /// and, if `place_rows`, their rows' places made on the device for tables there.
+    fn made(encoded: &Encoded, device: &Device, gather: Gather, place_rows: bool) -> Result<Prepared> {
         let batch = Batch::from_encoded_on(encoded, device)?;
         let mut plan = LookupPlan::of_as(&batch, gather)?;
         if let Some(plan) = &mut plan {
             plan.plan_gradients()?;
-            if !table_rows.is_empty() {
-                plan.place_rows(table_rows)?;
+            if place_rows {
+                plan.place_rows()?;
             }
         }
         Ok(Prepared { batch, plan })
@@ -88,7 +88,7 @@ impl Prefetch {
     where
         I: Iterator<Item = Result<Encoded>> + Send + 'static,
     {
-        Self::placing(batches, device, Vec::new())
+        Self::placing(batches, device, false)
     }
 
     /// Starts preparing `batches` for `dp`'s step: on its device, and where its tables are on
@@ -98,19 +98,19 @@ impl Prefetch {
         I: Iterator<Item = Result<Encoded>> + Send + 'static,
         M: Model,
     {
-        let (device, table_rows) = dp.preparation();
-        Self::placing(batches, device, table_rows)
+        let (device, place_rows) = dp.preparation();
+        Self::placing(batches, device, place_rows)
     }
 
-    /// [`Prefetch::start`], the ids also placed in tables of each of `table_rows` rows.
-    fn placing<I>(batches: I, device: Device, table_rows: Vec<usize>) -> Result<Prefetch>
+    /// [`Prefetch::start`], the rows' places also made on the device if `place_rows`.
+    fn placing<I>(batches: I, device: Device, place_rows: bool) -> Result<Prefetch>
     where
         I: Iterator<Item = Result<Encoded>> + Send + 'static,
     {
         let gather = Gather::for_device(&device);
         let work = move |sender: SyncSender<Result<Prepared>>| {
             for encoded in batches {
-                let prepared = encoded.and_then(|e| Prepared::made(&e, &device, gather, &table_rows));
+                let prepared = encoded.and_then(|e| Prepared::made(&e, &device, gather, place_rows));
                 let failed = prepared.is_err();
                 if sender.send(prepared).is_err() || failed {
                     return;

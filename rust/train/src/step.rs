@@ -248,15 +248,12 @@ impl<M: Model> DataParallel<M> {
     }
 
     /// What a batch prepared ahead of the step is made for ([`crate::Prefetch::for_step`]):
-    /// the model's device, and the row counts of the tables whose rows the step reads and
-    /// updates there, when it can place them ahead (a trainer alone; with a ring the rows
-    /// updated are every worker's, known only in the step).
-    pub(crate) fn preparation(&self) -> (Device, Vec<usize>) {
+    /// the model's device, and whether the step reads and updates the batch's rows of tables
+    /// there, so that their places can be made ahead (a trainer alone with its tables on the
+    /// device; with a ring the rows updated are every worker's, known only in the step).
+    pub(crate) fn preparation(&self) -> (Device, bool) {
         let device = self.model.parameters().device().clone();
-        match &self.on_device {
-            Some(tables) if self.alone_on_device() => (device, tables.row_counts()),
-            _ => (device, Vec::new()),
-        }
+        (device, self.on_device.is_some() && self.alone_on_device())
     }
 
     /// This worker's shares of the tables, when they are sharded.

@@ -7,10 +7,14 @@
 //! current one trains: on a GPU the training thread then only queues kernels and waits for
 //! their results, and on a CPU the work moves to a core the step's threads leave idle at
 //! times. For a trainer alone with its tables on the device, it also makes the ids' places
-//! there, where the step reads and updates their rows (`device_tables::RowPlaces`). The
-//! copies to the device are queued on the device's one stream from this thread, so
-//! they run in order with the step's kernels, and each batch is handed over only once its
-//! tensors are queued.
+//! there, where the step reads and updates their rows (`device_tables::RowPlaces`).
+//!
+//! candle's CUDA device queues work on the calling thread's own default stream
+//! (`CU_STREAM_PER_THREAD`), so this thread's copies are not ordered with the training
+//! thread's kernels: a copy from pageable memory returns once its bytes are staged, before
+//! they reach the device. This thread therefore waits for its own stream before handing a
+//! batch over, so the step never reads a batch still on its way; the training thread does not
+//! wait, and the copies of a few megabytes take a fraction of the step they overlap.
 
 use std::sync::mpsc::SyncSender;
 
@@ -59,6 +63,8 @@ impl Prepared {
                 plan.place_rows()?;
             }
         }
+        // This thread's stream: see the module's header.
+        device.synchronize()?;
         Ok(Prepared { batch, plan })
     }
 

@@ -587,8 +587,7 @@ fn training_loop(
         // As the `trainer` mode's rate, past the first window of ten steps.
         let warm = WINDOW as usize;
         let (mut waiting, mut stepping, mut examples) = (0f64, 0f64, 0u64);
-        let started = Instant::now();
-        let mut timed_from = started;
+        let mut timed_from = Instant::now();
         for s in 0..warm + steps {
             if s == warm {
                 (waiting, stepping, examples, timed_from) = (0.0, 0.0, 0, Instant::now());

@@ -169,6 +169,9 @@ fn open_cuda(name: &str, ordinal: usize, report: &CudaReport) -> Result<Device> 
             ),
         ));
     }
+    // candle queues a CUDA device's work on each calling thread's own default stream
+    // (`CU_STREAM_PER_THREAD`): a thread that hands device tensors to another must wait for its
+    // stream first, as the prefetch thread does (`prefetch.rs`).
     Device::new_cuda(ordinal).map_err(|e| unavailable(None, format!("{} would not open: {e}", card.name)))
 }
 

@@ -198,7 +198,7 @@ impl DeviceTables {
             Some(last) if last.ids == ids => last,
             _ => RowPlaces::new(ids, &self.device)?,
         };
-        let written = self.write_rows(t, &places, &g, None, scale, step);
+        let written = self.update_at(t, &places, &g, None, scale, step);
         self.last = Some(places);
         written
     }
@@ -234,12 +234,12 @@ impl DeviceTables {
             return Ok(());
         }
         let live = grads.abs()?.max_keepdim(1)?.gt(0f32)?;
-        self.write_rows(t, places, grads, Some(&live), scale, step)
+        self.update_at(t, places, grads, Some(&live), scale, step)
     }
 
     /// Runs table `t`'s rule on the rows `places` holds with gradients `g` and writes them
     /// back; where `live` (`[ids, 1]`) is 0 a row and its state keep their values.
-    fn write_rows(
+    fn update_at(
         &mut self,
         t: usize,
         places: &RowPlaces,

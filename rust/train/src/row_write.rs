@@ -47,10 +47,10 @@ pub(crate) fn write_rows(table: &Tensor, ids: &Tensor, rows: &Tensor) -> candle_
 /// The in-place operation of [`write_rows`], which checked the shapes and types.
 struct WriteRows;
 
-/// The storage's values a layout covers, or an error if they are not one run.
-fn run<'a, T>(values: &'a [T], layout: &Layout) -> candle_core::Result<&'a [T]> {
+/// Where in its storage a tensor's values lie, as one run, or an error if they do not.
+fn span(layout: &Layout) -> candle_core::Result<std::ops::Range<usize>> {
     match layout.contiguous_offsets() {
-        Some((start, end)) => Ok(&values[start..end]),
+        Some((start, end)) => Ok(start..end),
         None => candle_core::bail!("writing rows needs contiguous tensors"),
     }
 }
@@ -72,11 +72,8 @@ impl InplaceOp3 for WriteRows {
         let (CpuStorage::F32(table), CpuStorage::U32(ids), CpuStorage::F32(rows)) = (table, ids, rows) else {
             candle_core::bail!("writing rows needs a float32 table, u32 ids and float32 rows");
         };
-        let Some((start, end)) = table_layout.contiguous_offsets() else {
-            candle_core::bail!("writing rows needs a contiguous table");
-        };
-        let table = &mut table[start..end];
-        let (ids, rows) = (run(ids, ids_layout)?, run(rows, rows_layout)?);
+        let table = &mut table[span(table_layout)?];
+        let (ids, rows) = (&ids[span(ids_layout)?], &rows[span(rows_layout)?]);
         let width = table_layout.dims()[1];
         let table_rows = table_layout.dims()[0];
         if let Some(&id) = ids.iter().find(|&&id| id as usize >= table_rows) {
@@ -102,19 +99,12 @@ impl InplaceOp3 for WriteRows {
         use candle_core::cuda_backend::WrapErr;
         use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 
-        let contiguous = |layout: &Layout| match layout.contiguous_offsets() {
-            Some(offsets) => Ok(offsets),
-            None => Err(candle_core::Error::Msg("writing rows needs contiguous tensors".into())),
-        };
         let (table_rows, width) = (table_layout.dims()[0], table_layout.dims()[1]);
         let n = ids_layout.dims()[0];
         let device = table.device.clone();
-        let (ids_start, ids_end) = contiguous(ids_layout)?;
-        let (rows_start, rows_end) = contiguous(rows_layout)?;
-        let (table_start, table_end) = contiguous(table_layout)?;
-        let ids = ids.as_cuda_slice::<u32>()?.slice(ids_start..ids_end);
-        let rows = rows.as_cuda_slice::<f32>()?.slice(rows_start..rows_end);
-        let mut table = table.as_cuda_slice_mut::<f32>()?.slice_mut(table_start..table_end);
+        let ids = ids.as_cuda_slice::<u32>()?.slice(span(ids_layout)?);
+        let rows = rows.as_cuda_slice::<f32>()?.slice(span(rows_layout)?);
+        let mut table = table.as_cuda_slice_mut::<f32>()?.slice_mut(span(table_layout)?);
         let func = device.get_or_load_custom_func("write_rows_f32", "sparktrain_rows", ROWS_PTX)?;
         // The kernel strides over the values, so a grid capped at u32's range still covers all.
         let config = LaunchConfig::for_num_elems(u32::try_from(n * width).unwrap_or(u32::MAX));

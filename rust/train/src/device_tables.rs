@@ -10,9 +10,8 @@
 //! alone keeps the row gradients on the device as well (`update_rows_on_device`).
 //! Checkpoints, snapshots and exports copy the tables out when asked.
 //!
-//! Each update rule is the host's written in tensor operations (`rule_tensors.rs`). Updated
-//! rows and their state are written back in place (`row_write.rs`), so a step's update costs
-//! what its rows do, however large the table.
+//! Each update rule runs in passes that write a table's rows and their state where they lie
+//! (`rule_passes.rs`), so a step's update costs what its rows do, however large the table.
 
 use candle_core::{Device, Tensor};
 
@@ -20,8 +19,7 @@ use crate::error::{Result, TrainError};
 use crate::groups::OptimizerConfig;
 use crate::optim::Rule;
 use crate::params::Entry;
-use crate::row_write::write_rows;
-use crate::rule_tensors::apply_rule;
+use crate::rule_passes::{Span, update_in_place};
 use crate::sharded::{group_of, rule_of};
 
 /// One table on the device.
@@ -198,7 +196,7 @@ impl DeviceTables {
             Some(last) if last.ids == ids => last,
             _ => RowPlaces::new(ids, &self.device)?,
         };
-        let written = self.update_at(t, &places, &g, None, scale, step);
+        let written = self.update_at(t, &places, &g, false, scale, step);
         self.last = Some(places);
         written
     }
@@ -233,48 +231,34 @@ impl DeviceTables {
         if ids.is_empty() {
             return Ok(());
         }
-        let live = grads.abs()?.max_keepdim(1)?.gt(0f32)?;
-        self.update_at(t, places, grads, Some(&live), scale, step)
+        self.update_at(t, places, grads, true, scale, step)
     }
 
-    /// Runs table `t`'s rule on the rows `places` holds with gradients `g` and writes them
-    /// back; where `live` (`[ids, 1]`) is 0 a row and its state keep their values.
+    /// Runs table `t`'s rule on the rows `places` holds with gradients `g`, where they lie;
+    /// with `lazy`, a row whose gradient is all zeros keeps its values and state.
     fn update_at(
         &mut self,
         t: usize,
         places: &RowPlaces,
         g: &Tensor,
-        live: Option<&Tensor>,
+        lazy: bool,
         scale: f32,
         step: u64,
     ) -> Result<()> {
-        let table = &mut self.tables[t];
-        let at = &places.at;
-        let p = table.values.index_select(at, 0)?;
-        let state =
-            table.state.iter().map(|s| s.index_select(at, 0)).collect::<candle_core::Result<Vec<_>>>()?;
-        let (new_p, new_state) = apply_rule(table.rule.scaled(scale), step, &p, g, &state)?;
-        let keep = |new: Tensor, old: &Tensor| match live {
-            Some(live) => live.broadcast_as(new.shape())?.where_cond(&new, old),
-            None => Ok(new),
-        };
-        // The tables and their state are this struct's alone (gathers copy their rows), so
-        // writing them in place changes nothing a computation still reads.
-        write_rows(&table.values, at, &keep(new_p, &p)?)?;
-        for ((buffer, new), before) in table.state.iter().zip(new_state).zip(&state) {
-            write_rows(buffer, at, &keep(new, before)?)?;
-        }
+        let table = &self.tables[t];
+        let span = Span::Rows { ids: &places.at, lazy };
+        // The tables and their state are this struct's alone (a lookup gathers copies of their
+        // rows), so writing them in place changes nothing a computation still reads.
+        update_in_place(table.rule.scaled(scale), step, &table.values, g, &table.state, span)?;
         Ok(())
     }
 
     /// Updates every row of table `t` with `grads` (the whole table's gradient), as
     /// [`Self::update_rows`] does its rows.
     pub(crate) fn update_all(&mut self, t: usize, grads: &[f32], scale: f32, step: u64) -> Result<()> {
-        let table = &mut self.tables[t];
+        let table = &self.tables[t];
         let g = upload(&table.entry, "gradient", grads, &self.device)?;
-        let (p, state) = apply_rule(table.rule.scaled(scale), step, &table.values, &g, &table.state)?;
-        table.values = p;
-        table.state = state;
+        update_in_place(table.rule.scaled(scale), step, &table.values, &g, &table.state, Span::Flat)?;
         Ok(())
     }
 }

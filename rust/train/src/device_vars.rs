@@ -5,10 +5,10 @@
 //! update rule there and copies every variable back: on a GPU those copies, and the rule run
 //! by the host for a model of millions of weights, cost more than the step's own kernels.
 //! Here the step's gradient is one flat tensor on the device. It crosses to the host only
-//! when there is a ring to sum it over (down once, back once); the mean, the penalties, the
-//! clipping and the rule run in tensor operations (`rule_tensors.rs`), and the new values are
-//! written into the model's variables. Of each step only the loss and the gradient's norm, a
-//! number each, reach the host.
+//! when there is a ring to sum it over (down once, back once); the mean, the penalties and
+//! the clipping run in tensor operations, and the rule in passes that write each variable
+//! and its state where they live (`rule_passes.rs`). Of each step only the loss and the
+//! gradient's norm, a number each, reach the host.
 //!
 //! The arithmetic is the host path's, operation for operation: on the CPU the two train bit
 //! for bit alike (`tests/device_tables.rs`), and on a GPU to its rounding of the same
@@ -25,7 +25,8 @@ use crate::groups::Optimizers;
 use crate::optim::Rule;
 use crate::params::{Entry, Parameters};
 use crate::regularize::Regularization;
-use crate::rule_tensors::{apply_rule, div, mul};
+use crate::rule_passes::{Span, update_in_place};
+use crate::scaling::{div, mul};
 
 /// One optimizer group's variables and the rule's state for them.
 struct DeviceGroup {
@@ -155,15 +156,17 @@ impl DeviceVars {
             return Ok(());
         }
         let vars = &self.vars[group.vars.clone()];
-        let values = self.values(vars)?;
-        let part = grad.narrow(0, group.values.start, group.values.len())?;
-        let (values, state) = apply_rule(group.rule.scaled(scale), step, &values, &part, &group.state)?;
+        let rule = group.rule.scaled(scale);
+        let grad = grad.narrow(0, group.values.start, group.values.len())?;
+        // Each variable where it lives, with its part of the gradient and of the state.
         let mut at = 0;
         for (var, entry) in vars {
-            var.set(&values.narrow(0, at, entry.len())?.reshape(var.shape())?)?;
+            let part = |t: &Tensor| t.narrow(0, at, entry.len());
+            let g = part(&grad)?;
+            let state = group.state.iter().map(part).collect::<candle_core::Result<Vec<_>>>()?;
+            update_in_place(rule, step, var.as_tensor(), &g, &state, Span::Flat)?;
             at += entry.len();
         }
-        self.groups[g].state = state;
         Ok(())
     }
 

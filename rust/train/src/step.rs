@@ -50,7 +50,7 @@ use crate::params::Entry;
 use crate::prefetch::Prepared;
 use crate::regularize::Regularization;
 use crate::rows::live_rows;
-use crate::rule_tensors::{div, mul};
+use crate::scaling::{div, mul};
 use crate::schedule::Schedule;
 use crate::shard::{Placement, TableOptions, default_table_budget};
 use crate::sharded::{Fetched, OwnedGrads, ShardedTables, rule_of};

@@ -542,14 +542,14 @@ def test_the_time_limit_stops_a_job_that_runs_too_long(tmp_path):
     job.write_text(STUCK_JOB)
     started = time.monotonic()
     process = start(
-        "submit", "--time-limit", "90s", "--memory", "512m", str(job), str(marker), cwd=tmp_path, env=env
+        "submit", "--time-limit", "60s", "--memory", "512m", str(job), str(marker), cwd=tmp_path, env=env
     )
     done = finish(process, timeout=400)
     elapsed = time.monotonic() - started
     assert marker.exists(), done.stderr[-3000:]  # the job really ran before the limit
     assert done.returncode == 124, done.stderr[-3000:]
-    assert "time limit of 90 s was reached; stopped the application" in done.stderr
-    assert elapsed < 90 + 60
+    assert "time limit of 60 s was reached; stopped the application" in done.stderr
+    assert elapsed < 60 + 60
     # Nothing of the job is left: no driver, worker, executor or Python worker still sleeping.
     assert processes_with(env["SPARKTRAIN_TEST_MARKER"]) == []
 

@@ -202,11 +202,11 @@ def test_the_time_limit_kills_the_application_on_yarn(yarn, tmp_path):
     )
     done = submit(
         yarn, Path(sys.executable), "--deploy-mode", "cluster", "--python", sys.executable,
-        "--time-limit", "90s", str(job), cwd=tmp_path, timeout=400,
+        "--time-limit", "60s", str(job), cwd=tmp_path, timeout=400,
     )  # fmt: skip
     assert done.returncode == 124, explain(done, yarn)
     application = next(w for w in done.stderr.split() if w.startswith("application_"))
-    assert f"time limit of 90 s was reached; killed application {application}" in done.stderr
+    assert f"time limit of 60 s was reached; killed application {application}" in done.stderr
     home = spark_home()
     status = subprocess.run(
         ["java", "-cp", f"{yarn.conf_dir}:{home}/jars/*", YARN_CLI, "application", "-status", application],

@@ -66,21 +66,6 @@ rust_tests_without_hdfs() {
 step "Python environment"
 source submit/env.sh
 
-# PyTorch's wheels (several GB with their CUDA libraries) and the setuptools they need cannot
-# share .venv with TensorFlowOnSpark, nor can the MLflow server's pins or PySpark 3.5: their
-# virtualenvs (tests/environments.sh) are made in the background from here on, while the lint,
-# Maven, the Rust tests and the wheel's compile run: their downloads fill the time those steps
-# wait. (Started with the wheel's compile instead, they stretched it by minutes on 2 cores.)
-# In a process group of its own, so that a failed step stops all of it.
-environments=
-environments_log=
-if ! $fast; then
-    environments_log=$(mktemp)
-    setsid bash tests/environments.sh >"$environments_log" 2>&1 &
-    environments=$!
-    trap 'kill -- -"$environments" 2>/dev/null || true; rm -f "$environments_log"' EXIT
-fi
-
 step "Lint"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
@@ -137,11 +122,11 @@ mkfifo "$work/stdin"
 bash tests/minidfs/start.sh <"$work/stdin" >"$work/stdout" 2>"$work/stderr" &
 minidfs=$!
 exec 3>"$work/stdin" # holding the pipe open keeps the cluster up; closing it stops the cluster
+environments=
 cleanup() {
     if [ -n "$environments" ]; then
         kill -- -"$environments" 2>/dev/null || true
     fi
-    rm -f "$environments_log"
     exec 3>&- || true
     wait "$minidfs" 2>/dev/null || true
     rm -rf "$work"
@@ -171,13 +156,22 @@ step "CUDA build (kernels with PyPI's nvcc; device tests without a GPU)"
 bash submit/build-cuda.sh --check
 if [ "${CI:-}" = true ]; then
     # Nothing after this point uses the test build (the wheel is a release build of its own):
-    # its GBs go before the release build and the tests' clusters need room.
+    # its GBs go before the PyTorch environment needs them.
     cargo clean --profile dev
 fi
 
+# PyTorch's wheels (several GB with their CUDA libraries) and the setuptools they need cannot
+# share .venv with TensorFlowOnSpark, nor can the MLflow server's pins or PySpark 3.5: their
+# virtualenvs (tests/environments.sh) are made while the wheel compiles: their downloads and
+# unpacking overlap the compiler's work instead of following it. In a process group of its own,
+# so that a failed step stops all of it.
+environments_log="$work/environments.log"
+setsid bash tests/environments.sh >"$environments_log" 2>&1 &
+environments=$!
+
 install_wheel
 
-step "PyTorch, MLflow server and PySpark 3.5 environments (made in the background since the start)"
+step "PyTorch, MLflow server and PySpark 3.5 environments (made during the wheel's build)"
 status=0
 wait "$environments" || status=$?
 environments=

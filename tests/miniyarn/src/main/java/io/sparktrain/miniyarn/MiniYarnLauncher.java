@@ -46,6 +46,8 @@ public final class MiniYarnLauncher {
       "  -h, --help           show this help",
       "Prints '" + READY_PREFIX + "<conf-dir>' on stdout once every NodeManager has registered.");
 
+  /** The classpath resource naming NioLocalFs for the `file` scheme, in this JVM only. */
+  private static final String LOCAL_FS_RESOURCE = "miniyarn-local-fs.xml";
   /** Seconds to wait for the ResourceManager's address and the NodeManagers. */
   private static final int START_TIMEOUT_S = 120;
   /** How long a stop waits for containers still running to end by themselves. */
@@ -164,6 +166,8 @@ public final class MiniYarnLauncher {
   }
 
   private static int run(Options opts, PrintStream stdout) throws Exception {
+    // Before any Configuration is made: the NodeManagers' local file system (NioLocalFs.java).
+    Configuration.addDefaultResource(LOCAL_FS_RESOURCE);
     CountDownLatch stop = new CountDownLatch(1);
     for (String sig : new String[] {"TERM", "INT"}) {
       Signal.handle(new Signal(sig), s -> stop.countDown());
@@ -241,7 +245,10 @@ public final class MiniYarnLauncher {
     Configuration core = new Configuration(false);
     core.set("fs.defaultFS", opts.defaultFs);
     write(core, opts.confDir.resolve("core-site.xml"));
-    write(live, opts.confDir.resolve("yarn-site.xml"));
+    // Spark's clients and containers read this folder without this launcher's classes.
+    Configuration yarn = new Configuration(live);
+    yarn.unset(NioLocalFs.CONF_KEY);
+    write(yarn, opts.confDir.resolve("yarn-site.xml"));
   }
 
   private static void write(Configuration conf, Path file) throws IOException {

@@ -63,9 +63,10 @@ rust_tests_without_hdfs() {
     "${cargo_test[@]}" --doc
 }
 
-# Background work (a process group each) and the MiniDFS cluster, stopped on every way out.
+# Background work (a process group each, its output in $work/NAME.log) and the MiniDFS cluster,
+# stopped on every way out.
 work=$(mktemp -d)
-background=()
+declare -A background=()
 minidfs=
 cleanup() {
     local group
@@ -79,15 +80,24 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-# Waits for the background group $1 and forgets it: once it has ended, its number may be reused.
-wait_background() {
-    local status=0 group kept=()
-    wait "$1" || status=$?
-    for group in "${background[@]}"; do
-        if [ "$group" != "$1" ]; then kept+=("$group"); fi
-    done
-    background=("${kept[@]}")
-    return "$status"
+# start_background NAME COMMAND...: runs COMMAND in a process group of its own.
+start_background() {
+    local name=$1
+    shift
+    setsid "$@" >"$work/$name.log" 2>&1 &
+    background[$name]=$!
+}
+# finish_background NAME: waits for it, prints its output, and stops the run if it failed. Its
+# group is forgotten: once ended, its number may be reused.
+finish_background() {
+    local name=$1 status=0
+    wait "${background[$name]}" || status=$?
+    unset "background[$name]"
+    cat "$work/$name.log"
+    if [ "$status" -ne 0 ]; then
+        echo "the background step $name failed with status $status (its output is above)" >&2
+        exit "$status"
+    fi
 }
 
 # pip installs on one core (unpacking and byte-compiling about 4 GB of packages) and clippy
@@ -95,19 +105,11 @@ wait_background() {
 # 179 s one after the other, 264 s side by side). clippy needs none of it: pyo3's build script
 # asks the interpreter the virtualenv is made from.
 step "Python environment (made in the background) and Rust lint"
-setsid bash -c 'set -euo pipefail; source submit/env.sh' >"$work/venv.log" 2>&1 &
-venv_group=$!
-background+=("$venv_group")
+start_background venv bash -c 'set -euo pipefail; source submit/env.sh'
 cargo fmt --all -- --check
 PYO3_PYTHON="${PYTHON:-python3}" cargo clippy --workspace --all-targets --locked -- -D warnings
 step "Lint (Python; after the virtualenv)"
-status=0
-wait_background "$venv_group" || status=$?
-cat "$work/venv.log"
-if [ "$status" -ne 0 ]; then
-    echo "submit/env.sh failed with status $status" >&2
-    exit "$status"
-fi
+finish_background venv
 source submit/env.sh # its packages are in place: this puts .venv first on PATH
 ruff check python tests examples docs/conf.py
 ruff format --check python tests examples docs/conf.py
@@ -194,21 +196,12 @@ fi
 # virtualenvs (tests/environments.sh) are made while the wheel compiles: their downloads and
 # unpacking overlap the compiler's work instead of following it. In a process group of its own,
 # so that a failed step stops all of it.
-environments_log="$work/environments.log"
-setsid bash tests/environments.sh >"$environments_log" 2>&1 &
-environments=$!
-background+=("$environments")
+start_background environments bash tests/environments.sh
 
 install_wheel
 
 step "PyTorch, MLflow server and PySpark 3.5 environments (made during the wheel's build)"
-status=0
-wait_background "$environments" || status=$?
-cat "$environments_log"
-if [ "$status" -ne 0 ]; then
-    echo "tests/environments.sh failed with status $status" >&2
-    exit "$status"
-fi
+finish_background environments
 # The wheel just built, into .venv-torch: a job run by its interpreter has it as driver and
 # executors.
 python tests/harness/torch_env.py

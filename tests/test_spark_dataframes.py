@@ -325,6 +325,18 @@ def test_partition_by_writes_spark_style_folders(spark, engine, out_dir: str) ->
     assert spark.read.format("tfrecord").load(out_dir).where("cat = 'b/c'").count() == 13
 
 
+def test_columns_named_with_a_dot_are_written_and_partitioned_by(spark, engine, out_dir: str) -> None:
+    rows = [(i, f"k{i % 2}", ["", "x"][i % 2]) for i in range(10)]
+    df = spark.createDataFrame(rows, ["user.id", "key.part", "tag"])
+    tfrecord.write(df, out_dir, partition_by=["key.part", "tag"])
+    folders = sorted({f.path[len(out_dir) + 1 :].rsplit("/", 1)[0] for f in fs.expand_inputs(out_dir)})
+    # An empty value goes to the null value's folder, as Spark writes it.
+    assert folders == ["key.part=k0/tag=__HIVE_DEFAULT_PARTITION__", "key.part=k1/tag=x"]
+    back = tfrecord.read_dataframe(spark, out_dir)
+    got = sorted((r["user.id"], r["key.part"], r["tag"]) for r in back.collect())
+    assert got == [(i, f"k{i % 2}", [None, "x"][i % 2]) for i in range(10)]
+
+
 # "tfrecord" is the jar's file format here (the session has the jar); the Python data source
 # answers to "sparktrain.tfrecord.python" too (PySpark 4 only: 3.5 has no Python data sources).
 @pytest.mark.parametrize(

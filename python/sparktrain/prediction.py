@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from sparktrain import _checks, exported, fs, storage_options
+from sparktrain import _checks, _spark, exported, fs, storage_options
 from sparktrain._deps import require_spark
 from sparktrain.errors import InvalidArgumentError
 
@@ -115,7 +115,7 @@ def predict(
         for batch in batches:
             yield score_batch(export_dir, batch, score_column, version)
 
-    return df.mapInArrow(score, schema)
+    return _spark.map_in_arrow(df, score, schema)
 
 
 def predict_by_lookup(
@@ -141,7 +141,10 @@ def predict_by_lookup(
     def engine_input(batch: pa.RecordBatch) -> pa.RecordBatch:
         return batch if engine is None else engine(batch)
 
-    keyed = df.withColumn(_GROUP, F.spark_partition_id())
+    # The batches of `keyed` come under positional names where a user's would not resolve
+    # (`_spark.plain_names`); the functions below put the real ones back.
+    names = list(df.columns)
+    keyed = _spark.plain_names(df).withColumn(_GROUP, F.spark_partition_id())
 
     def ids_of(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fs.configure(storage)
@@ -150,7 +153,8 @@ def predict_by_lookup(
             if batch.num_rows == 0:
                 continue
             group = batch.column(_GROUP)[0].as_py()
-            ids = model.ids(engine_input(batch.drop_columns([_GROUP]))).cast(pa.int64())
+            rows = batch.drop_columns([_GROUP]).rename_columns(names)
+            ids = model.ids(engine_input(rows)).cast(pa.int64())
             yield pa.RecordBatch.from_arrays(
                 [pa.array([group] * len(ids), pa.int32()), ids], names=[_GROUP, "id"]
             )
@@ -167,7 +171,7 @@ def predict_by_lookup(
         ids, given = _rows_by_table(looked_up, model.tables)
         batches = [
             finish(b, model.predict_with_rows(engine_input(b), ids, given))
-            for b in scored.drop_columns([_GROUP]).cast(arrow_schema).to_batches()
+            for b in scored.drop_columns([_GROUP]).rename_columns(names).cast(arrow_schema).to_batches()
         ]
         if not batches:
             return target.empty_table()

@@ -209,8 +209,8 @@ def write(
     if num_files:
         df = df.repartition(num_files)
     if columns:
-        df = df.sortWithinPartitions(*columns)
-    tasks = df.mapInArrow(_arrow_task(job), RESULT_SCHEMA)
+        df = df.sortWithinPartitions(*(_spark.column(c) for c in columns))
+    tasks = _spark.map_in_arrow(df, _arrow_task(job), RESULT_SCHEMA)
     return _run(job, mode, tasks.collect, path, df.sparkSession.sparkContext)
 
 

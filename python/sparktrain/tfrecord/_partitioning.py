@@ -40,6 +40,9 @@ def _as_text(column: pa.Array) -> pa.Array:
         text = pc.if_else(column, "true", "false")
     else:
         text = pc.cast(column, pa.string())
+    # Spark writes an empty string to the null value's folder too: a `p=` folder is one neither
+    # Spark nor the jar would read back (EMPTY_PARTITION_COLUMN_VALUE).
+    text = pc.if_else(pc.equal(text, ""), NULL_VALUE, text)
     return pc.fill_null(text, NULL_VALUE)
 
 

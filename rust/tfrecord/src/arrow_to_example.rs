@@ -302,6 +302,7 @@ impl ExampleEncoder {
     /// An encoder for batches of `schema`. `defaults` maps a column name to the feature written
     /// for its null rows; its kind must match the column's.
     pub fn new(schema: Arc<Schema>, defaults: &HashMap<String, Feature>) -> Result<Self> {
+        unique_names(&schema)?;
         for name in defaults.keys() {
             if schema.field_with_name(name).is_err() {
                 return Err(Error::InvalidArgument(format!("default given for unknown column '{name}'")));
@@ -404,6 +405,23 @@ impl ExampleEncoder {
     }
 }
 
+/// Refuses a schema that names a column twice (Arrow allows it): a record holds one feature per
+/// name, so one column's values would silently replace the other's, on writing as on reading.
+pub(crate) fn unique_names(schema: &Schema) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        if !seen.insert(field.name().as_str()) {
+            return Err(Error::UnsupportedColumn {
+                column: field.name().clone(),
+                reason:
+                    "the schema has more than one column of this name; a record holds one feature per name"
+                        .into(),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn plan_column(field: &Field, default: Option<&Feature>) -> Result<ColumnPlan> {
     let name = field.name().clone();
     let (kind, list) = feature_kind_of(field.data_type())
@@ -501,6 +519,23 @@ mod tests {
 
     fn feature<'a>(ex: &'a Example, name: &str) -> Option<&'a Feature> {
         ex.features.as_ref().unwrap().feature.get(name)
+    }
+
+    #[test]
+    fn a_name_used_twice_is_refused_by_every_encoder_and_decoder() {
+        let x = || Arc::new(Int32Array::from(vec![1])) as ArrayRef;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("x", DataType::Int32, true),
+            Field::new("y", DataType::Int32, true),
+            Field::new("x", DataType::Int32, true),
+        ]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![x(), x(), x()]).unwrap();
+        let refused = |e: Error| matches!(e, Error::UnsupportedColumn { ref column, .. } if column == "x");
+        assert!(refused(encode_all(&batch, &HashMap::new()).unwrap_err()));
+        let sequence = crate::sequence_example::SequenceExampleEncoder::new(schema.clone(), &HashMap::new());
+        assert!(refused(sequence.err().unwrap()));
+        assert!(refused(crate::example_to_arrow::ExampleDecoder::new(schema.clone()).err().unwrap()));
+        assert!(refused(crate::sequence_example::SequenceExampleDecoder::new(schema).err().unwrap()));
     }
 
     #[test]

@@ -318,6 +318,7 @@ impl ExampleDecoder {
     /// A decoder producing batches of `schema`. Every field must have a type that a feature can
     /// fill (see the crate documentation); extra features in the records are ignored.
     pub fn new(schema: SchemaRef) -> Result<Self> {
+        crate::arrow_to_example::unique_names(&schema)?;
         let mut columns = Vec::with_capacity(schema.fields().len());
         for field in schema.fields() {
             columns.push(ColumnBuilder::new(field.clone(), target_of(field)?));

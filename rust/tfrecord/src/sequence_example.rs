@@ -67,6 +67,7 @@ pub struct SequenceExampleEncoder {
 impl SequenceExampleEncoder {
     /// An encoder for batches of `schema`; `defaults` applies to context columns.
     pub fn new(schema: Arc<Schema>, defaults: &HashMap<String, Feature>) -> Result<Self> {
+        crate::arrow_to_example::unique_names(&schema)?;
         let (context_columns, lists) = split_schema(&schema);
         let context =
             ExampleEncoder::new(Arc::new(schema.project(&context_columns).expect("indexes")), defaults)?;
@@ -362,6 +363,7 @@ pub struct SequenceExampleDecoder {
 impl SequenceExampleDecoder {
     /// A decoder producing batches of `schema`.
     pub fn new(schema: SchemaRef) -> Result<Self> {
+        crate::arrow_to_example::unique_names(&schema)?;
         let (context_columns, list_columns) = split_schema(&schema);
         let context = ExampleDecoder::new(Arc::new(schema.project(&context_columns).expect("indexes")))?;
         let lists = list_columns

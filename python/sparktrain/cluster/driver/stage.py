@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from sparktrain import _spark
 from sparktrain.cluster.settings import JobSettings
 from sparktrain.cluster.task.run import TaskResult
 from sparktrain.cluster.task.stages import FED_RESULT_DDL, fed_partition, plain_partition
@@ -32,7 +33,9 @@ def run_fed_stage(data: Any, num_tasks: int, settings: JobSettings, keep: bool =
     from sparktrain.tfrecord._types import arrow_schema_of
 
     body = functools.partial(fed_partition, settings, arrow_schema_of(data.schema))
-    stage = in_fixed_order(data.repartition(num_tasks)).mapInArrow(body, FED_RESULT_DDL, barrier=True)
+    stage = _spark.map_in_arrow(
+        in_fixed_order(data.repartition(num_tasks)), body, FED_RESULT_DDL, barrier=True
+    )
     if keep:
         kept = stage.localCheckpoint(eager=True)
         return kept.rdd.map(lambda row: (row[0], bytes(row[1])), preservesPartitioning=True)
@@ -62,7 +65,6 @@ def in_fixed_order(df: Any) -> Any:
     one the checkpoint saw: sorting by the row's values makes it so. Map columns cannot be
     ordered and are left out of the key; rows equal in every other column keep no fixed order
     among themselves."""
-    from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     def orderable(t: Any) -> bool:
@@ -74,5 +76,5 @@ def in_fixed_order(df: Any) -> Any:
             return all(orderable(f.dataType) for f in t.fields)
         return True
 
-    key = [F.col("`" + f.name.replace("`", "``") + "`") for f in df.schema.fields if orderable(f.dataType)]
+    key = [_spark.column(f.name) for f in df.schema.fields if orderable(f.dataType)]
     return df.sortWithinPartitions(*key) if key else df

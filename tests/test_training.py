@@ -19,7 +19,7 @@ import pytest
 
 import sparktrain as st
 from harness.synthetic import DENSE, SPARSE, criteo_table, dense_table, write_tfrecords
-from sparktrain.errors import WorkerFailed
+from sparktrain.errors import ClusterError, WorkerFailed
 from sparktrain.training import FeatureSpec, Trainer
 
 CRITEO = FeatureSpec(dense=tuple(DENSE), categorical=tuple((c, 10_000) for c in SPARSE))
@@ -225,7 +225,8 @@ def test_predict_after_a_re_export_to_the_same_path_scores_with_the_new_weights(
     data = write_tfrecords(f"{tmp_path}/data", dense_table(512, seed=4), files=1)
     export = str(tmp_path / "export")
     table = dense_table(400, seed=5).drop(["label"])
-    table = table.append_column("row", pa.array(np.arange(400)))
+    # A name with a dot: PySpark's mapInArrow alone would read it as a struct's field.
+    table = table.append_column("row.id", pa.array(np.arange(400)))
     # Four partitions on two executors: every Python worker scores both exports.
     frame = spark.createDataFrame(table.to_pandas()).repartition(4).cache()
 
@@ -235,7 +236,7 @@ def test_predict_after_a_re_export_to_the_same_path_scores_with_the_new_weights(
         trainer.fit(data, steps=5)
         trainer.export(export)
         expected = st._native.ExportedModel(export).predict(table.to_batches()[0]).to_numpy()
-        scored = st.predict(spark, export, frame).toPandas().sort_values("row")["score"].to_numpy()
+        scored = st.predict(spark, export, frame).toPandas().sort_values("row.id")["score"].to_numpy()
         np.testing.assert_allclose(scored, expected, rtol=0, atol=1e-6)
         scores.append(scored)
     assert np.abs(scores[0] - scores[1]).max() > 1e-3
@@ -257,11 +258,14 @@ def test_every_input_mode_sees_each_row_once_per_epoch(spark, tmp_path):
     }
     dynamic = st.train(spark, str(parquet), num_workers=2, sharding="dynamic", **common)
     assert dynamic.fit.examples == 2 * 6_000
-    frame = spark.createDataFrame(table.to_pandas())
+    # A column the model does not read, its name with a dot, travels with the fed rows.
+    frame = spark.createDataFrame(table.append_column("row.id", pa.array(np.arange(6_000))).to_pandas())
     fed = st.train(spark, frame, num_workers=2, eval_data=str(parquet), **common)
     assert fed.fit.examples == 2 * 6_000
     assert fed.metrics.examples == 6_000
     assert fed.metrics.loss < 0.6
+    with pytest.raises(ClusterError, match="holds no rows"):
+        st.train(spark, frame.limit(0), num_workers=2, **common)
 
 
 def test_a_missing_column_fails_the_job_naming_it(spark, criteo):

@@ -123,6 +123,14 @@ def test_bad_arguments_are_refused_by_name(tmp_path):
             Trainer(device="cuda").fit(str(tmp_path / "train.tfrecord"))
     with pytest.raises(InvalidArgumentError, match="label column 'clicked' is not in the data"):
         Trainer(label="clicked").fit(str(tmp_path / "train.tfrecord"))
+    # A label given twice, differently, would train on one of them without a word.
+    with pytest.raises(InvalidArgumentError, match="label='y': features names the label 'label'"):
+        Trainer(features={"dense": ["x0"]}, label="y")
+    assert Trainer(features={"dense": ["x0"], "label": "y"}, label="y") is not None
+    nan = table(100).set_column(1, "x0", pa.array([float("nan")] * 100, pa.float32()))
+    st.tfrecord.write_batches(str(tmp_path / "nan.tfrecord"), nan)
+    with pytest.raises(InvalidArgumentError, match="'x0' holds NaN in row 0"):
+        Trainer(features={"dense": ["x0"]}).fit(str(tmp_path / "nan.tfrecord"))
     missing = Trainer(features={"dense": ["x0", "price"]})
     with pytest.raises(InvalidArgumentError, match="feature column 'price' is not in the data"):
         missing.fit(str(tmp_path / "train.tfrecord"))

@@ -117,8 +117,10 @@ class Trainer:
     data is read.
 
     ``features`` is a :class:`FeatureSpec` (or dict); when left out it is inferred from the
-    data's schema: ``label`` is the label, floating-point columns are dense, integer and string
-    columns categorical with ``buckets`` ids each. ``classes`` > 1 trains a softmax model.
+    data's schema: ``label`` (``"label"`` when None) is the label, floating-point columns are
+    dense, integer and string columns categorical with ``buckets`` ids each. With ``features``
+    given, the spec's label is the label, and a different ``label`` is refused. ``classes`` > 1
+    trains a softmax model.
 
     ``loss`` is ``binary_cross_entropy`` (the default with one output),
     ``softmax_cross_entropy`` (the default with ``classes`` > 1) or ``mean_squared_error``
@@ -194,7 +196,7 @@ class Trainer:
         *,
         model: str = DEFAULTS.model,
         features: FeatureSpec | Mapping[str, Any] | None = None,
-        label: str = "label",
+        label: str | None = None,
         buckets: int = _native.DEFAULT_BUCKETS,
         classes: int = DEFAULTS.classes,
         hidden: Sequence[int] | None = None,
@@ -268,7 +270,16 @@ class Trainer:
         resolve = ctx.absolute_path if ctx is not None else (lambda p: p)
         self._ctx = ctx
         self._features = FeatureSpec.of(features) if features is not None else None
-        self._label = label
+        if label is not None:
+            _checks.text("label", label)
+        if self._features is not None and label is not None and label != self._features.label:
+            raise _checks.refuse(
+                "label",
+                label,
+                f"features names the label {self._features.label!r}; name it in one place "
+                "(FeatureSpec(label=...), or label= without features=)",
+            )
+        self._label = label if label is not None else "label"
         self._buckets = buckets
         try:
             self._config = _native.TrainerConfig(

@@ -435,6 +435,15 @@ impl FeatureSpec {
         let mut out = vec![0.0; batch.num_rows() * width];
         for (j, name) in self.dense.iter().enumerate() {
             let values = floats(name, find_column(batch, name)?, 0.0)?;
+            // A NaN or an infinity would turn every weight it reaches into NaN at the first
+            // step, and the model would train on, and be exported, as nothing but NaN.
+            if let Some(row) = values.iter().position(|v| !v.is_finite()) {
+                return Err(TrainError::InvalidArgument(format!(
+                    "the feature column '{name}' holds {} in row {row} of a batch of {}: dense features must be finite numbers (nulls become 0)",
+                    values[row],
+                    batch.num_rows()
+                )));
+            }
             for (row, value) in out.chunks_exact_mut(width).zip(values.iter()) {
                 row[j] = *value;
             }

@@ -267,3 +267,31 @@ fn a_damaged_file_is_named() {
     };
     assert!(err.contains("part-00001.tfrecord") && err.contains("offset"), "{err}");
 }
+
+#[test]
+fn a_dense_value_that_is_not_finite_is_refused_naming_its_column_and_row() {
+    let spec = FeatureSpec::infer(&table(0..1).schema(), "label", 100).unwrap();
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let mut batch = table(0..4);
+        let price = Float32Array::from(vec![1.0, 0.5, bad, 2.0]);
+        let at = batch.schema().index_of("price").unwrap();
+        let mut columns = batch.columns().to_vec();
+        columns[at] = Arc::new(price);
+        batch = RecordBatch::try_new(batch.schema(), columns).unwrap();
+        let err = spec.encode(&batch).unwrap_err().to_string();
+        assert!(err.contains("'price'") && err.contains("row 2"), "{err}");
+    }
+    // A null is not refused: it becomes 0.
+    let mut columns = table(0..2).columns().to_vec();
+    columns[1] = Arc::new(Float32Array::from(vec![None, Some(1.0)]));
+    let nullable = Schema::new(
+        table(0..2)
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    );
+    let nulls = RecordBatch::try_new(Arc::new(nullable), columns).unwrap();
+    assert_eq!(spec.encode(&nulls).unwrap().dense[..2], [0.0, 0.0]);
+}

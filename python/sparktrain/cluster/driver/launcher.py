@@ -803,6 +803,9 @@ class Cluster:
         if self._state is State.SHUT_DOWN:
             raise ClusterError(f"{self.name} was shut down before it finished")
         assert self._results is not None
+        if not self._results:
+            # Spark gives a DataFrame with no rows no partition to feed, so no task ran.
+            raise ClusterError(f"{self.name} ran no task: the DataFrame it was fed holds no rows")
         return self._results[0]
 
     def results(self) -> list[Any]:

@@ -1,6 +1,6 @@
 """Spark helpers every driver-side module shares: the SparkContext and SparkSession of what a
-user passed, the Spark job group a piece of work runs in, the task slots and executors of the
-cluster, and a user's columns by their exact names. Runs on the driver.
+user passed, the Spark job group a piece of work runs in, and the task slots and executors of
+the cluster. Runs on the driver.
 
 One place for each, so that every entry point refuses a Spark Connect session alike, names
 the parameter alike, counts executors alike and cancels its jobs alike.
@@ -11,52 +11,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any
 
 from sparktrain.errors import InvalidArgumentError
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
 
 _log = logging.getLogger(__name__)
 
 #: Spark's thread-local properties that a job group sets.
 _GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
-
-
-def column(name: str) -> Any:
-    """The top-level column named exactly ``name``: a bare ``"a.b"`` names field ``b`` of a
-    struct ``a`` to Spark, a quoted one the column ``a.b``."""
-    from pyspark.sql import functions as F
-
-    return F.col("`" + name.replace("`", "``") + "`")
-
-
-def plain_names(df: DataFrame) -> DataFrame:
-    """``df``, its columns renamed ``_0``, ``_1``, ... (in their order) if any name holds a dot
-    or a backtick: PySpark's ``mapInArrow`` and ``cogroup`` look their input columns up by bare
-    name, where ``a.b`` means field ``b`` of a struct ``a`` (``UNRESOLVED_COLUMN``)."""
-    names = list(df.columns)
-    if not any("." in n or "`" in n for n in names):
-        return df
-    return df.toDF(*(f"_{i}" for i in range(len(names))))
-
-
-def map_in_arrow(
-    df: Any, fn: Callable[[Iterator[Any]], Iterator[Any]], schema: Any, barrier: bool = False
-) -> Any:
-    """``df.mapInArrow(fn, schema)`` whatever ``df``'s column names: ``fn`` gets its batches
-    under the real ones (:func:`plain_names`)."""
-    names = list(df.columns)
-    plain = plain_names(df)
-    if plain is df:
-        return df.mapInArrow(fn, schema, barrier=barrier)
-
-    def named(batches: Iterator[Any]) -> Iterator[Any]:
-        return fn(batch.rename_columns(names) for batch in batches)
-
-    return plain.mapInArrow(named, schema, barrier=barrier)
 
 
 def context(sc_or_session: Any, parameter: str = "sc") -> Any:

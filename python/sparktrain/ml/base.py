@@ -14,7 +14,7 @@ import tempfile
 import uuid
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sparktrain import _checks, _spark, exported, fs, prediction, storage_options
+from sparktrain import _checks, _frames, exported, fs, prediction, storage_options
 from sparktrain.ml.columns import Layout, check_columns, training_frame, vector_width
 from sparktrain.ml.params import EMBEDDING_MODELS, CommonParams
 from sparktrain.ml.persistence import MODEL, copy_folder, join
@@ -260,7 +260,7 @@ class Fitted(CommonParams):
             for batch in batches:
                 yield scorer(batch)
 
-        scored_here: DataFrame = _spark.map_in_arrow(dataset, score, schema)
+        scored_here: DataFrame = _frames.map_in_arrow(dataset, score, schema)
         return scored_here
 
     def _extra_metadata(self) -> dict[str, Any]:

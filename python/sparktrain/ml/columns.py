@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from sparktrain import _checks, _spark
+from sparktrain import _checks, _frames
 from sparktrain.training import FeatureSpec
 
 if TYPE_CHECKING:
@@ -93,8 +93,8 @@ def training_frame(df: DataFrame, layout: Layout) -> DataFrame:
 
     names = [*layout.categorical, layout.label]
     if layout.vector is None:
-        return df.select(*(_spark.column(n) for n in [*layout.dense, *names]))
-    narrow = df.select(*(_spark.column(n) for n in [layout.vector, *names]))
+        return df.select(*(_frames.column(n) for n in [*layout.dense, *names]))
+    narrow = df.select(*(_frames.column(n) for n in [layout.vector, *names]))
     fields = [StructField(n, FloatType(), False) for n in layout.spec.dense]
     schema = StructType([*fields, *(narrow.schema[n] for n in names)])
 
@@ -102,7 +102,7 @@ def training_frame(df: DataFrame, layout: Layout) -> DataFrame:
         for batch in batches:
             yield layout.engine_batch(batch)
 
-    spread_out: DataFrame = _spark.map_in_arrow(narrow, spread, schema)
+    spread_out: DataFrame = _frames.map_in_arrow(narrow, spread, schema)
     return spread_out
 
 
@@ -201,7 +201,7 @@ def vector_width(df: DataFrame, column: str) -> int:
     attributes: Any = df.schema[column].metadata.get("ml_attr", {})
     if isinstance(attributes.get("num_attrs"), int):
         return int(attributes["num_attrs"])
-    first = df.select(_spark.column(column)).dropna().first()
+    first = df.select(_frames.column(column)).dropna().first()
     if first is None:
         raise _checks.refuse("featuresCol", column, "has no rows to tell how many values it holds")
     value = first[0]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
-from sparktrain import _checks, _spark, fs, storage_options
+from sparktrain import _checks, _frames, _spark, fs, storage_options
 from sparktrain._deps import require_spark
 from sparktrain.errors import InvalidArgumentError, PathExistsError
 from sparktrain.tfrecord import _engine
@@ -209,8 +209,8 @@ def write(
     if num_files:
         df = df.repartition(num_files)
     if columns:
-        df = df.sortWithinPartitions(*(_spark.column(c) for c in columns))
-    tasks = _spark.map_in_arrow(df, _arrow_task(job), RESULT_SCHEMA)
+        df = df.sortWithinPartitions(*(_frames.column(c) for c in columns))
+    tasks = _frames.map_in_arrow(df, _arrow_task(job), RESULT_SCHEMA)
     return _run(job, mode, tasks.collect, path, df.sparkSession.sparkContext)
 
 

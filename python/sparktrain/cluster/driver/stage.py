@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sparktrain import _spark
+from sparktrain import _frames
 from sparktrain.cluster.settings import JobSettings
 from sparktrain.cluster.task.run import TaskResult
 from sparktrain.cluster.task.stages import FED_RESULT_DDL, fed_partition, plain_partition
@@ -33,7 +33,7 @@ def run_fed_stage(data: Any, num_tasks: int, settings: JobSettings, keep: bool =
     from sparktrain.tfrecord._types import arrow_schema_of
 
     body = functools.partial(fed_partition, settings, arrow_schema_of(data.schema))
-    stage = _spark.map_in_arrow(
+    stage = _frames.map_in_arrow(
         in_fixed_order(data.repartition(num_tasks)), body, FED_RESULT_DDL, barrier=True
     )
     if keep:
@@ -76,5 +76,5 @@ def in_fixed_order(df: Any) -> Any:
             return all(orderable(f.dataType) for f in t.fields)
         return True
 
-    key = [_spark.column(f.name) for f in df.schema.fields if orderable(f.dataType)]
+    key = [_frames.column(f.name) for f in df.schema.fields if orderable(f.dataType)]
     return df.sortWithinPartitions(*key) if key else df

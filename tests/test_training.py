@@ -19,7 +19,7 @@ import pytest
 
 import sparktrain as st
 from harness.synthetic import DENSE, SPARSE, criteo_table, dense_table, write_tfrecords
-from sparktrain.errors import ClusterError, WorkerFailed
+from sparktrain.errors import ClusterError, InvalidArgumentError, WorkerFailed
 from sparktrain.training import FeatureSpec, Trainer
 
 CRITEO = FeatureSpec(dense=tuple(DENSE), categorical=tuple((c, 10_000) for c in SPARSE))
@@ -240,6 +240,11 @@ def test_predict_after_a_re_export_to_the_same_path_scores_with_the_new_weights(
         np.testing.assert_allclose(scored, expected, rtol=0, atol=1e-6)
         scores.append(scored)
     assert np.abs(scores[0] - scores[1]).max() > 1e-3
+    # A column the model reads is missing: named on the driver, before any Spark job.
+    with pytest.raises(
+        InvalidArgumentError, match="df has no column 'f07', which the features name as dense"
+    ):
+        st.predict(spark, export, frame.drop("f07"))
 
 
 def test_every_input_mode_sees_each_row_once_per_epoch(spark, tmp_path):
@@ -273,6 +278,14 @@ def test_a_missing_column_fails_the_job_naming_it(spark, criteo):
     with pytest.raises(WorkerFailed) as failure:
         st.train(spark, criteo["train"], model="mlp", features=features, num_workers=2, steps=5, log=False)
     assert "clicks" in failure.value.stderr_tail
+    # A DataFrame's columns are known on the driver: the job does not start.
+    frame = spark.createDataFrame([(1.0, 0)], "i01 double, label long")
+    with pytest.raises(InvalidArgumentError, match="data has no column 'clicks'"):
+        st.train(spark, frame, model="mlp", features=features, num_workers=2, steps=5, log=False)
+    with pytest.raises(
+        InvalidArgumentError, match="data has no column 'clicked', which the features name as label"
+    ):
+        st.train(spark, frame, model="mlp", label="clicked", num_workers=2, steps=5, log=False)
 
 
 def test_the_chiefs_hook_and_early_stopping_stop_both_workers_at_one_step(spark, criteo, tmp_path):

@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from sparktrain import _checks, _spark, exported, fs, storage_options
+from sparktrain import _checks, _frames, exported, fs, storage_options
 from sparktrain._deps import require_spark
 from sparktrain.errors import InvalidArgumentError
+from sparktrain.training.results import FeatureSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -100,6 +101,7 @@ def predict(
     # here); the tasks score this version.
     version = exported.version(export_dir)
     model = exported.load(export_dir, version, tables=False)
+    FeatureSpec.from_native(model.features).check_columns(df.columns, "df", label=False)
     score_type = ArrayType(FloatType(), False) if model.loss == "softmax_cross_entropy" else FloatType()
     schema = StructType([*df.schema.fields, StructField(score_column, score_type, False)])
     if tables == "lookup" or (tables == "auto" and model.sharded_tables):
@@ -115,7 +117,7 @@ def predict(
         for batch in batches:
             yield score_batch(export_dir, batch, score_column, version)
 
-    return _spark.map_in_arrow(df, score, schema)
+    return _frames.map_in_arrow(df, score, schema)
 
 
 def predict_by_lookup(
@@ -142,9 +144,9 @@ def predict_by_lookup(
         return batch if engine is None else engine(batch)
 
     # The batches of `keyed` come under positional names where a user's would not resolve
-    # (`_spark.plain_names`); the functions below put the real ones back.
+    # (`_frames.plain_names`); the functions below put the real ones back.
     names = list(df.columns)
-    keyed = _spark.plain_names(df).withColumn(_GROUP, F.spark_partition_id())
+    keyed = _frames.plain_names(df).withColumn(_GROUP, F.spark_partition_id())
 
     def ids_of(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fs.configure(storage)

@@ -114,6 +114,14 @@ def train(
     # The trainers build the same Trainer; building it here refuses a bad argument now rather
     # than as every trainer's failure once the Spark stage runs.
     config = Trainer(None, **trainer_args).config
+    if fed:
+        # A DataFrame's columns are known here: a missing one is named now, not by every trainer.
+        spec = FeatureSpec.of(features) if features is not None else None
+        if spec is not None:
+            spec.check_columns(data.columns, "data")
+        else:
+            label = hyperparameters.get("label") or "label"
+            FeatureSpec(label=label).check_columns(data.columns, "data")
     check_fit_arguments(epochs, steps, eval_every, sharding, early_stopping, eval_data, config)
     require_spark("sparktrain.train", arrow_udfs=fed)
     if features is not None:

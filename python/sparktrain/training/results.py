@@ -8,7 +8,7 @@ defaults and does the checking."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,33 @@ class FeatureSpec:
                 raise InvalidArgumentError(f"features: {e}") from e
         spec.to_native()
         return spec
+
+    def input_columns(self) -> list[tuple[str, str]]:
+        """Every column the model reads to score a row, as ``(kind, name)`` pairs in the
+        spec's order (a crossed column's sources each), without the label.
+
+        >>> FeatureSpec(dense=("x",), crossed=((("shop", "city"), 100),)).input_columns()
+        [('dense', 'x'), ('crossed', 'shop'), ('crossed', 'city')]
+        """
+        return [
+            *(("dense", n) for n in self.dense),
+            *(("categorical", n) for n, _ in self.categorical),
+            *(("crossed", n) for names, _ in self.crossed for n in names),
+            *(("multi_hot", n) for n, _, _ in self.multi_hot),
+        ]
+
+    def check_columns(self, columns: Sequence[str], what: str, label: bool = True) -> None:
+        """Refuses ``what`` (a DataFrame's description) when ``columns`` lack one the model
+        reads (or its label, with ``label``), naming it: on the driver, before any Spark job,
+        rather than in every task or trainer once the job runs."""
+        present = set(columns)
+        wanted = [*self.input_columns(), *([("label", self.label)] if label else [])]
+        for kind, name in wanted:
+            if name not in present:
+                shown = ", ".join(columns) if len(columns) <= 20 else ", ".join(columns[:20]) + ", ..."
+                raise InvalidArgumentError(
+                    f"{what} has no column {name!r}, which the features name as {kind} (columns: {shown})"
+                )
 
     def to_native(self) -> _native.FeatureSpec:
         """The engine's form (which checks buckets and names)."""

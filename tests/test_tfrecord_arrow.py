@@ -237,3 +237,7 @@ def test_a_bad_record_read_on_several_threads_names_file_and_record(tmp_path: Pa
         list(tfrecord.read(str(tmp_path), schema=schema, threads=4))
     with pytest.raises(errors.InvalidArgumentError, match="threads=0"):
         tfrecord.read(str(tmp_path), threads=0)
+    with pytest.raises(errors.InvalidArgumentError, match="batch_size=-1: must be >= 1"):
+        tfrecord.read(str(tmp_path), batch_size=-1)
+    with pytest.raises(errors.InvalidArgumentError, match="max_record_bytes=0: must be >= 1"):
+        tfrecord.read(str(tmp_path), max_record_bytes=0)

@@ -164,6 +164,8 @@ def read(
     are the same whatever the number.
     """
     threads = _checks.integer("threads", threads, minimum=1)
+    batch_size = _checks.integer("batch_size", batch_size, minimum=1)
+    max_record_bytes = _checks.integer("max_record_bytes", max_record_bytes, minimum=1)
     return ExampleBatches(
         _native.ExampleReader(
             path_or_glob,

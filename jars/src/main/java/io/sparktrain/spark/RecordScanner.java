@@ -17,10 +17,14 @@ import java.util.List;
  *
  * <p>A split of an uncompressed file owns the records whose first byte lies in its {@code
  * [start, end)}: its reader first {@linkplain #syncForward() moves} to the first position at or
- * after {@code start} that holds a whole valid record (header CRC, sane length and payload CRC:
- * a false match inside some payload has odds of about 2^-64), then reads records while they
- * start before {@code end}, reading the last one past {@code end}. Since the split before it
- * reads on to exactly that record, every record is read once.
+ * after {@code start} that holds a whole valid record (header CRC, sane length and payload CRC),
+ * then reads records while they start before {@code end}, reading the last one past {@code
+ * end}. Random bytes pass for a whole record with odds of about 2^-64, but a record may hold
+ * TFRecord frames (a TFRecord file stored as a record's bytes), which pass every check. So the
+ * split before checks the record it reads past {@code end}: if any position in it from {@code
+ * end} on holds a whole valid record, the next split would start there, and the read fails
+ * naming the file. Otherwise the next split starts at exactly the record after it, and every
+ * record is read once.
  *
  * <p>Damage fails with the file and byte offset ({@link TFRecordCorruptException}, the Rust
  * codec's wording). With {@code skipCorrupt} it is stepped over as the Rust reader does: a bad
@@ -162,12 +166,50 @@ final class RecordScanner implements Closeable {
         damage(CorruptionKind.PAYLOAD_CRC_MISMATCH, "");
         continue;
       }
+      if (limit - offset < total) {
+        checkNextSplitStart(limit, total);
+        payload = start + Framing.HEADER; // the check may have moved the buffer's bytes
+      }
       payloadStart = payload;
       payloadLength = (int) length;
       recordOffset = offset;
       consume(total);
       records++;
       return true;
+    }
+  }
+
+  /**
+   * The record at {@code offset} ({@code total} bytes with its framing, in the buffer from {@code
+   * start}) runs past {@code limit}, where the next split starts. That split's reader starts at
+   * the first position at or after {@code limit} that holds a whole valid record, as {@link
+   * #scan} finds it; fails if one lies inside this record, where no record starts.
+   */
+  private void checkNextSplitStart(long limit, int total) throws IOException {
+    for (int i = (int) (limit - offset); i < total; i++) {
+      if (!fill(i + Framing.HEADER)) {
+        return; // the stream ends: no record starts here or later
+      }
+      long length = TFRecordIO.getLong(buf, start + i);
+      if (length < 0 || length > maxRecordBytes || !framing.headerValid(buf, start + i)) {
+        continue;
+      }
+      if (!fill(i + Framing.HEADER + (int) length + Framing.FOOTER)) {
+        continue;
+      }
+      int payload = start + i + Framing.HEADER;
+      if (framing.maskedCrc(buf, payload, (int) length) == TFRecordIO.getInt(buf, payload + (int) length)) {
+        throw new IOException(
+            path
+                + ": cannot be read in splits: the record at byte offset "
+                + offset
+                + " holds a whole TFRecord record at byte offset "
+                + (offset + i)
+                + ", where the split from byte "
+                + limit
+                + " would start; read the file in one split (spark.sql.files.maxPartitionBytes above"
+                + " its size)");
+      }
     }
   }
 

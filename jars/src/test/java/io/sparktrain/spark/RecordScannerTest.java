@@ -64,6 +64,36 @@ class RecordScannerTest {
     checkSplits(randomRecords(60, 2, 200_000), new int[] {4096, 65_536, 100_000, 1 << 30});
   }
 
+  @Test
+  void aRecordHoldingTFRecordFramesFailsTheSplitInsteadOfStartingTheNextOneInsideIt() throws IOException {
+    // Each record's bytes are a small TFRecord file: frames that pass every check of a record.
+    List<byte[]> records = new ArrayList<>();
+    for (List<byte[]> inner : List.of(randomRecords(3, 3), randomRecords(5, 4), randomRecords(2, 5))) {
+      records.add(file(inner));
+    }
+    byte[] data = file(records);
+    int refused = 0;
+    for (int size = 1; size <= data.length; size++) {
+      List<byte[]> got = new ArrayList<>();
+      try {
+        for (long start = 0; start < data.length; start += size) {
+          got.addAll(split(data, start, Math.min(start + size, data.length), false));
+        }
+      } catch (IOException e) {
+        assertTrue(e.getMessage().startsWith("mem: cannot be read in splits"), e.getMessage());
+        refused++;
+        continue;
+      }
+      // Where no split ends inside a record that holds frames, every record is read once.
+      assertEquals(records.size(), got.size(), "split size " + size);
+      for (int i = 0; i < records.size(); i++) {
+        assertArrayEquals(records.get(i), got.get(i), "record " + i + ", split size " + size);
+      }
+    }
+    assertTrue(refused > 0, "some split size must fall inside a record's frames");
+    assertEquals(records.size(), split(data, 0, data.length, false).size());
+  }
+
   private static void checkSplits(List<byte[]> records, int[] sizes) throws IOException {
     byte[] data = file(records);
     for (int size : sizes) {

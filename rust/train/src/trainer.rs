@@ -982,7 +982,8 @@ impl Trainer {
             return checkpoint::restore_except(model_dir, &layout, &sharded);
         };
         let mut ring = lock(&ring);
-        // [status][length] then the payload: 0 none, 1 a checkpoint, 2 the chief failed.
+        // [status][length] then the payload: 0 none, 1 a checkpoint, 2 the chief failed (its
+        // reason).
         let (mut head, payload, failure) = if self.rank == 0 {
             match checkpoint::restore_except(model_dir, &layout, &sharded) {
                 Ok(Some(r)) => {
@@ -990,7 +991,11 @@ impl Trainer {
                     (head(1, bytes.len()), bytes, None)
                 }
                 Ok(None) => (head(0, 0), Vec::new(), None),
-                Err(e) => (head(2, 0), Vec::new(), Some(e)),
+                // The others fail with the chief's reason, not only with the fact.
+                Err(e) => {
+                    let reason = e.to_string().into_bytes();
+                    (head(2, reason.len()), reason, Some(e))
+                }
             }
         } else {
             ([0u8; 9], Vec::new(), None)
@@ -998,16 +1003,19 @@ impl Trainer {
         ring.broadcast(&mut head, 0)?;
         let length = u64::from_le_bytes(head[1..].try_into().expect("8 bytes")) as usize;
         let mut payload = if self.rank == 0 { payload } else { vec![0u8; length] };
-        match head[0] {
-            0 => return Ok(None),
-            2 => {
-                return Err(failure.unwrap_or_else(|| {
-                    TrainError::format(model_dir, "the chief could not read the latest checkpoint")
-                }));
-            }
-            _ => {}
+        if head[0] == 0 {
+            return Ok(None);
         }
         ring.broadcast(&mut payload, 0)?;
+        if head[0] == 2 {
+            return Err(failure.unwrap_or_else(|| {
+                let reason = String::from_utf8_lossy(&payload);
+                TrainError::format(
+                    model_dir,
+                    format!("the chief could not read the latest checkpoint: {reason}"),
+                )
+            }));
+        }
         drop(ring);
         decode_restored(&payload).map(Some)
     }

@@ -420,6 +420,30 @@ fn a_superseded_generation_of_sharded_trainers_fails_on_every_trainer() {
     generations_through_the_trainer(2);
 }
 
+#[test]
+fn every_trainer_names_why_the_chief_could_not_read_a_checkpoint_of_another_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = loop_data::write_files(&dir.path().join("train"));
+    let model_dir = dir.path().join("model").to_string_lossy().into_owned();
+    let fence = || Fence { job: JOB.into(), generation: 0 };
+    let mut first =
+        Trainer::with_fence(loop_data::config(&model_dir, 1), loop_data::spec(), None, fence()).unwrap();
+    let input = Input::open(&data, 1, 0, first.config().input_options()).unwrap();
+    let options = FitOptions { epochs: 1, max_steps: Some(2), ..FitOptions::default() };
+    let mut on_log = |_: &_| Ok(());
+    first.fit(&input, &options, None, &mut Hooks { on_log: &mut on_log, on_eval: None }).unwrap();
+    // Two trainers of a wider model take the same model_dir over.
+    let errors = support::on_workers(2, move |_, ring| {
+        let mut config = loop_data::config(&model_dir, 1);
+        config.model = sparktrain_train::ModelKind::WideDeep { dim: 4, hidden: vec![16] };
+        Trainer::with_fence(config, loop_data::spec(), ring, fence()).err().map(|e| e.to_string())
+    });
+    for (w, error) in errors.iter().enumerate() {
+        let error = error.as_deref().unwrap_or_else(|| panic!("trainer {w} resumed from another model"));
+        assert!(error.contains("the saved state does not fit"), "trainer {w}: {error}");
+    }
+}
+
 /// TFRecord files and a model for the training loop.
 /// A work queue like the driver's: every epoch hands out the four files once; it records the
 /// epochs the chief says its committed checkpoints resume from.

@@ -20,7 +20,7 @@ import pytest
 
 import sparktrain as st
 from sparktrain.data import Dataset
-from sparktrain.errors import InvalidArgumentError, PathNotFoundError
+from sparktrain.errors import InvalidArgumentError, PathNotFoundError, SchemaError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,6 +80,13 @@ def test_shuffling_is_a_permutation_repeated_by_seed_and_new_each_epoch(tmp_path
     assert first != list(range(1000))
     assert ids_of(Dataset(root, batch_size=100, shuffle_buffer=400, seed=7, shard=None), epoch=0) == first
     assert ids_of(data, epoch=1) != first
+    # A window smaller than a read batch: rows move only within their window of 10 (the
+    # files' order is shuffled too).
+    small = ids_of(Dataset(root, batch_size=100, shuffle_buffer=10, seed=7, shard=None))
+    assert sorted(small) == list(range(1000))
+    windows = [sorted(small[w : w + 10]) for w in range(0, 1000, 10)]
+    assert all(w == list(range(w[0], w[0] + 10)) and w[0] % 10 == 0 for w in windows)
+    assert any(small[w : w + 10] != windows[w // 10] for w in range(0, 1000, 10))
 
 
 def test_numpy_batches_hold_numbers_ragged_lists_and_strings(tmp_path: Path) -> None:
@@ -98,6 +105,14 @@ def test_parquet_files_and_chosen_columns(tmp_path: Path) -> None:
     data = Dataset(root, batch_size=32, columns=["id", "x"], shard=None)
     assert data.schema.names == ["id", "x"]
     assert sorted(ids_of(data)) == list(range(100))
+    # A given schema's types, not the file's.
+    narrow = pa.schema([("id", pa.int32()), ("x", pa.float64())])
+    batch = next(Dataset(root, batch_size=32, schema=narrow, shard=None).batches())
+    assert batch.schema == narrow
+    with pytest.raises(
+        SchemaError, match=r"part-0\.parquet: column 'word' of type string cannot be read as int64"
+    ):
+        next(Dataset(root, schema=pa.schema([("word", pa.int64())]), shard=None).batches())
 
 
 def test_decoding_threads_change_nothing_but_speed(tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparktrain import _checks, _native, fs
-from sparktrain.errors import InvalidArgumentError, PathNotFoundError
+from sparktrain.errors import InvalidArgumentError, PathNotFoundError, SchemaError
 
 #: Rows each file read hands over before they are regrouped into batches.
 _READ_BATCH = 8192
@@ -151,7 +151,7 @@ class Dataset:
 
     def _read(self, url: str) -> Iterator[pa.RecordBatch]:
         if self.parquet:
-            yield from _parquet_batches(url, self.schema.names)
+            yield from _parquet_batches(url, self.schema)
             return
         reader = _native.ExampleReader(
             url,
@@ -219,7 +219,8 @@ def _shard_of(shard: object) -> tuple[int, int] | None:
 
 
 def _shuffled(batches: Iterator[pa.RecordBatch], window: int, rng: random.Random) -> Iterator[pa.RecordBatch]:
-    """The rows of ``batches`` in a random order within windows of ``window`` rows."""
+    """The rows of ``batches`` in a random order within windows of ``window`` rows (a read
+    batch may hold several windows)."""
     held: list[pa.RecordBatch] = []
     size = 0
 
@@ -230,11 +231,15 @@ def _shuffled(batches: Iterator[pa.RecordBatch], window: int, rng: random.Random
         return table.take(pa.array(order, pa.int64())).to_batches()[0]
 
     for batch in batches:
-        held.append(batch)
-        size += batch.num_rows
-        if size >= window:
-            yield flush()
-            held, size = [], 0
+        offset = 0
+        while offset < batch.num_rows:
+            take = min(window - size, batch.num_rows - offset)
+            held.append(batch.slice(offset, take))
+            size += take
+            offset += take
+            if size == window:
+                yield flush()
+                held, size = [], 0
     if size:
         yield flush()
 
@@ -279,10 +284,29 @@ def _native_local_path(url: str) -> str | None:
     return url if "://" not in url else None
 
 
-def _parquet_batches(url: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
+def _parquet_batches(url: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The rows of a Parquet file as ``schema`` says (a given schema's types, not the file's)."""
     import pyarrow.parquet as pq
 
-    yield from pq.ParquetFile(_parquet_source(url)).iter_batches(batch_size=_READ_BATCH, columns=columns)
+    for batch in pq.ParquetFile(_parquet_source(url)).iter_batches(
+        batch_size=_READ_BATCH, columns=schema.names
+    ):
+        if batch.schema.equals(schema):
+            yield batch
+            continue
+        for field in schema:
+            column = batch.column(field.name)
+            if column.type != field.type:
+                try:
+                    column.cast(field.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                    raise SchemaError(
+                        f"{url}: column {field.name!r} of type {column.type} cannot be read as "
+                        f"{field.type}: {e}",
+                        column=field.name,
+                        path=url,
+                    ) from e
+        yield pa.Table.from_batches([batch]).cast(schema).to_batches()[0]
 
 
 def _numpy_column(column: pa.Array) -> Any:

@@ -20,13 +20,14 @@ from sparktrain.errors import InvalidArgumentError
 class FeatureSpec:
     """Which columns feed the model, and how.
 
-    ``dense`` columns (any numeric type) are float values; ``categorical`` columns (integers,
-    strings or bytes) are hashed into a number of ids each (``{"shop": 1000}``); ``crossed``
-    hashes tuples of columns together (``[(("shop", "city"), 10000)]``); ``multi_hot`` columns
-    (lists of integers, strings or bytes, of any length) hash each value into a number of ids
-    and pool a row's embeddings by ``"mean"`` (the default) or ``"sum"`` (``{"tags": 1000}``,
-    or ``[("tags", 1000, "sum")]``); ``label`` is 0/1 for binary models, a class id, or any
-    number for regression."""
+    ``dense`` columns (any numeric type) are float values (a null counts as 0; NaN or an
+    infinity is refused, naming the column, as it would make every weight NaN);
+    ``categorical`` columns (integers, strings or bytes) are hashed into a number of ids each
+    (``{"shop": 1000}``); ``crossed`` hashes tuples of columns together
+    (``[(("shop", "city"), 10000)]``); ``multi_hot`` columns (lists of integers, strings or
+    bytes, of any length) hash each value into a number of ids and pool a row's embeddings by
+    ``"mean"`` (the default) or ``"sum"`` (``{"tags": 1000}``, or ``[("tags", 1000, "sum")]``);
+    ``label`` is 0/1 for binary models, a class id, or any number for regression."""
 
     dense: tuple[str, ...] = ()
     categorical: tuple[tuple[str, int], ...] = ()

@@ -221,27 +221,10 @@ def _shard_of(shard: object) -> tuple[int, int] | None:
 def _shuffled(batches: Iterator[pa.RecordBatch], window: int, rng: random.Random) -> Iterator[pa.RecordBatch]:
     """The rows of ``batches`` in a random order within windows of ``window`` rows (a read
     batch may hold several windows)."""
-    held: list[pa.RecordBatch] = []
-    size = 0
-
-    def flush() -> pa.RecordBatch:
-        table = pa.Table.from_batches(held).combine_chunks()
-        order = list(range(table.num_rows))
+    for rows in _rebatched(batches, window, drop_remainder=False):
+        order = list(range(rows.num_rows))
         rng.shuffle(order)
-        return table.take(pa.array(order, pa.int64())).to_batches()[0]
-
-    for batch in batches:
-        offset = 0
-        while offset < batch.num_rows:
-            take = min(window - size, batch.num_rows - offset)
-            held.append(batch.slice(offset, take))
-            size += take
-            offset += take
-            if size == window:
-                yield flush()
-                held, size = [], 0
-    if size:
-        yield flush()
+        yield rows.take(pa.array(order, pa.int64()))
 
 
 def _rebatched(
@@ -294,19 +277,18 @@ def _parquet_batches(url: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         if batch.schema.equals(schema):
             yield batch
             continue
+        columns = []
         for field in schema:
             column = batch.column(field.name)
-            if column.type != field.type:
-                try:
-                    column.cast(field.type)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                    raise SchemaError(
-                        f"{url}: column {field.name!r} of type {column.type} cannot be read as "
-                        f"{field.type}: {e}",
-                        column=field.name,
-                        path=url,
-                    ) from e
-        yield pa.Table.from_batches([batch]).cast(schema).to_batches()[0]
+            try:
+                columns.append(column.cast(field.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise SchemaError(
+                    f"{url}: column {field.name!r} of type {column.type} cannot be read as {field.type}: {e}",
+                    column=field.name,
+                    path=url,
+                ) from e
+        yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def _numpy_column(column: pa.Array) -> Any:

@@ -147,3 +147,37 @@ def test_a_record_over_a_chosen_limit_is_skipped_in_skip_mode(tmp_path: Path) ->
     assert list(reader) == [b"after"]
     assert [(s.kind, s.offset, s.bytes) for s in reader.skipped] == [("record_too_long", 0, 5016)]
     assert list(tfrecord.RecordReader(str(path))) == [bytes(5000), b"after"]
+
+
+@pytest.mark.parametrize("compression", ["GZIP", "ZLIB"])
+def test_a_damaged_compressed_file_is_damage_not_an_io_error(tmp_path: Path, compression: str) -> None:
+    import pyarrow as pa
+
+    ext = ".gz" if compression == "GZIP" else ".zlib"
+    table = pa.table({"v": list(range(20_000)), "s": [f"row {i}" * (i % 9) for i in range(20_000)]})
+    whole = tmp_path / f"whole.tfrecord{ext}"
+    tfrecord.write_batches(str(whole), table, compression=compression)
+    cut = tmp_path / f"cut.tfrecord{ext}"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+
+    strict: list[bytes] = []
+    with pytest.raises(errors.TFRecordCorruptError) as info:
+        strict.extend(tfrecord.RecordReader(str(cut)))
+    assert info.value.kind == "damaged_compression"
+    assert info.value.path.endswith(cut.name)
+    assert info.value.offset == sum(16 + len(r) for r in strict), "the offset of the first record lost"
+    assert "decompression failed" in str(info.value)
+    assert "skip_corrupt" in str(info.value)
+
+    reader = tfrecord.RecordReader(str(cut), skip_corrupt=True)
+    assert list(reader) == strict
+    assert [(s.kind, s.offset) for s in reader.skipped] == [("damaged_compression", info.value.offset)]
+
+    # The batch reader keeps the rows before the damage, in order, and reports the region.
+    batches = tfrecord.read(str(cut), skip_corrupt=True)
+    kept = batches.read_all().column("v").to_pylist()
+    assert kept == list(range(len(kept)))
+    assert 0 < len(kept) < 20_000
+    assert [s["kind"] for s in batches.skipped] == ["damaged_compression"]
+    with pytest.raises(errors.TFRecordCorruptError, match="damaged compressed stream"):
+        tfrecord.read(str(cut)).read_all()

@@ -4,7 +4,7 @@
 //! TensorFlow compresses the framed stream as one gzip or zlib stream, so compression wraps the
 //! byte stream under the framing and offsets in errors refer to the decompressed stream.
 
-use std::io::{BufReader, Read, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::str::FromStr;
 
 use flate2::Compression as Level;
@@ -82,8 +82,12 @@ impl Compression {
             Compression::None => Decoder::Plain(reader),
             // Multi-member decoding accepts files made by concatenating gzip files, which `cat`
             // and Hadoop's append produce; a single-member file decodes the same.
-            Compression::Gzip => Decoder::Gzip(MultiGzDecoder::new(BufReader::with_capacity(BUF, reader))),
-            Compression::Zlib => Decoder::Zlib(ZlibDecoder::new(BufReader::with_capacity(BUF, reader))),
+            Compression::Gzip => {
+                Decoder::Gzip(MultiGzDecoder::new(BufReader::with_capacity(BUF, Source(reader))))
+            }
+            Compression::Zlib => {
+                Decoder::Zlib(ZlibDecoder::new(BufReader::with_capacity(BUF, Source(reader))))
+            }
         }
     }
 
@@ -118,22 +122,73 @@ impl FromStr for Compression {
 }
 
 /// A reader that decompresses (or not) what it reads.
+///
+/// A failure of the compressed file itself (a read of a lost block, a network error) comes out
+/// as it was raised; a failure of the decompressor (bad header, corrupt deflate data, a checksum
+/// mismatch, a stream that ends early) comes out as an error whose payload is a
+/// [`DamagedStream`], so that the framing can report it as damage rather than as I/O.
 pub enum Decoder<R: Read> {
     /// No compression.
     Plain(R),
     /// GZIP, any number of members.
-    Gzip(MultiGzDecoder<BufReader<R>>),
+    Gzip(MultiGzDecoder<BufReader<Source<R>>>),
     /// ZLIB.
-    Zlib(ZlibDecoder<BufReader<R>>),
+    Zlib(ZlibDecoder<BufReader<Source<R>>>),
 }
 
 impl<R: Read> Read for Decoder<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Decoder::Plain(r) => r.read(buf),
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let result = match self {
+            Decoder::Plain(r) => return r.read(buf),
             Decoder::Gzip(d) => d.read(buf),
             Decoder::Zlib(d) => d.read(buf),
-        }
+        };
+        result.map_err(|e| {
+            let kind = e.kind();
+            if kind == io::ErrorKind::Interrupted {
+                return e;
+            }
+            if !e.get_ref().is_some_and(|inner| inner.is::<SourceError>()) {
+                return io::Error::new(kind, DamagedStream(e.to_string()));
+            }
+            match e.into_inner().map(|inner| inner.downcast::<SourceError>()) {
+                Some(Ok(source)) => source.0,
+                Some(Err(other)) => io::Error::new(kind, other),
+                None => io::Error::from(kind),
+            }
+        })
+    }
+}
+
+/// The compressed file under a [`Decoder`]: its errors are marked, so that the decoder can tell
+/// them from its own.
+pub struct Source<R>(R);
+
+impl<R: Read> Read for Source<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf).map_err(|e| match e.kind() {
+            // Passed through the decoder as it is, for the caller to retry.
+            io::ErrorKind::Interrupted => e,
+            kind => io::Error::new(kind, SourceError(e)),
+        })
+    }
+}
+
+/// An error of the compressed file, carried through the decompressor.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct SourceError(io::Error);
+
+/// The decompressor's own failure: the compressed stream is damaged (its reason, e.g. "corrupt
+/// deflate stream"), and nothing after the point of damage can be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct DamagedStream(pub String);
+
+impl DamagedStream {
+    /// The damage an I/O error from a [`Decoder`] reports, if it is one.
+    pub fn of(error: &io::Error) -> Option<&DamagedStream> {
+        error.get_ref().and_then(|inner| inner.downcast_ref::<DamagedStream>())
     }
 }
 

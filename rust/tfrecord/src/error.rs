@@ -22,6 +22,9 @@ pub enum CorruptionKind {
     NotTfRecord,
     /// A header claims a record longer than the reader's `max_record_bytes`.
     RecordTooLong,
+    /// The compressed stream around the records cannot be decompressed from here on (a corrupt
+    /// deflate block, a bad header or checksum, or an end before the stream's own end).
+    DamagedCompression,
 }
 
 impl CorruptionKind {
@@ -34,6 +37,7 @@ impl CorruptionKind {
             CorruptionKind::PayloadCrcMismatch => "payload_crc_mismatch",
             CorruptionKind::NotTfRecord => "not_tfrecord",
             CorruptionKind::RecordTooLong => "record_too_long",
+            CorruptionKind::DamagedCompression => "damaged_compression",
         }
     }
 }
@@ -47,6 +51,7 @@ impl fmt::Display for CorruptionKind {
             CorruptionKind::PayloadCrcMismatch => "record payload CRC mismatch",
             CorruptionKind::NotTfRecord => "not a TFRecord file",
             CorruptionKind::RecordTooLong => "record longer than the limit",
+            CorruptionKind::DamagedCompression => "damaged compressed stream",
         };
         f.write_str(text)
     }

@@ -13,6 +13,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 
+use crate::compression::DamagedStream;
 use crate::crc::{masked_crc32c, masked_length_crc};
 use crate::error::{CorruptionKind, Error, Result};
 
@@ -189,7 +190,9 @@ impl Default for ReaderOptions {
 pub struct SkippedRegion {
     /// Offset of the region's first byte in the (decompressed) stream.
     pub offset: u64,
-    /// Length of the region in bytes.
+    /// Length of the region in bytes. For [`CorruptionKind::DamagedCompression`], the bytes
+    /// decompressed before the decompressor failed (a record cut short), not what the damaged
+    /// rest of the file would have held, which cannot be known.
     pub bytes: u64,
     /// The damage found at the region's start.
     pub kind: CorruptionKind,
@@ -268,6 +271,9 @@ pub struct RecordReader<R: Read> {
     spare: Vec<Vec<u8>>,
     /// An error met after a run's records, raised by the next read of any kind.
     deferred: Option<Error>,
+    /// Set when the decompressor failed (the stream then ends where its good bytes end): the
+    /// hint of the [`CorruptionKind::DamagedCompression`] reported there.
+    broken: Option<String>,
 }
 
 impl<R: Read> RecordReader<R> {
@@ -288,6 +294,7 @@ impl<R: Read> RecordReader<R> {
             run_bytes: 0,
             spare: Vec::new(),
             deferred: None,
+            broken: None,
         }
     }
 
@@ -470,6 +477,17 @@ impl<R: Read> RecordReader<R> {
                 Ok(0) => self.eof = true,
                 Ok(k) => self.end += k,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if DamagedStream::of(&e).is_some() => {
+                    // The bytes decompressed so far are good as far as the framing can tell:
+                    // their records are read, and the damage is met where they end.
+                    let at = self.offset + self.available() as u64;
+                    self.broken = Some(format!(
+                        "; decompression failed at byte offset {at} ({e}) and nothing after that \
+                         can be read: rewrite the file, or read it with skip_corrupt to keep the \
+                         records before it"
+                    ));
+                    self.eof = true;
+                }
                 Err(source) => {
                     return Err(Error::Io {
                         path: self.path.clone(),
@@ -480,6 +498,15 @@ impl<R: Read> RecordReader<R> {
             }
         }
         Ok(self.available() >= n)
+    }
+
+    /// The stream ends inside a record: cut short where it was (`truncated`), or where the
+    /// decompressor failed.
+    fn cut_short(&mut self, truncated: CorruptionKind) -> Result<()> {
+        match self.broken.clone() {
+            Some(hint) => self.damage(CorruptionKind::DamagedCompression, hint),
+            None => self.damage(truncated, String::new()),
+        }
     }
 
     fn consume(&mut self, n: usize) {
@@ -505,6 +532,13 @@ impl<R: Read> RecordReader<R> {
             CorruptionKind::TruncatedHeader | CorruptionKind::TruncatedPayload => {
                 let rest = self.available();
                 self.consume(rest);
+            }
+            CorruptionKind::DamagedCompression => {
+                // The rest of the stream: what was decompressed (a record cut short, or nothing
+                // where the damage lies between records), and what cannot be.
+                let rest = self.available();
+                self.consume(rest);
+                self.broken = None;
             }
             CorruptionKind::LengthCrcMismatch
             | CorruptionKind::NotTfRecord
@@ -551,10 +585,10 @@ impl<R: Read> RecordReader<R> {
         }
         loop {
             if !self.fill(HEADER_LEN)? {
-                if self.available() == 0 {
+                if self.available() == 0 && self.broken.is_none() {
                     return Ok(None);
                 }
-                self.damage(CorruptionKind::TruncatedHeader, String::new())?;
+                self.cut_short(CorruptionKind::TruncatedHeader)?;
                 continue;
             }
             let header = &self.buf[self.start..self.start + HEADER_LEN];
@@ -586,7 +620,7 @@ impl<R: Read> RecordReader<R> {
                 .and_then(|l| l.checked_add(FRAMING_LEN))
                 .ok_or_else(|| self.corrupt(CorruptionKind::TruncatedPayload, String::new()))?;
             if !self.fill(total)? {
-                self.damage(CorruptionKind::TruncatedPayload, String::new())?;
+                self.cut_short(CorruptionKind::TruncatedPayload)?;
                 continue;
             }
             let payload = self.start + HEADER_LEN..self.start + total - FOOTER_LEN;

@@ -23,7 +23,12 @@ public enum CorruptionKind {
    */
   NOT_TFRECORD("not_tfrecord", "not a TFRecord file"),
   /** A header claims a record longer than the reader's limit (the Spark file format's reader). */
-  RECORD_TOO_LONG("record_too_long", "record longer than the limit");
+  RECORD_TOO_LONG("record_too_long", "record longer than the limit"),
+  /**
+   * The compressed stream around the records cannot be decompressed from here on (a corrupt
+   * block, a bad header or checksum, or an end before the stream's own end).
+   */
+  DAMAGED_COMPRESSION("damaged_compression", "damaged compressed stream");
 
   private final String id;
   private final String description;

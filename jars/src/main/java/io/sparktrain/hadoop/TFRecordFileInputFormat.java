@@ -130,10 +130,14 @@ public class TFRecordFileInputFormat extends FileInputFormat<BytesWritable, Null
         if (codec != null) {
           compressed = true;
           decompressor = CodecPool.getDecompressor(codec);
+          Decompressor pooled = decompressor;
           in =
-              decompressor == null
-                  ? codec.createInputStream(buffered)
-                  : codec.createInputStream(buffered, decompressor);
+              DamagedStreamException.decompressing(
+                  buffered,
+                  source ->
+                      pooled == null
+                          ? codec.createInputStream(source)
+                          : codec.createInputStream(source, pooled));
         }
         records = new TFRecordIO.Reader(in, file.toString());
       } catch (IOException | RuntimeException e) {

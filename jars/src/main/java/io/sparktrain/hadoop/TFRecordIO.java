@@ -218,6 +218,16 @@ public final class TFRecordIO {
      *     #MAX_RECORD_LENGTH}
      */
     public boolean next() throws IOException {
+      try {
+        return readNext();
+      } catch (DamagedStreamException e) {
+        throw corrupt(
+            CorruptionKind.DAMAGED_COMPRESSION,
+            "; decompression failed (" + e.getMessage() + ") and nothing after that can be read");
+      }
+    }
+
+    private boolean readNext() throws IOException {
       int got = readFully(in, header, 0, HEADER_LENGTH);
       if (got == 0) {
         return false;

@@ -1,6 +1,7 @@
 // Compression: the compression of TFRecord files (none, gzip, zlib), its names and its streams.
 package io.sparktrain.spark;
 
+import io.sparktrain.hadoop.DamagedStreamException;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
@@ -118,8 +119,15 @@ public enum Compression {
     }
   }
 
-  /** Wraps a file's input stream with the matching decompressor. */
+  /**
+   * Wraps a file's input stream with the matching decompressor; its failures are {@link
+   * DamagedStreamException}s, the file's own read failures pass through as they are.
+   */
   InputStream decompress(InputStream in) throws IOException {
+    return this == NONE ? in : DamagedStreamException.decompressing(in, this::decompressor);
+  }
+
+  private InputStream decompressor(InputStream in) throws IOException {
     switch (this) {
       case GZIP:
         // GZIPInputStream reads concatenated members too, as gzip(1) and flate2 do.

@@ -2,6 +2,7 @@
 package io.sparktrain.spark;
 
 import io.sparktrain.hadoop.CorruptionKind;
+import io.sparktrain.hadoop.DamagedStreamException;
 import io.sparktrain.hadoop.TFRecordCorruptException;
 import io.sparktrain.hadoop.TFRecordIO;
 import java.io.Closeable;
@@ -63,6 +64,11 @@ final class RecordScanner implements Closeable {
   private int start;
   private int end;
   private boolean eof;
+  /**
+   * Set when the decompressor failed (the stream then ends where its good bytes end): the hint
+   * of the {@link CorruptionKind#DAMAGED_COMPRESSION} reported there.
+   */
+  private String broken;
   /** File offset of {@code buf[start]}. */
   private long offset;
   private long records;
@@ -132,10 +138,10 @@ final class RecordScanner implements Closeable {
         return false;
       }
       if (!fill(Framing.HEADER)) {
-        if (available() == 0) {
+        if (available() == 0 && broken == null) {
           return false;
         }
-        damage(CorruptionKind.TRUNCATED_HEADER, "");
+        cutShort(CorruptionKind.TRUNCATED_HEADER);
         continue;
       }
       if (!framing.headerValid(buf, start)) {
@@ -158,7 +164,7 @@ final class RecordScanner implements Closeable {
       }
       int total = (int) length + Framing.HEADER + Framing.FOOTER;
       if (!fill(total)) {
-        damage(CorruptionKind.TRUNCATED_PAYLOAD, "");
+        cutShort(CorruptionKind.TRUNCATED_PAYLOAD);
         continue;
       }
       int payload = start + Framing.HEADER;
@@ -259,7 +265,22 @@ final class RecordScanner implements Closeable {
         buf = java.util.Arrays.copyOf(buf, (int) Math.max(grown, end + 1));
       }
       int want = (int) Math.min(buf.length, (long) end + READ_CHUNK) - end;
-      int got = in.read(buf, end, want);
+      int got;
+      try {
+        got = in.read(buf, end, want);
+      } catch (DamagedStreamException e) {
+        // The bytes decompressed so far are good as far as the framing can tell: their records
+        // are read, and the damage is met where they end.
+        broken =
+            "; decompression failed at byte offset "
+                + (offset + available())
+                + " ("
+                + e.getMessage()
+                + ") and nothing after that can be read: rewrite the file, or read it with"
+                + " skipCorrupt to keep the records before it";
+        eof = true;
+        break;
+      }
       if (got < 0) {
         eof = true;
       } else {
@@ -278,6 +299,15 @@ final class RecordScanner implements Closeable {
     return new TFRecordCorruptException(path, offset, kind, hint);
   }
 
+  /** The stream ends inside a record: cut short where it was, or where decompression failed. */
+  private void cutShort(CorruptionKind truncated) throws IOException {
+    if (broken != null) {
+      damage(CorruptionKind.DAMAGED_COMPRESSION, broken);
+    } else {
+      damage(truncated, "");
+    }
+  }
+
   private void damage(CorruptionKind kind, String hint) throws IOException {
     if (!skipCorrupt) {
       throw corrupt(kind, hint);
@@ -291,6 +321,12 @@ final class RecordScanner implements Closeable {
       case TRUNCATED_HEADER:
       case TRUNCATED_PAYLOAD:
         consume(available());
+        break;
+      case DAMAGED_COMPRESSION:
+        // The rest of the stream: what was decompressed (a record cut short, or nothing where
+        // the damage lies between records), and what cannot be.
+        consume(available());
+        broken = null;
         break;
       default:
         consume(1);

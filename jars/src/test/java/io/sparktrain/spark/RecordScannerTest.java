@@ -108,6 +108,103 @@ class RecordScannerTest {
     }
   }
 
+  /** The records a scanner over {@code in} reads, with the regions it skipped. */
+  private static List<byte[]> readAll(RecordScanner s) throws IOException {
+    List<byte[]> out = new ArrayList<>();
+    while (s.next(Long.MAX_VALUE)) {
+      out.add(java.util.Arrays.copyOfRange(s.data(), s.payloadStart(), s.payloadStart() + s.payloadLength()));
+    }
+    return out;
+  }
+
+  private static long offsetOf(List<byte[]> records, int index) {
+    long at = 0;
+    for (int i = 0; i < index; i++) {
+      at += records.get(i).length + 16;
+    }
+    return at;
+  }
+
+  @Test
+  void aDamagedCompressedStreamIsDamageAndKeepsTheRecordsBeforeIt() throws IOException {
+    List<byte[]> records = randomRecords(400, 11);
+    byte[] plain = file(records);
+    for (Compression c : new Compression[] {Compression.GZIP, Compression.ZLIB}) {
+      ByteArrayOutputStream bytes = new ByteArrayOutputStream();
+      try (java.io.OutputStream out = c.compress(bytes)) {
+        out.write(plain);
+      }
+      byte[] whole = bytes.toByteArray();
+      byte[] flipped = whole.clone();
+      flipped[whole.length / 2] ^= (byte) 0xff;
+      byte[][] damaged = {
+        java.util.Arrays.copyOf(whole, whole.length / 2), // cut short
+        java.util.Arrays.copyOf(whole, whole.length - 3), // its trailer cut
+        flipped,
+      };
+      for (byte[] d : damaged) {
+        List<byte[]> strict = new ArrayList<>();
+        TFRecordCorruptException e =
+            assertThrows(
+                TFRecordCorruptException.class,
+                () -> {
+                  try (RecordScanner s =
+                      new RecordScanner(c.decompress(new ByteArrayInputStream(d)), "part-0.gz", 0, false, 1 << 20)) {
+                    while (s.next(Long.MAX_VALUE)) {
+                      strict.add(new byte[0]);
+                    }
+                  }
+                },
+                c.name());
+        assertTrue(
+            e.getKind() == CorruptionKind.DAMAGED_COMPRESSION
+                || e.getKind() == CorruptionKind.PAYLOAD_CRC_MISMATCH,
+            c + ": " + e.getMessage());
+        assertEquals(offsetOf(records, strict.size()), e.getOffset(), e.getMessage());
+
+        try (RecordScanner s =
+            new RecordScanner(c.decompress(new ByteArrayInputStream(d)), "part-0.gz", 0, true, 1 << 20)) {
+          List<byte[]> kept = readAll(s);
+          assertTrue(kept.size() >= strict.size(), c.name());
+          if (s.skipped().size() == 1) {
+            // Only the decompressor's failure: the records before it, in order.
+            for (int i = 0; i < kept.size(); i++) {
+              assertArrayEquals(records.get(i), kept.get(i));
+            }
+          }
+          RecordScanner.Skipped last = s.skipped().get(s.skipped().size() - 1);
+          assertEquals(CorruptionKind.DAMAGED_COMPRESSION, last.kind, c + ": " + s.skipped());
+        }
+      }
+    }
+  }
+
+  @Test
+  void aFailingReadOfTheCompressedFileStaysAnIoError() throws IOException {
+    byte[] plain = file(randomRecords(400, 12));
+    ByteArrayOutputStream bytes = new ByteArrayOutputStream();
+    try (java.io.OutputStream out = Compression.GZIP.compress(bytes)) {
+      out.write(plain);
+    }
+    byte[] whole = bytes.toByteArray();
+    java.io.InputStream failing =
+        new java.io.FilterInputStream(new ByteArrayInputStream(whole, 0, whole.length / 2)) {
+          @Override
+          public int read(byte[] b, int off, int len) throws IOException {
+            int n = super.read(b, off, len);
+            if (n < 0) {
+              throw new IOException("block lost on datanode");
+            }
+            return n;
+          }
+        };
+    try (RecordScanner s = new RecordScanner(Compression.GZIP.decompress(failing), "x.gz", 0, true, 1 << 20)) {
+      IOException e = assertThrows(IOException.class, () -> readAll(s));
+      assertEquals("block lost on datanode", e.getMessage());
+      assertTrue(s.skipped().isEmpty());
+    }
+  }
+
   @Test
   void damageNamesTheOffset() throws IOException {
     List<byte[]> records = randomRecords(5, 2);

@@ -241,6 +241,21 @@ def test_a_damaged_checkpoint_index_is_a_checkpoint_error_naming_the_file(tmp_pa
     assert damaged.value.path.endswith("model/checkpoint.json")
 
 
+def test_another_models_checkpoint_is_a_mismatch_that_no_restart_retries(tmp_path):
+    from sparktrain.cluster.failures import NOT_RETRYABLE
+    from sparktrain.cluster.trainer.main import exit_code_for
+
+    st.tfrecord.write_batches(str(tmp_path / "train.tfrecord"), rows())
+    model_dir = str(tmp_path / "model")
+    Trainer(model="logistic_regression", model_dir=model_dir).fit(str(tmp_path / "train.tfrecord"))
+    wider = Trainer(model="mlp", model_dir=model_dir)
+    with pytest.raises(errors.CheckpointMismatch) as mismatch:
+        wider.fit(str(tmp_path / "train.tfrecord"))
+    assert "the saved state does not fit" in str(mismatch.value)
+    assert isinstance(mismatch.value, errors.CheckpointError)
+    assert exit_code_for(mismatch.value) == NOT_RETRYABLE
+
+
 def test_an_old_generation_saving_after_a_newer_one_is_generation_superseded(tmp_path):
     import pickle
 

@@ -213,6 +213,14 @@ class CheckpointError(TrainingError):
     fit the model; the message names the file or tensor."""
 
 
+class CheckpointMismatch(CheckpointError):
+    """A checkpoint or exported model does not fit the model that reads it: a tensor it lacks, a
+    shape or optimizer state that differs (``model_dir`` holds another model's checkpoints, or
+    the model's settings changed). The message names the tensor. No restart cures it: the trainer
+    exits with the code of errors that are not retried; choose another ``model_dir`` or the
+    settings the checkpoint was made with."""
+
+
 class GenerationSuperseded(CheckpointError):
     """This trainer's generation is lost: a later generation of its job (after a restart that
     this trainer did not hear of), or another job that took the folder over, writes checkpoints
@@ -229,6 +237,7 @@ class GenerationSuperseded(CheckpointError):
 __all__ = [
     "BarrierTimeout",
     "CheckpointError",
+    "CheckpointMismatch",
     "ClosedError",
     "ClusterError",
     "CollectiveError",

@@ -30,6 +30,7 @@ mod py {
     import_exception!(sparktrain.errors, PathExistsError);
     import_exception!(sparktrain.errors, TFRecordError);
     import_exception!(sparktrain.errors, TFRecordCorruptError);
+    import_exception!(sparktrain.errors, CheckpointMismatch);
     import_exception!(sparktrain.errors, RecordDecodeError);
     import_exception!(sparktrain.errors, SchemaError);
     import_exception!(sparktrain.errors, ControlPlaneError);
@@ -245,7 +246,7 @@ fn train<'py>(py: Python<'py>, e: TrainError, attrs: &Attrs<'py>) -> PyResult<Bo
         }
         TrainError::StateMismatch(_) => {
             attrs.set_item("path", None::<String>)?;
-            Ok(py::CheckpointError::type_object(py))
+            Ok(py::CheckpointMismatch::type_object(py))
         }
         TrainError::Superseded { model_dir, generation, by_job, by_generation } => {
             attrs.set_item("path", model_dir)?;

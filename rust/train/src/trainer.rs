@@ -983,7 +983,7 @@ impl Trainer {
         };
         let mut ring = lock(&ring);
         // [status][length] then the payload: 0 none, 1 a checkpoint, 2 the chief failed (its
-        // reason).
+        // reason), 3 the checkpoint does not fit this model (the reason; no restart cures it).
         let (mut head, payload, failure) = if self.rank == 0 {
             match checkpoint::restore_except(model_dir, &layout, &sharded) {
                 Ok(Some(r)) => {
@@ -992,6 +992,10 @@ impl Trainer {
                 }
                 Ok(None) => (head(0, 0), Vec::new(), None),
                 // The others fail with the chief's reason, not only with the fact.
+                Err(TrainError::StateMismatch(reason)) => {
+                    let bytes = reason.clone().into_bytes();
+                    (head(3, bytes.len()), bytes, Some(TrainError::StateMismatch(reason)))
+                }
                 Err(e) => {
                     let reason = e.to_string().into_bytes();
                     (head(2, reason.len()), reason, Some(e))
@@ -1007,6 +1011,12 @@ impl Trainer {
             return Ok(None);
         }
         ring.broadcast(&mut payload, 0)?;
+        if head[0] == 3 {
+            return Err(failure.unwrap_or_else(|| {
+                let reason = String::from_utf8_lossy(&payload);
+                TrainError::StateMismatch(format!("{reason} (the chief's reading of {model_dir})"))
+            }));
+        }
         if head[0] == 2 {
             return Err(failure.unwrap_or_else(|| {
                 let reason = String::from_utf8_lossy(&payload);

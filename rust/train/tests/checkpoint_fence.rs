@@ -436,11 +436,18 @@ fn every_trainer_names_why_the_chief_could_not_read_a_checkpoint_of_another_mode
     let errors = support::on_workers(2, move |_, ring| {
         let mut config = loop_data::config(&model_dir, 1);
         config.model = sparktrain_train::ModelKind::WideDeep { dim: 4, hidden: vec![16] };
-        Trainer::with_fence(config, loop_data::spec(), ring, fence()).err().map(|e| e.to_string())
+        Trainer::with_fence(config, loop_data::spec(), ring, fence()).err()
     });
-    for (w, error) in errors.iter().enumerate() {
-        let error = error.as_deref().unwrap_or_else(|| panic!("trainer {w} resumed from another model"));
-        assert!(error.contains("the saved state does not fit"), "trainer {w}: {error}");
+    for (w, error) in errors.into_iter().enumerate() {
+        let error = error.unwrap_or_else(|| panic!("trainer {w} resumed from another model"));
+        let text = error.to_string();
+        assert!(
+            text.contains("the saved state does not fit")
+                && text.contains("has shape [8] there, the model has [16]"),
+            "trainer {w}: {text}"
+        );
+        // A mismatch on every trainer, which the launcher does not retry: no restart cures it.
+        assert!(matches!(error, TrainError::StateMismatch(_)), "trainer {w}: {error:?}");
     }
 }
 

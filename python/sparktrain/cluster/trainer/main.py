@@ -32,6 +32,7 @@ from sparktrain.cluster.settings import EXIT_BARRIER, JobSettings, TrainerLaunch
 from sparktrain.cluster.trainer.context import TrainerContext
 from sparktrain.cluster.trainer.frameworks import framework_env, register_jax_cluster
 from sparktrain.errors import (
+    CheckpointMismatch,
     CollectiveTimeout,
     GenerationSuperseded,
     InvalidArgumentError,
@@ -51,6 +52,7 @@ _PR_SET_PDEATHSIG = 1
 #: environment), or that its generation is lost (a newer one writes its model_dir): a restart
 #: would fail alike, so the trainer says so with its exit code.
 _NOT_RETRYABLE = (
+    CheckpointMismatch,
     GenerationSuperseded,
     InvalidArgumentError,
     MissingDependencyError,

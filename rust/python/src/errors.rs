@@ -204,6 +204,12 @@ fn record<'py>(py: Python<'py>, e: RecordError, attrs: &Attrs<'py>) -> PyResult<
             attrs.set_item("column", column)?;
             py::SchemaError::type_object(py)
         }
+        // Decoded rows without their file (the readers name it: `FeatureConflict`).
+        RecordError::DoesNotFit { column, row, .. } => {
+            attrs.set_item("column", column)?;
+            attrs.set_item("row", row)?;
+            py::SchemaError::type_object(py)
+        }
         RecordError::BadValue { column, row, .. } => {
             attrs.set_item("column", column)?;
             attrs.set_item("row", row)?;

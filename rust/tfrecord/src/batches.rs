@@ -59,6 +59,8 @@ impl<R: Read> ExampleBatchReader<R> {
         if self.decoder.is_empty() {
             self.decoder.reserve(self.batch_size.min(1 << 16));
         }
+        // The reader counts only the records it returns, so a batch's records are consecutive.
+        let first_record = self.records.records_read() - self.decoder.len() as u64;
         while self.decoder.len() < self.batch_size {
             let index = self.records.records_read();
             match self.records.next() {
@@ -78,7 +80,11 @@ impl<R: Read> ExampleBatchReader<R> {
                 }
             }
         }
-        if self.decoder.is_empty() { Ok(None) } else { self.decoder.finish().map(Some) }
+        if self.decoder.is_empty() {
+            Ok(None)
+        } else {
+            self.decoder.finish().map(Some).map_err(|e| e.at_records(&self.path, first_record))
+        }
     }
 }
 

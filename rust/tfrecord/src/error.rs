@@ -107,6 +107,18 @@ pub enum Error {
         /// What does not fit.
         reason: String,
     },
+    /// A decoded value does not fit the type the schema gives its column (an int64 feature read
+    /// as int8, say). Raised by a decoder, which knows the row of its batch but not the file:
+    /// [`Error::at_records`] turns it into a [`Error::FeatureConflict`] naming both.
+    #[error("column '{column}', row {row} of the batch: {reason}")]
+    DoesNotFit {
+        /// The column name.
+        column: String,
+        /// Zero-based row in the batch.
+        row: usize,
+        /// The value's type, the column's, and the cast's complaint.
+        reason: String,
+    },
     /// An Arrow column cannot be written as a feature.
     #[error("column '{column}': {reason}")]
     UnsupportedColumn {
@@ -144,6 +156,22 @@ pub enum Error {
     /// A caller passed an option that makes no sense.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+}
+
+impl Error {
+    /// This error with the file and the record named, for an error of a decoder whose batch
+    /// holds consecutive records of `path` from `first_record` on; other errors are unchanged.
+    pub fn at_records(self, path: &str, first_record: u64) -> Error {
+        match self {
+            Error::DoesNotFit { column, row, reason } => Error::FeatureConflict {
+                path: path.to_string(),
+                record: first_record + row as u64,
+                feature: column,
+                reason,
+            },
+            other => other,
+        }
+    }
 }
 
 /// The crate's result type.

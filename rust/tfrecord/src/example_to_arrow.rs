@@ -284,9 +284,17 @@ impl ColumnBuilder {
             return Ok(built);
         }
         let options = CastOptions { safe: false, ..Default::default() };
-        cast_with_options(&built, self.field.data_type(), &options).map_err(|source| Error::Arrow {
-            context: format!("column '{}': converting to {}", self.field.name(), self.field.data_type()),
-            source,
+        let target = self.field.data_type();
+        cast_with_options(&built, target, &options).map_err(|source| {
+            // Only on failure: the row at fault, cast alone, for the error to name its record.
+            let row = (0..built.len())
+                .find(|&i| cast_with_options(&built.slice(i, 1), target, &options).is_err())
+                .unwrap_or(0);
+            Error::DoesNotFit {
+                column: self.field.name().clone(),
+                row,
+                reason: format!("its value does not fit {target}: {source}"),
+            }
         })
     }
 }

@@ -333,5 +333,5 @@ fn decode(decoder: &mut RecordDecoder, run: &RecordRun, path: &str) -> Result<Re
             return Err(e);
         }
     }
-    decoder.finish()
+    decoder.finish().map_err(|e| e.at_records(path, run.first_record()))
 }

@@ -99,6 +99,29 @@ fn a_record_that_does_not_fit_fails_naming_it_and_ends_the_reader() {
 }
 
 #[test]
+fn a_value_too_wide_for_its_column_fails_naming_its_file_and_record() {
+    let (data, _) = stream(10_000);
+    // "id" counts up from 0: read as int8 it overflows at record 128, in the first batch or
+    // (batches of 100) in the second; as list<int8>, "tags" never does.
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("tags", DataType::List(Arc::new(Field::new_list_field(DataType::Int8, true))), true),
+        Field::new("id", DataType::Int8, true),
+    ]));
+    for batch_size in [4096, 100] {
+        let expected = serial(&data, &schema, batch_size);
+        let failed = expected.iter().position(Result::is_err).expect("an error");
+        assert_eq!(failed, 128 / batch_size, "the batches before it are read");
+        let message = expected[failed].as_ref().unwrap_err();
+        assert!(message.starts_with("part-0.tfrecord: record 128, feature 'id': "), "{message}");
+        assert!(message.contains("does not fit Int8") && message.contains("128"), "{message}");
+        for threads in [1, 3] {
+            let got = parallel(&data, &schema, batch_size, threads);
+            assert_eq!(got[..], expected[..=failed], "{threads} threads, batches of {batch_size}");
+        }
+    }
+}
+
+#[test]
 fn damaged_framing_is_reported_at_its_offset_or_skipped() {
     let (mut data, schema) = stream(10_000);
     let offset = data.len() / 2;

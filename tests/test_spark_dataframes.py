@@ -442,6 +442,30 @@ def test_corrupt_files_fail_the_read_or_are_skipped(spark, engine, tmp_path: Pat
     assert 1000 - len(rows) == 1
 
 
+def test_an_empty_folder_read_with_a_schema_has_no_rows(spark, engine, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    df = tfrecord.read_dataframe(spark, str(tmp_path / "empty"), schema="id long")
+    assert (df.columns, df.count()) == (["id"], 0)
+    # Without a schema there is nothing to infer it from; a path that names nothing is refused.
+    with pytest.raises(Exception, match=r"(?i)infer.* schema|schema to infer"):
+        tfrecord.read_dataframe(spark, str(tmp_path / "empty")).collect()
+    with pytest.raises(Exception, match="missing"):
+        tfrecord.read_dataframe(spark, str(tmp_path / "missing"), schema="id long").collect()
+
+
+def test_a_value_too_wide_for_the_schema_fails_naming_file_record_and_column(
+    spark, engine, tmp_path: Path
+) -> None:
+    out = tmp_path / "data"
+    tfrecord.write(spark.range(0, 300, numPartitions=1).selectExpr("id", "id * 2 as x"), str(out))
+    (part,) = out.glob("part-*")
+    with pytest.raises(Exception, match=rf"{part.name}") as failed:
+        tfrecord.read_dataframe(spark, str(out), schema="id byte").collect()
+    message = str(failed.value)
+    assert "feature 'id'" in message, message
+    assert "128" in message, message
+
+
 def test_tensorflow_files_load_as_a_dataframe_and_dataframes_parse_in_tf_data(
     spark, engine, tf, tmp_path: Path
 ) -> None:

@@ -300,7 +300,9 @@ def read_dataframe(
     """Reads a TFRecord folder, file or glob as a DataFrame, through the ``tfrecord`` data
     source (``spark.read.format("tfrecord")``). Without ``schema`` one is inferred from a sample
     spread over all files, plus the ``col=value/`` partition columns of the folders. Only the
-    schema's columns are decoded: give a schema with fewer columns to read less. ``engine`` is
+    schema's columns are decoded: give a schema with fewer columns to read less. A folder
+    without files reads as no rows when a schema is given; without one, nothing to infer it from
+    is an error, as a path that names nothing always is. ``engine`` is
     ``"auto"`` (the jar's format where the session has the jar, else the Python source),
     ``"jvm"`` or ``"python"``. On PySpark 3.5, which has no Python data source API, the Python
     engine reads the same rows through ``mapInArrow``, one task per file."""
@@ -346,7 +348,7 @@ def _read_arrow(spark: SparkSession, schema: StructType | str | None, options: d
 
     require_spark("sparktrain.tfrecord.read_dataframe", arrow_udfs=True)  # mapInArrow needs pandas
     parsed = ReadOptions(options)
-    files = InputFiles.list(parsed)
+    files = InputFiles.list(parsed, empty_ok=schema is not None)
     if schema is None:
         struct = dataset_schema(parsed, files)
     elif isinstance(schema, str):
@@ -361,4 +363,4 @@ def _read_arrow(spark: SparkSession, schema: StructType | str | None, options: d
                 yield from read_file(urls[index], values[index], struct, parsed)
 
     # spark.range with one partition per element: task i reads file i.
-    return spark.range(0, len(urls), 1, len(urls)).mapInArrow(read, struct)
+    return spark.range(0, len(urls), 1, max(len(urls), 1)).mapInArrow(read, struct)

@@ -58,13 +58,24 @@ class InputFiles:
     partition_values: list[dict[str, str | None]]
 
     @classmethod
-    def list(cls, options: ReadOptions) -> InputFiles:
-        """The files under ``options.path``, found with the options' object-store keys."""
+    def list(cls, options: ReadOptions, *, empty_ok: bool = False) -> InputFiles:
+        """The files under ``options.path``, found with the options' object-store keys.
+
+        A path that names nothing raises :class:`PathNotFoundError`; so does a folder without
+        files, unless ``empty_ok`` (a schema was given: the dataset is then empty, as Spark's
+        file sources read it)."""
         fs.configure(options.storage)
         path = options.path
         files = fs.expand_inputs(path)
         if not files:
-            raise PathNotFoundError(f"no TFRecord files under {path}", path=path)
+            if not fs.exists(path):
+                raise PathNotFoundError(f"no TFRecord files under {path}: nothing is there", path=path)
+            if empty_ok:
+                return cls([], pa.schema([]), [])
+            raise PathNotFoundError(
+                f"no TFRecord files under {path}, so no schema to infer: give one to read it as empty",
+                path=path,
+            )
         base = partitioning.dataset_root(path)
         relative = [f.path[len(base) + 1 :] if f.path.startswith(base + "/") else "" for f in files]
         schema, values = partitioning.discover(relative)

@@ -76,13 +76,17 @@ class TFRecordReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        files = InputFiles.list(self.options)
+        # The schema is the caller's, or was inferred from files that exist.
+        files = InputFiles.list(self.options, empty_ok=True)
         return [
             InputFile(url, values) for url, values in zip(files.urls, files.partition_values, strict=True)
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, InputFile)
+        if not isinstance(partition, InputFile):
+            # Spark reads a source without partitions in one task of its own: here, a folder
+            # without files read with a schema, which has no rows.
+            return
         yield from read_file(partition.url, partition.partition_values, self.schema, self.options)
 
 

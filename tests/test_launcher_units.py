@@ -621,6 +621,21 @@ def test_inference_pairs_results_with_the_rows_read_in_order():
     assert mgr.results == [(0, "r0"), (1, "r1"), (2, "r2"), (3, "r3")]
 
 
+def test_inference_that_returns_before_reading_its_share_fails_unless_terminated():
+    mgr = _manager([(i,) for i in range(40)], inference=True)
+    feed = mgr.default_feed()
+    feed.batch_results([f"r{x}" for (x,) in feed.next_batch(3)])
+    with pytest.raises(InvalidArgumentError, match="37 rows of its share never read"):
+        mgr.check_answered()
+
+    mgr = _manager([(i,) for i in range(40)], inference=True)
+    feed = mgr.default_feed()
+    feed.batch_results([f"r{x}" for (x,) in feed.next_batch(3)])
+    feed.terminate()  # the rest dropped on purpose, as TFoS's terminate does
+    mgr.check_answered()
+    assert len(mgr.results) == 3
+
+
 def test_tf_config_names_nodes_as_tfos_does():
     from types import SimpleNamespace
 

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from sparktrain.errors import InvalidArgumentError, SlotsUnavailable, WorkerFailed
+from sparktrain.errors import InvalidArgumentError, PathExistsError, SlotsUnavailable, WorkerFailed
 from sparktrain.tfos import TFCluster, dfutil, reservation
 
 
@@ -104,10 +104,8 @@ def test_nodes_register_with_the_reservation_server_and_write_their_executor_id(
 
     cluster = TFCluster.run(spark.sparkContext, map_fun, str(tmp_path), 2, master_node="chief")
     try:
-        deadline = time.monotonic() + 120
-        while len(cluster.cluster_info) < 2:
-            assert time.monotonic() < deadline, "the nodes did not register"
-            time.sleep(0.2)
+        # As in TFoS, run returns once every node has registered.
+        assert len(cluster.cluster_info) == 2
         # What TFoS's reservation.Client sees from any process that reaches the driver.
         client = reservation.Client(cluster.cluster_meta["server_addr"])
         seen = sorted(client.get_reservations(), key=lambda r: r["executor_id"])
@@ -289,6 +287,9 @@ def test_inference_returns_a_lazy_rdd_in_the_inputs_partitions_and_order(spark, 
     assert sorted(nodes) == ["0", "1"]
     # Read again from where the nodes left them: the job does not run twice.
     assert outputs.count() == 3000
+    # Partitioned like the input, row for row: zip pairs each row with its result.
+    assert all(o.startswith(f"{x}:{y}:") for (x, y), o in rdd.zip(outputs).collect())
+    assert without_node.zip(rdd).take(2) == [("0:0.0", (0, 0.0)), ("1:2.0", (1, 2.0))]
     assert [(tmp_path / f"started-{i}").read_text() for i in range(2)] == ["started\n"] * 2
 
 
@@ -323,6 +324,20 @@ def test_inference_that_leaves_rows_unanswered_fails(spark):
         cluster.shutdown()
 
 
+def test_inference_that_returns_before_reading_its_rows_fails_and_run_takes_a_session(spark):
+    def infer_fun(args, ctx):
+        feed = ctx.get_data_feed(train_mode=False)
+        feed.batch_results(feed.next_batch(3))  # answers what it read, then returns early
+
+    rdd = spark.sparkContext.parallelize(range(40), 4)
+    # The Structured Streaming example passes the SparkSession, which run() takes for its context.
+    cluster = TFCluster.run(spark, infer_fun, None, 2, input_mode=TFCluster.InputMode.SPARK, max_restarts=0)
+    with pytest.raises(WorkerFailed, match="rows of its share never read"):
+        cluster.inference(rdd).collect()
+    with pytest.raises(WorkerFailed):
+        cluster.shutdown()
+
+
 def test_dfutil_round_trips_a_dataframe_through_tfrecords(spark, tmp_path):
     df = spark.createDataFrame(
         [
@@ -349,7 +364,7 @@ def test_dfutil_round_trips_a_dataframe_through_tfrecords(spark, tmp_path):
     assert not dfutil.isLoadedDF(loaded.select("n"))
     # Without the hint, bytes are strings, as TFoS reads them.
     assert dict(dfutil.loadTFRecords(spark.sparkContext, path).dtypes)["b"] == "string"
-    with pytest.raises(Exception, match="exists"):
+    with pytest.raises(PathExistsError, match="already exists: remove it first"):
         dfutil.saveAsTFRecords(df, path)
 
 
@@ -363,6 +378,7 @@ def test_dfutil_round_trips_a_dataframe_through_tfrecords(spark, tmp_path):
         ({"num_ps": 2, "eval_node": True}, "num_executors=3 leaves no training node"),
         ({"num_ps": -1}, "num_ps=-1"),
         ({"input_mode": 7}, "input_mode=7"),
+        ({"input_mode": True}, "input_mode=True"),
         ({"eval_grace_secs": -1}, "eval_grace_secs=-1"),
     ],
 )

@@ -33,6 +33,9 @@ from sparktrain.tfos._feed import INDEX_COLUMN, ROW_COLUMN
 from sparktrain.tfos._node import DEFAULT_EPOCHS, DSTREAM, OFFSET_BITS, STRUCTURED, NodePlan, run_map_fun
 from sparktrain.tfos._streaming import StreamFeeder, StreamNodes, feed_rdd
 
+#: How often ``run`` looks whether every node has registered.
+_NODE_POLL_SECONDS = 0.1
+
 _log = logging.getLogger("sparktrain.tfos")
 
 #: The largest pickled inference output one node keeps for the result RDD.
@@ -175,6 +178,11 @@ def _lazy_rdd_class() -> type:
                     # partitionBy sets this on the RDD it keys (this one) before it reads
                     # _jrdd: the RDD that really runs must write its pairs unbatched too.
                     rdd._bypass_serializer = True
+                serializer = self.__dict__.get("_jrdd_deserializer")
+                if serializer is not None:
+                    # zip (through _reserialize) sets the batching this RDD is to be written
+                    # with before it reads _jrdd: the RDD that really runs must write so.
+                    rdd._jrdd_deserializer = serializer
                 return rdd._jrdd
             if name == "_jrdd_deserializer":
                 return self._materialized()._jrdd_deserializer
@@ -248,6 +256,19 @@ class TFCluster:
         }
         if input_mode == InputMode.TENSORFLOW:
             self._cluster = self._start(self._plan, data=None)
+            self._await_nodes(self._cluster)
+
+    def _await_nodes(self, cluster: Cluster) -> None:
+        """Waits, as TFoS's ``run`` does, until every node has registered its reservation, so
+        that ``cluster_info`` is complete when ``run`` returns. Stops waiting when the job has
+        ended or failed (``shutdown`` reports its failure) or after ``reservation_timeout``
+        (the launcher fails a job whose tasks do not register by then)."""
+        assert self.server is not None
+        deadline = time.monotonic() + self._reservation_timeout
+        while not self.server.reservations.done() and time.monotonic() < deadline:
+            if cluster.status()["state"] in ("succeeded", "failed", "shut down"):
+                return
+            time.sleep(_NODE_POLL_SECONDS)
 
     def _serve_reservations(self) -> tuple[str, int]:
         """Starts the job's reservation server (once); returns its address."""
@@ -565,7 +586,9 @@ def run(
     ``num_ps`` parameter servers, an evaluator with ``eval_node=True``, and training nodes for
     the rest (the first one the chief, named ``master_node``).
 
-    In ``InputMode.TENSORFLOW`` the nodes start now; in ``InputMode.SPARK`` they start with
+    In ``InputMode.TENSORFLOW`` the nodes start now, and ``run`` returns once all of them
+    have registered (``cluster_info`` then lists every node, as in TFoS), or the job has
+    failed (``shutdown`` raises it); in ``InputMode.SPARK`` they start with
     their data when ``train`` is called or ``inference``'s RDD is used. ``tensorboard=True``
     starts TensorBoard on the chief, on ``log_dir`` (by default ``tensorboard_<n>`` in the
     task's working directory; ``TENSORBOARD_PORT`` picks its port), for as long as training
@@ -602,7 +625,7 @@ def run(
     restart_backoff = _checks.seconds("restart_backoff", restart_backoff, allow_zero=True)
     eval_grace_secs = _checks.seconds("eval_grace_secs", eval_grace_secs, allow_zero=True)
     log_dir = _checks.optional_text("log_dir", log_dir)
-    if input_mode not in (InputMode.TENSORFLOW, InputMode.SPARK):
+    if isinstance(input_mode, bool) or input_mode not in (InputMode.TENSORFLOW, InputMode.SPARK):
         raise InvalidArgumentError(f"input_mode={input_mode!r}: use InputMode.TENSORFLOW or InputMode.SPARK")
     if master_node not in (None, "chief", "master"):
         raise InvalidArgumentError(f"master_node={master_node!r}: use None, 'chief' or 'master'")
@@ -626,7 +649,8 @@ def run(
             f"num_executors={num_executors} leaves no training node beside num_ps={num_ps} "
             f"and eval_node={bool(eval_node)}"
         )
-    _spark.context(sc)
+    # A SparkSession is taken for its SparkContext, as the Structured Streaming example passes one.
+    sc = _spark.context(sc)
     plan = NodePlan(
         map_fun=map_fun,
         tf_args=tf_args,

@@ -135,11 +135,23 @@ class FeedManager(FeedSource):
             self.results.append((self.pending.popleft(), result))
 
     def check_answered(self) -> None:
-        """In inference, fails when rows read got no result: their outputs would be missing."""
-        if self.inference and self.pending:
+        """In inference, fails when rows read got no result, or when rows of the node's share
+        were never read and the feed was not terminated: their outputs would be missing from
+        an RDD that promises one per input row. (``terminate()`` drops the rest, as in TFoS.)"""
+        if not self.inference:
+            return
+        if self.pending:
             raise InvalidArgumentError(
                 f"inference: {len(self.pending)} rows were read but got no result from batch_results; "
                 "TFCluster.inference needs one result per row read"
+            )
+        if self.state == "running" and not self._exhausted and next(self._rows, None) is not None:
+            unread = 1 + sum(1 for _ in self._rows)
+            self._exhausted = True
+            raise InvalidArgumentError(
+                f"inference: map_fun returned with {unread} rows of its share never read; "
+                "TFCluster.inference needs one result per row: read with next_batch until "
+                "should_stop(), or call terminate() to drop the rest"
             )
 
 

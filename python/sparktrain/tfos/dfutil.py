@@ -27,10 +27,18 @@ def saveAsTFRecords(df: Any, output_dir: str) -> None:
     """Writes the DataFrame ``df`` as TFRecord files of ``tf.train.Example`` under
     ``output_dir`` (a folder that must not exist yet, as with TFoS's Hadoop output format),
     from Spark tasks."""
+    from sparktrain.errors import PathExistsError
     from sparktrain.tfrecord import write
 
     output_dir = _checks.text("output_dir", output_dir)
-    write(df, output_dir)
+    try:
+        write(df, output_dir)
+    except PathExistsError as e:
+        raise PathExistsError(
+            f"{output_dir} already exists: remove it first, or write with "
+            "sparktrain.tfrecord.write(df, path, mode='overwrite')",
+            path=e.path,
+        ) from None
 
 
 def loadTFRecords(sc: Any, input_dir: str, binary_features: Sequence[str] = ()) -> Any:

@@ -805,7 +805,9 @@ class Cluster:
         assert self._results is not None
         if not self._results:
             # Spark gives a DataFrame with no rows no partition to feed, so no task ran.
-            raise ClusterError(f"{self.name} ran no task: the DataFrame it was fed holds no rows")
+            raise ClusterError(
+                f"{self.name} ran no task: the data it was fed (DataFrame or RDD) holds no rows"
+            )
         return self._results[0]
 
     def results(self) -> list[Any]:

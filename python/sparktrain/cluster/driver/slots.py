@@ -31,7 +31,8 @@ def ensure_slots(sc: Any, needed: int, grace: float) -> None:
     raise SlotsUnavailable(
         f"the job needs {needed} task slots at once (one per trainer, gang-scheduled), but the "
         f"cluster has {available} ({executors} executors, spark.task.cpus={cpus}) after waiting "
-        f"{grace:.0f} s; add executors or cores, or lower num_workers",
+        f"{grace:.0f} s; add executors or cores, or run fewer trainers (num_workers; num_executors "
+        "in TFCluster.run)",
         needed=needed,
         available=available,
     )

@@ -54,6 +54,18 @@ def conf(**settings: str) -> SparkConf:
 # --- the conf checks ---------------------------------------------------------------------------
 
 
+def test_the_settings_check_finds_what_cluster_run_would_refuse():
+    assert preflight.check_settings({"spark.sparktrain.collective.seal": "false"}).level == "ok"
+    for conf, words in [
+        ({"spark.sparktrain.collective.seel": "false"}, "did you mean spark.sparktrain.collective.seal?"),
+        ({"spark.sparktrain.collective.streams": "-1"}, "streams must be an integer from 1 to 16"),
+        ({"spark.sparktrain.rendezvous.port": "abc"}, "spark.sparktrain.rendezvous.port='abc'"),
+    ]:
+        finding = preflight.check_settings(conf)
+        assert (finding.check, finding.level) == ("settings", "error")
+        assert words in finding.message, finding.message
+
+
 def test_dynamic_allocation_is_an_error_on_a_cluster_and_a_warning_on_a_local_master():
     on = {preflight.DYNAMIC_ALLOCATION_CONF: "true"}
     [finding] = [f for f in conf_findings(on, master="yarn") if f.check == "dynamic-allocation"]
@@ -321,6 +333,7 @@ def test_diagnose_on_the_local_cluster(spark, tmp_path):
     assert checks == [
         "spark-version",
         "dynamic-allocation",
+        "settings",
         "task-cpus",
         "gpu",
         "slots",
@@ -328,9 +341,10 @@ def test_diagnose_on_the_local_cluster(spark, tmp_path):
         "storage",
         "storage",
     ]
-    found = by_check(findings[:6])
+    found = by_check(findings[:7])
     assert found["spark-version"].level == "ok", found["spark-version"]
     assert found["dynamic-allocation"].level == "ok"
+    assert found["settings"].level == "ok"
     # local-cluster[2,2,1024] with one CPU per task: two trainers may share an executor.
     assert found["task-cpus"].level == "warning"
     assert found["task-cpus"].fix == "set spark.task.cpus=2 so that each executor runs one trainer"
@@ -344,10 +358,10 @@ def test_diagnose_on_the_local_cluster(spark, tmp_path):
 
     assert f"sparktrain {sparktrain.__version__}" in versions.message
     assert "4 task(s)" in versions.message
-    assert findings[6].level == "ok"
+    assert findings[7].level == "ok"
     assert not out.exists()
-    assert findings[7].level == "error"
-    assert UNWRITABLE in findings[7].message
+    assert findings[8].level == "error"
+    assert UNWRITABLE in findings[8].message
 
 
 def test_diagnose_counts_the_slots_a_job_lacks(spark):

@@ -21,8 +21,8 @@ from sparktrain.cluster.driver.conf import (
     PORT_CONF,
     TASK_GPU_CONF,
     TLS_CONF,
+    integer,
     port_range,
-    positive_int,
     read_conf,
     task_gpus,
     tls_files,
@@ -288,13 +288,51 @@ def test_a_bad_port_range_names_the_conf(value):
         port_range(value)
 
 
-def test_positive_int_confs():
-    conf = {"a": "4", "zero": "0", "negative": "-2", "word": "four"}
-    assert positive_int(conf, "a", 1) == 4
-    assert positive_int(conf, "unset", 7) == 7
-    for key in ("zero", "negative", "word"):
-        with pytest.raises(InvalidArgumentError, match=f"^{key} must be a positive integer, not '"):
-            positive_int(conf, key, 1)
+def test_integer_confs():
+    conf = {"a": "4", "zero": "0", "negative": "-2", "word": "four", "big": "17"}
+    assert integer(conf, "a", 1, (1, 16)) == 4
+    assert integer(conf, "unset", 7, (1, 16)) == 7
+    for key in ("zero", "negative", "word", "big"):
+        with pytest.raises(InvalidArgumentError, match=f"^{key} must be an integer from 1 to 16, not '"):
+            integer(conf, key, 1, (1, 16))
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("spark.sparktrain.collective.streams", "17"),
+        ("spark.sparktrain.collective.chunkBytes", "10"),
+        ("spark.sparktrain.collective.chunkBytes", str(2**32)),
+    ],
+)
+def test_the_rings_limits_are_refused_on_the_driver_naming_the_conf(key, value):
+    # The data plane refuses them too, but only in the trainers, once the job runs.
+    with pytest.raises(InvalidArgumentError, match=f"^{key} must be an integer from .* not '{value}'"):
+        read_conf({key: value}, None)
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [
+        ("spark.sparktrain.collective.seel", "spark.sparktrain.collective.seal"),
+        ("spark.sparktrain.colective.streams", "spark.sparktrain.collective.streams"),
+        ("spark.sparktrain.tls.certificate", "spark.sparktrain.tls.cert"),
+    ],
+)
+def test_a_misspelt_setting_is_refused_naming_the_one_meant(key, meant):
+    with pytest.raises(
+        InvalidArgumentError, match=rf"^{key} is not a sparktrain setting \(did you mean {meant}\?\)"
+    ):
+        read_conf({key: "false"}, None)
+
+
+def test_every_key_the_package_reads_is_a_known_setting():
+    from sparktrain.cluster.driver.conf import KNOWN_KEYS
+    from sparktrain.tfrecord._engine import ENGINE_CONF
+
+    assert ENGINE_CONF in KNOWN_KEYS
+    # The launcher passes over a setting another part of the package reads.
+    assert read_conf({ENGINE_CONF: "python"}, None).collective_streams == 1
 
 
 @pytest.fixture
@@ -319,8 +357,9 @@ def test_tls_files_are_read_and_the_ca_defaults_to_the_certificate(pem_files):
 
 
 def test_tls_files_refuse_a_missing_key_or_an_unreadable_file(pem_files, tmp_path):
-    with pytest.raises(InvalidArgumentError, match="TLS needs a certificate and a key"):
+    with pytest.raises(InvalidArgumentError, match="TLS needs a certificate and a key") as info:
         tls_files({TLS_CONF[0]: pem_files["cert"]}, None)
+    assert "set spark.sparktrain.tls.key too" in str(info.value)
     missing = str(tmp_path / "missing.pem")
     with pytest.raises(
         InvalidArgumentError, match=r"cannot read the control plane's TLS file .*missing\.pem"

@@ -6,6 +6,8 @@ The checks:
 - ``spark-version``: sparktrain runs on Spark 3.5 and 4.x, and sparktrain's jar on
   ``spark.jars`` must be the build for the session's Spark (Scala 2.12 for 3.5, 2.13 for 4.x).
 - ``dynamic-allocation``: Spark refuses barrier stages while dynamic allocation is on.
+- ``settings``: sparktrain's ``spark.sparktrain.*`` confs, as ``Cluster.run`` reads them (a
+  misspelt key, a value out of range, a TLS file that cannot be read).
 - ``slots``: the cluster must run every trainer at once, one task slot each.
 - ``task-cpus``: when ``spark.task.cpus`` lets several tasks onto one executor, trainers share
   its cores and memory.
@@ -45,6 +47,7 @@ from sparktrain.cluster.driver.preflight import (
     Level,
     check_dynamic_allocation,
     check_gpus,
+    check_settings,
     check_task_cpus,
     conf_findings,
 )
@@ -78,7 +81,11 @@ def diagnose(
     sc = _spark.context(spark_or_sc, "spark_or_sc")
     conf = sc.getConf()
     master = str(sc.master)
-    findings = [probes.spark_version_finding(str(sc.version), conf), check_dynamic_allocation(conf, master)]
+    findings = [
+        probes.spark_version_finding(str(sc.version), conf),
+        check_dynamic_allocation(conf, master),
+        check_settings(conf),
+    ]
 
     needed = max(num_workers or 1, 1)
     # A local master's slots are fixed from the start: nothing to wait for.

@@ -6,6 +6,7 @@ fails ``Cluster.run`` at once, naming the conf key.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -30,6 +31,26 @@ SEAL_CONF: Final = "spark.sparktrain.collective.seal"
 LOCAL_CONF: Final = "spark.sparktrain.collective.local"
 #: Spark's conf of the GPUs each task of the default resource profile gets.
 TASK_GPU_CONF: Final = "spark.task.resource.gpu.amount"
+#: The ring's limits on its tuning, as the data plane checks them (``rust/collective``):
+#: parallel rings, and the chunk size, which travels in each call's header as 32 bits.
+STREAMS_RANGE: Final = (1, 16)
+CHUNK_RANGE: Final = (64, 2**32 - 1)
+#: The namespace of sparktrain's Spark confs, and every key in it. A key there that is not one
+#: of them is refused: a misspelt setting would otherwise be ignored without a word.
+PREFIX: Final = "spark.sparktrain."
+KNOWN_KEYS: Final = frozenset(
+    {
+        PORT_CONF,
+        *TLS_CONF,
+        TLS_AUTO_CONF,
+        STREAMS_CONF,
+        CHUNK_CONF,
+        SEAL_CONF,
+        LOCAL_CONF,
+        # Read by sparktrain.tfrecord (ENGINE_CONF there), which this layer does not import.
+        "spark.sparktrain.tfrecord.engine",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -56,6 +77,7 @@ def read_conf(conf: Any, tls: tuple[str, ...] | None, gpus_per_worker: int | Non
     """The launcher's confs from a ``SparkConf``; ``tls`` (``Cluster.run``'s argument, its
     shape already checked) replaces the TLS confs when given. ``gpus_per_worker`` is refused
     when Spark gives each task fewer GPUs: every task would fail."""
+    check_keys(conf)
     if gpus_per_worker:
         available = task_gpus(conf)
         if available < gpus_per_worker:
@@ -68,8 +90,8 @@ def read_conf(conf: Any, tls: tuple[str, ...] | None, gpus_per_worker: int | Non
         ports=port_range(conf.get(PORT_CONF, "0")),
         tls=tls_files(conf, tls),
         auto_tls=boolean(conf, TLS_AUTO_CONF, True),
-        collective_streams=positive_int(conf, STREAMS_CONF, 1),
-        collective_chunk_bytes=positive_int(conf, CHUNK_CONF, 1 << 20),
+        collective_streams=integer(conf, STREAMS_CONF, 1, STREAMS_RANGE),
+        collective_chunk_bytes=integer(conf, CHUNK_CONF, 1 << 20, CHUNK_RANGE),
         collective_sealed=boolean(conf, SEAL_CONF, True),
         collective_local=boolean(conf, LOCAL_CONF, True),
     )
@@ -88,17 +110,35 @@ def task_gpus(conf: Any) -> int:
     return max(1, int(amount))
 
 
-def positive_int(conf: Any, key: str, default: int) -> int:
-    """The conf ``key`` as a positive integer, or ``default`` when it is not set."""
+def check_keys(conf: Any) -> None:
+    """Refuses a key of ``conf`` in sparktrain's namespace that is not one of its settings,
+    naming the setting it most resembles."""
+    if hasattr(conf, "getAll"):
+        keys = [key for key, _ in conf.getAll()]
+    elif hasattr(conf, "keys"):
+        keys = list(conf.keys())
+    else:
+        return
+    for key in sorted(k for k in keys if k.startswith(PREFIX) and k not in KNOWN_KEYS):
+        close = difflib.get_close_matches(key, sorted(KNOWN_KEYS), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise InvalidArgumentError(
+            f"{key} is not a sparktrain setting{hint}; they are {', '.join(sorted(KNOWN_KEYS))}"
+        )
+
+
+def integer(conf: Any, key: str, default: int, bounds: tuple[int, int]) -> int:
+    """The conf ``key`` as an integer within ``bounds``, or ``default`` when it is not set."""
     text = conf.get(key, None)
     if text is None:
         return default
+    low, high = bounds
     try:
         value = int(text)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise InvalidArgumentError(f"{key} must be a positive integer, not {text!r}")
+        value = low - 1
+    if not low <= value <= high:
+        raise InvalidArgumentError(f"{key} must be an integer from {low} to {high}, not {text!r}")
     return value
 
 
@@ -133,6 +173,12 @@ def tls_files(conf: Any, tls: tuple[str, ...] | None) -> tuple[str | None, str |
     if len(paths) not in (2, 3) or not paths[0] or not paths[1]:
         if tls is None and not any(paths):
             return None, None, None
+        if tls is None:
+            missing = " and ".join(key for key, path in zip(TLS_CONF[:2], paths, strict=False) if not path)
+            raise InvalidArgumentError(
+                f"TLS needs a certificate and a key (and optionally a CA): set {missing} too, "
+                f"or none of {', '.join(TLS_CONF)}"
+            )
         raise InvalidArgumentError(f"TLS needs a certificate and a key (and optionally a CA), got {paths}")
     texts: list[str | None] = []
     for path in paths:

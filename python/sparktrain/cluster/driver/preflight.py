@@ -16,9 +16,9 @@ import re
 from typing import Any, Final, Literal
 
 from sparktrain._spark import is_local
-from sparktrain.cluster.driver.conf import TASK_GPU_CONF, task_gpus
+from sparktrain.cluster.driver.conf import TASK_GPU_CONF, read_conf, task_gpus
 from sparktrain.cluster.driver.options import JobOptions
-from sparktrain.errors import ConfigurationError
+from sparktrain.errors import ConfigurationError, InvalidArgumentError
 
 _log = logging.getLogger(__name__)
 #: The conf checks already warned about, as (Spark application, check): once per application
@@ -74,6 +74,20 @@ def conf_findings(
         check_task_cpus(conf, master, num_workers),
         check_gpus(conf, master, gpus_per_worker),
     ]
+
+
+def check_settings(conf: Any) -> Finding:
+    """sparktrain's own ``spark.sparktrain.*`` settings, read as ``Cluster.run`` reads them
+    (which raises :class:`~sparktrain.errors.InvalidArgumentError` for a bad one): a misspelt
+    key, a value out of range, a TLS file that cannot be read."""
+    check = "settings"
+    try:
+        read_conf(conf, None)
+    except InvalidArgumentError as e:
+        return Finding(
+            check, "error", str(e), "correct or remove it (docs/deploy.md, Configuration reference)"
+        )
+    return Finding(check, "ok", "the spark.sparktrain.* settings are valid")
 
 
 def conf_value(conf: Any, key: str) -> str | None:

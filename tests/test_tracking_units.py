@@ -95,6 +95,25 @@ def test_the_mlflow_callback_checks_its_arguments():
         MLflowCallback(experiment_name=3)
 
 
+def test_a_tracking_server_that_cannot_be_reached_fails_the_job_at_once():
+    pytest.importorskip("mlflow", reason="mlflow-skinny is in tests/requirements.txt, not here")
+    import socket
+    import time
+
+    from sparktrain.cluster.callbacks import JobInfo
+    from sparktrain.tracking import MLflowCallback
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # nothing listens once it is closed
+    job = JobInfo("job", 1, 0, "files", 0, None, None, False, "local[1]", "app-1")
+    started = time.monotonic()
+    with pytest.raises(InvalidArgumentError, match=rf"nothing accepts connections at 127.0.0.1:{port}"):
+        MLflowCallback(f"http://127.0.0.1:{port}").on_job_start(job)
+    # MLflow's client alone retried for about four minutes before it failed.
+    assert time.monotonic() - started < 30
+
+
 def test_without_mlflow_nothing_changes_and_asking_for_it_names_the_package():
     code = """
 import sys

@@ -19,12 +19,16 @@ import getpass
 import json
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import time
+import urllib.parse
+import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from sparktrain import _checks, fs
+from sparktrain.errors import InvalidArgumentError
 from sparktrain.tracking._mlflow import require_mlflow
 from sparktrain.training.callbacks import Callback
 
@@ -40,6 +44,33 @@ _NEEDED_BY = "sparktrain.tracking.MLflowCallback"
 MAX_PARAM_LENGTH = 6000
 #: Metrics and parameters per ``log_batch`` call (MLflow's limits are 1000 and 100).
 _BATCH = 100
+#: Seconds the driver gives an MLflow server over HTTP to accept a connection when a job
+#: opens its run: MLflow's own client retries for minutes before it gives up.
+CONNECT_SECONDS = 10.0
+
+
+def check_reachable(uri: str) -> None:
+    """Refuses an HTTP(S) tracking URI whose server does not accept a TCP connection within
+    :data:`CONNECT_SECONDS`, before the job starts. Other stores, and servers reached through
+    a proxy, are left to MLflow."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return
+    host = parts.hostname
+    if parts.scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(host):
+        return
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise InvalidArgumentError(f"tracking URI {uri!r}: its port is not a number") from None
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_SECONDS):
+            pass
+    except OSError as e:
+        raise InvalidArgumentError(
+            f"tracking URI {uri!r}: nothing accepts connections at {host}:{port} ({e}); start the "
+            "MLflow server, or give a tracking_uri (MLFLOW_TRACKING_URI) that reaches one"
+        ) from None
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
@@ -183,6 +214,7 @@ class MLflowCallback(Callback):
         """Opens this copy's run: the one to go on with, the active run, or a new one."""
         mlflow = require_mlflow(_NEEDED_BY)
         self._uri = self.tracking_uri or mlflow.get_tracking_uri()
+        check_reachable(self._uri)
         self._client = None
         client = self._mlflow_client()
         resume = self.resume_run_id or os.environ.get("MLFLOW_RUN_ID")

@@ -72,7 +72,7 @@ class TFRecordCorruptError(TFRecordError):
 
     ``path`` names the file, ``offset`` the byte offset of the damaged record (in the
     decompressed stream for compressed files), and ``kind`` one of ``truncated_header``,
-    ``length_crc_mismatch``, ``truncated_payload``, ``payload_crc_mismatch``, ``not_tfrecord``
+    ``length_crc_mismatch``, ``truncated_payload``, ``payload_crc_mismatch``, ``not_tfrecord``,
     ``record_too_long`` (a header claims more than the reader's ``max_record_bytes``) or
     ``damaged_compression`` (a GZIP or ZLIB file whose compressed bytes are damaged: nothing after
     the damage can be read, and ``offset`` is that of the first record lost).

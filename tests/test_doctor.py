@@ -440,7 +440,7 @@ def test_the_command_exits_with_0_when_all_is_well(tmp_path):
     assert "OK       executor-versions" in result.stdout
     # The report wraps long lines: compare with its whitespace folded.
     assert f"file://{tmp_path}/out is writable and readable" in " ".join(result.stdout.split())
-    assert result.stdout.rstrip().endswith("0 errors, 0 warnings, 7 ok")
+    assert result.stdout.rstrip().endswith("0 errors, 0 warnings, 8 ok")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -457,7 +457,7 @@ def test_the_command_exits_with_1_on_errors_and_names_them(tmp_path):
     python.chmod(0o755)
     result = _doctor(
         "--master", "local[1]", *LOOPBACK, "--conf", "spark.ui.enabled=false", "--wait", "180",
-        "--path", UNWRITABLE,
+        "--path", UNWRITABLE, "--conf", "spark.sparktrain.collective.seel=false",
         env={"PYSPARK_PYTHON": str(python)},
     )  # fmt: skip
     assert result.returncode == 1, result.stdout + result.stderr[-3000:]
@@ -465,7 +465,9 @@ def test_the_command_exits_with_1_on_errors_and_names_them(tmp_path):
     assert "sparktrain cannot be imported on the executors of" in result.stdout
     assert "sparktrain pack" in result.stdout
     assert f"cannot write a file under {UNWRITABLE}" in result.stdout
-    assert result.stdout.rstrip().endswith("2 errors, 0 warnings, 5 ok")
+    # A misspelt setting, which Cluster.run would refuse too.
+    assert "did you mean spark.sparktrain.collective.seal?" in " ".join(result.stdout.split())
+    assert result.stdout.rstrip().endswith("3 errors, 0 warnings, 5 ok")
 
 
 def _executor_python(tmp_path: Path, interpreter: str, version: str) -> Path:

@@ -337,10 +337,14 @@ def test_every_key_the_package_reads_is_a_known_setting():
 
 @pytest.fixture
 def pem_files(tmp_path):
+    from sparktrain._native import job_certificate
+
+    cert, key, _ = job_certificate()
+    ca, _, _ = job_certificate()
     paths = {}
-    for name in ("cert", "key", "ca"):
+    for name, text in (("cert", cert), ("key", key), ("ca", ca)):
         path = tmp_path / f"{name}.pem"
-        path.write_text(f"-----BEGIN {name.upper()}-----\n{name}\n-----END {name.upper()}-----\n")
+        path.write_text(text)
         paths[name] = str(path)
     return paths
 
@@ -365,6 +369,30 @@ def test_tls_files_refuse_a_missing_key_or_an_unreadable_file(pem_files, tmp_pat
         InvalidArgumentError, match=r"cannot read the control plane's TLS file .*missing\.pem"
     ):
         tls_files({}, (pem_files["cert"], missing))
+
+
+def test_tls_files_that_hold_no_pem_of_their_kind_are_refused_naming_them(pem_files, tmp_path):
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("this is not a certificate\n")
+    with pytest.raises(
+        InvalidArgumentError, match=r"TLS certificate .*garbage\.pem holds no PEM CERTIFICATE"
+    ):
+        tls_files({}, (str(garbage), pem_files["key"]))
+    # A key given as the certificate, and the other way round.
+    with pytest.raises(InvalidArgumentError, match=r"TLS certificate .*key\.pem .*blocks are PRIVATE KEY"):
+        tls_files({}, (pem_files["key"], pem_files["key"]))
+    with pytest.raises(InvalidArgumentError, match=r"TLS key .*cert\.pem holds no PEM PRIVATE KEY"):
+        tls_files(dict(zip(TLS_CONF, (pem_files["cert"], pem_files["cert"]), strict=False)), None)
+    broken = tmp_path / "broken.pem"
+    broken.write_text("-----BEGIN CERTIFICATE-----\nnot base64 at all!\n-----END CERTIFICATE-----\n")
+    with pytest.raises(
+        InvalidArgumentError, match=r"TLS CA .*broken\.pem: its CERTIFICATE block is not base64"
+    ):
+        tls_files({}, (pem_files["cert"], pem_files["key"], str(broken)))
+    encrypted = tmp_path / "encrypted.pem"
+    encrypted.write_text("-----BEGIN ENCRYPTED PRIVATE KEY-----\nAAAA\n-----END ENCRYPTED PRIVATE KEY-----\n")
+    with pytest.raises(InvalidArgumentError, match=r"TLS key .*encrypted\.pem is encrypted"):
+        tls_files({}, (pem_files["cert"], str(encrypted)))
 
 
 @pytest.mark.parametrize(

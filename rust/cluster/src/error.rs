@@ -93,7 +93,7 @@ pub enum ClusterError {
     #[error("the job was aborted: {0}")]
     Aborted(String),
     /// The TLS certificate, key or CA could not be used.
-    #[error("control-plane TLS: {source}")]
+    #[error("control-plane TLS: {}", causes(source))]
     Tls {
         /// The transport's error.
         #[source]
@@ -115,3 +115,16 @@ pub enum ClusterError {
 
 /// The result type of this crate.
 pub type Result<T, E = ClusterError> = std::result::Result<T, E>;
+
+/// An error with every cause under it, `outer: inner: ...`: tonic's transport error says only
+/// "transport error", and what was wrong with a certificate or key is in its sources.
+fn causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    text
+}

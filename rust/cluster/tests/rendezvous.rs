@@ -610,3 +610,27 @@ async fn a_job_certificate_is_pinned_under_its_own_name_whatever_the_address() {
         assert!(!refused.is_empty());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_or_key_that_cannot_be_used_says_why() {
+    let secret = JobSecret::generate().unwrap();
+    let (cert_pem, key_pem) = sparktrain_cluster::tls::self_signed().unwrap();
+    let (_, other_key) = sparktrain_cluster::tls::self_signed().unwrap();
+    let garbage =
+        "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n".to_string();
+    for (cert_pem, key_pem, why) in [
+        (garbage, key_pem.clone(), "certificate"),
+        (cert_pem.clone(), "no key here".to_string(), "key"),
+        (cert_pem, other_key, "key"),
+    ] {
+        let mut config = config(&secret, 1, 0, Duration::from_secs(10));
+        config.tls = Some(ServerTls { cert_pem, key_pem });
+        let message = match RendezvousServer::start(config).await {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a server started with an unusable {why}"),
+        };
+        println!("{message}");
+        assert!(message.starts_with("control-plane TLS: "), "{message}");
+        assert!(message.to_lowercase().contains(why), "{message}");
+    }
+}

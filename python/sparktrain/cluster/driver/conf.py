@@ -6,7 +6,10 @@ fails ``Cluster.run`` at once, naming the conf key.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import difflib
+import re
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -181,15 +184,47 @@ def tls_files(conf: Any, tls: tuple[str, ...] | None) -> tuple[str | None, str |
             )
         raise InvalidArgumentError(f"TLS needs a certificate and a key (and optionally a CA), got {paths}")
     texts: list[str | None] = []
-    for path in paths:
+    for path, kind in zip(paths, ("certificate", "key", "CA"), strict=False):
         if path is None:
             texts.append(None)
             continue
         try:
             with open(path) as f:
-                texts.append(f.read())
-        except OSError as e:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as e:
             raise InvalidArgumentError(f"cannot read the control plane's TLS file {path}: {e}") from e
+        check_pem(path, kind, text)
+        texts.append(text)
     cert, key = texts[0], texts[1]
     ca = texts[2] if len(texts) == 3 and texts[2] else cert
     return cert, key, ca
+
+
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.DOTALL)
+
+
+def check_pem(path: str, kind: str, text: str) -> None:
+    """Refuse a TLS file that holds no PEM block of its kind (a certificate, a private key), or a
+    block whose body is not base64, naming the file: the TLS library would only say that its
+    transport failed, once the job had started."""
+    wanted = "PRIVATE KEY" if kind == "key" else "CERTIFICATE"
+    labels = []
+    for match in _PEM_BLOCK.finditer(text):
+        label, body = match.group(1), match.group(2)
+        try:
+            base64.b64decode("".join(body.split()), validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidArgumentError(
+                f"the control plane's TLS {kind} {path}: its {label} block is not base64 PEM"
+                + (" (an encrypted key is not supported)" if ":" in body else "")
+            ) from None
+        labels.append(label)
+    matching = [label for label in labels if label.endswith(wanted)]
+    if matching:
+        if kind == "key" and matching[0] == "ENCRYPTED PRIVATE KEY":
+            raise InvalidArgumentError(
+                f"the control plane's TLS key {path} is encrypted; give it without a passphrase"
+            )
+        return
+    found = f"its blocks are {', '.join(labels)}" if labels else "it has no -----BEGIN ...----- block"
+    raise InvalidArgumentError(f"the control plane's TLS {kind} {path} holds no PEM {wanted} block ({found})")

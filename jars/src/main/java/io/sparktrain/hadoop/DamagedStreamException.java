@@ -38,10 +38,14 @@ public final class DamagedStreamException extends IOException {
    * A decompressing stream whose decompressor failures are {@code DamagedStreamException}s and
    * whose source failures are the source's own exceptions.
    *
+   * <p>A header the decompressor refuses while opening (GZIP reads its header at once) is
+   * damage like any other: the stream opens, and its first read throws it, so that readers
+   * report it with the file's other damage (at offset 0, with no records before it).
+   *
    * @param source the compressed bytes
    * @param decompressor makes the decompressing stream (which may read a header at once)
    * @return the decompressed bytes
-   * @throws IOException as the source or the decompressor fails while opening
+   * @throws IOException as the source fails while opening
    */
   public static InputStream decompressing(InputStream source, Opener decompressor)
       throws IOException {
@@ -49,7 +53,11 @@ public final class DamagedStreamException extends IOException {
     try {
       return new Mapped(decompressor.open(tagged), DamagedStreamException::translate);
     } catch (IOException e) {
-      throw translate(e);
+      IOException failure = translate(e);
+      if (failure instanceof DamagedStreamException) {
+        return new Failing(tagged, failure);
+      }
+      throw failure;
     }
   }
 
@@ -69,6 +77,36 @@ public final class DamagedStreamException extends IOException {
 
     SourceFailure(IOException cause) {
       super(cause);
+    }
+  }
+
+  /** A stream whose every read throws the damage met while opening it. */
+  private static final class Failing extends FilterInputStream {
+    private final IOException damage;
+
+    Failing(InputStream in, IOException damage) {
+      super(in);
+      this.damage = damage;
+    }
+
+    @Override
+    public int read() throws IOException {
+      throw damage;
+    }
+
+    @Override
+    public int read(byte[] b, int off, int len) throws IOException {
+      throw damage;
+    }
+
+    @Override
+    public long skip(long n) throws IOException {
+      throw damage;
+    }
+
+    @Override
+    public int available() {
+      return 0;
     }
   }
 

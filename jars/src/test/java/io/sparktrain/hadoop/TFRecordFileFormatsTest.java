@@ -274,6 +274,13 @@ class TFRecordFileFormatsTest {
     e = damaged("cut.tfrecord.gz", Arrays.copyOf(gz.toByteArray(), gz.size() / 2));
     assertEquals(CorruptionKind.DAMAGED_COMPRESSION, e.getKind());
     assertTrue(Arrays.asList(0L, 16L, 37L, (long) bigEnd).contains(e.getOffset()), e.getMessage());
+
+    // So is a gzip file whose header is damaged (the decompressor reads it as it is made).
+    byte[] badMagic = gz.toByteArray();
+    badMagic[1] ^= 0x01;
+    e = damaged("magic.tfrecord.gz", badMagic);
+    assertEquals(CorruptionKind.DAMAGED_COMPRESSION, e.getKind());
+    assertEquals(0, e.getOffset());
   }
 
   @Test

@@ -137,10 +137,13 @@ class RecordScannerTest {
       byte[] whole = bytes.toByteArray();
       byte[] flipped = whole.clone();
       flipped[whole.length / 2] ^= (byte) 0xff;
+      byte[] header = whole.clone();
+      header[1] ^= (byte) 0x01; // GZIP's magic, ZLIB's header check
       byte[][] damaged = {
         java.util.Arrays.copyOf(whole, whole.length / 2), // cut short
         java.util.Arrays.copyOf(whole, whole.length - 3), // its trailer cut
         flipped,
+        header,
       };
       for (byte[] d : damaged) {
         List<byte[]> strict = new ArrayList<>();

@@ -171,8 +171,11 @@ def test_the_command_line_writes_the_model_and_names_what_is_missing(tmp_path, c
     onnx.checker.check_model(onnx.load(out))
     assert cli.main(["export-onnx", str(tmp_path / "nowhere"), out]) == 1
     assert "nowhere" in capsys.readouterr().err
-    assert cli.main(["export-onnx", export_dir, out, "--conf", "spark.master=local"]) == 1
-    assert "spark.master" in capsys.readouterr().err
+    # A refused option exits 2 (as argparse's refusals, `submit`'s and `doctor`'s), with the usage.
+    assert cli.main(["export-onnx", export_dir, out, "--conf", "spark.master=local"]) == 2
+    err = capsys.readouterr().err
+    assert "spark.master" in err
+    assert err.startswith("usage: sparktrain export-onnx")
 
 
 def test_errors_name_the_path_or_column_at_fault(tmp_path):

@@ -126,6 +126,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         options = dict(_pair(item) for item in args.conf)
+    except SparktrainError as e:
+        # A refused option exits 2, as argparse's own refusals and the other commands' do.
+        parser.print_usage(sys.stderr)
+        print(f"sparktrain export-onnx: {e}", file=sys.stderr)
+        return 2
+    try:
         fs.configure(options)
         export_onnx(args.export_dir, args.out)
     except SparktrainError as e:

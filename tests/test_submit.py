@@ -103,6 +103,10 @@ def test_a_local_cluster_is_sized_from_the_options_and_bound_to_loopback():
     assert confs["spark.scheduler.minRegisteredResourcesRatio"] == "1.0"
     assert confs["spark.driver.host"] == "127.0.0.1"
     assert confs["spark.executorEnv.OMP_NUM_THREADS"] == confs["spark.executorEnv.RAYON_NUM_THREADS"] == "2"
+    # The master's and workers' INFO lines would bury the job's own output; a user's level wins.
+    assert confs["spark.log.level"] == "WARN"
+    assert dry_run("--conf", "spark.log.level=INFO", ENTRY)[1]["spark.log.level"] == "INFO"
+    assert "spark.log.level" not in dry_run("--master", "yarn", ENTRY)[1]
 
 
 def test_yarn_gets_executors_a_queue_and_the_environment_in_both_containers():
@@ -340,6 +344,38 @@ def test_the_exit_status_is_spark_submits_as_a_shell_reports_it(tmp_path, script
     fake = fake_spark_submit(tmp_path, script)
     done = sparktrain("submit", "--spark-submit", str(fake), ENTRY)
     assert done.returncode == status, done.stderr
+
+
+FAILED_DRIVER = r"""
+echo 'Traceback (most recent call last):' >&2
+echo '  File "launcher.py", line 397, in _run_generations' >&2
+echo 'py4j.protocol.Py4JJavaError: An error occurred while calling collectAndServe.' >&2
+echo '' >&2
+echo 'The above exception was the direct cause of the following exception:' >&2
+echo '' >&2
+echo 'Traceback (most recent call last):' >&2
+echo '  File "job.py", line 7, in <module>' >&2
+echo 'sparktrain.errors.WorkerFailed: worker:0 (task 1) exited with code 1; its stderr:' >&2
+echo 'Traceback (most recent call last):' >&2
+echo '  File "job.py", line 5, in main_fun' >&2
+echo 'ValueError: bad learning rate' >&2
+for i in $(seq 300); do echo "26/11/30 16:24:34 WARN Master: shutting down $i" >&2; done
+exit 1
+"""
+
+
+def test_a_failed_job_ends_its_output_with_the_drivers_exception(tmp_path):
+    fake = fake_spark_submit(tmp_path, FAILED_DRIVER)
+    done = sparktrain("submit", "--spark-submit", str(fake), ENTRY)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "sparktrain submit: the job failed (exit status 1): sparktrain.errors.WorkerFailed: "
+        "worker:0 (task 1) exited with code 1; its stderr:"
+    )
+    # A job that succeeds, or fails without a Python traceback, gets no such line.
+    for script in ("echo 'Traceback (most recent call last):'; echo 'x: y'", "exit 3"):
+        done = sparktrain("submit", "--spark-submit", str(fake_spark_submit(tmp_path, script)), ENTRY)
+        assert "the job failed" not in done.stderr
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP, signal.SIGTERM])

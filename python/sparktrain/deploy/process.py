@@ -35,6 +35,8 @@ STOP_GRACE_S: Final = 30.0
 POLL_S: Final = 0.5
 #: The signals that stop a running job (a scheduler's, a closed terminal's, Ctrl-C).
 STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+#: The most of an exception's line repeated at the end of a failed job's output.
+MAX_EXCEPTION_CHARS: Final = 500
 #: YARN's ``yarn application`` command, a class in the Hadoop client jar Spark ships.
 YARN_CLI = "org.apache.hadoop.yarn.client.cli.ApplicationCLI"
 #: Seconds each attempt to kill an application may take.
@@ -43,9 +45,14 @@ KILL_TIMEOUT_S = 30.0
 
 @dataclass
 class _Watch:
-    """What the submit's output told about the application, for killing it at the limit."""
+    """What the submit's output told about the application: its id, for killing it at the
+    limit, and the exception that ended the driver's Python, for the last line of a failure."""
 
     application: str | None = None
+    #: The first line of the last exception a Python traceback ended with.
+    exception: str | None = None
+    _in_traceback: bool = False
+    _in_message: bool = False
 
     def tee(self, source: IO[str], sink: IO[str]) -> None:
         # Reads to the end whatever happens to the sink: a reader that stopped would let the
@@ -53,9 +60,23 @@ class _Watch:
         for line in source:
             if self.application is None:
                 self.application = cluster_managers.application_id(line)
+            self._follow_tracebacks(line)
             with contextlib.suppress(OSError, ValueError):
                 sink.write(line)
                 sink.flush()
+
+    def _follow_tracebacks(self, line: str) -> None:
+        # A traceback's exception line is its first line back at the margin. Its message may
+        # hold tracebacks of its own (WorkerFailed carries a trainer's stderr), so tracebacks
+        # start again only after the blank line that separates chained exceptions.
+        if not line.strip():
+            self._in_message = False
+        elif line.startswith("Traceback (most recent call last):"):
+            self._in_traceback = not self._in_message
+        elif self._in_traceback and not line[0].isspace():
+            self.exception = line.rstrip()[:MAX_EXCEPTION_CHARS]
+            self._in_traceback = False
+            self._in_message = True
 
 
 def run(spec: SubmitSpec, *, stdout: IO[str] | None = None, stderr: IO[str] | None = None) -> int:
@@ -194,10 +215,16 @@ def _run(spec: SubmitSpec, command: list[str], out: IO[str], err: IO[str]) -> in
             while True:
                 try:
                     status = process.wait(timeout=POLL_S)
-                    # A negative status is the signal that ended spark-submit: as a shell says it.
-                    return status if status >= 0 else 128 - status
                 except subprocess.TimeoutExpired:
                     pass
+                else:
+                    for reader in readers:
+                        reader.join(timeout=5)
+                    if status != 0 and watch.exception:
+                        # Spark's shutdown logs follow the driver's traceback: say it last.
+                        _say(err, f"the job failed (exit status {status}): {watch.exception}")
+                    # A negative status is the signal that ended spark-submit: as a shell says it.
+                    return status if status >= 0 else 128 - status
                 if signals.received is not None:
                     name = signal.Signals(signals.received).name
                     _stop_job(spec, command[0], process, watch, err, f"{name} received")

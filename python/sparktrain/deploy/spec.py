@@ -281,6 +281,9 @@ class SubmitSpec:
             # Everything on this machine: keep every listener on loopback.
             confs["spark.driver.host"] = "127.0.0.1"
             confs["spark.driver.bindAddress"] = "127.0.0.1"
+            # The master and workers run in the driver's JVM and log there: at INFO their
+            # hundreds of lines (an executor's launch command each) bury the job's own.
+            confs["spark.log.level"] = "WARN"
         if self.queue:
             confs["spark.yarn.queue"] = self.queue
         if self.image:

@@ -114,6 +114,26 @@ def test_a_tracking_server_that_cannot_be_reached_fails_the_job_at_once():
     assert time.monotonic() - started < 30
 
 
+def test_a_file_stores_opt_in_reaches_the_trainers_with_the_run(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow", reason="mlflow-skinny is in tests/requirements.txt, not here")
+    from sparktrain.cluster.callbacks import JobInfo
+    from sparktrain.tracking import MLflowCallback
+
+    job = JobInfo("job", 1, 0, "files", 0, None, None, False, "local[1]", "app-1")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    bound = MLflowCallback(tmp_path.as_uri(), experiment_name="file-store").on_job_start(job)
+    try:
+        env = bound.trainer_env()
+    finally:
+        bound.on_job_end(None)
+    # Executors on other hosts do not inherit the driver's environment: the opt-in goes along.
+    assert env["MLFLOW_ALLOW_FILE_STORE"] == "true"
+    assert env["MLFLOW_TRACKING_URI"] == tmp_path.as_uri()
+    import mlflow
+
+    assert mlflow.MlflowClient(tmp_path.as_uri()).get_run(env["MLFLOW_RUN_ID"]).info.status == "FINISHED"
+
+
 def test_without_mlflow_nothing_changes_and_asking_for_it_names_the_package():
     code = """
 import sys

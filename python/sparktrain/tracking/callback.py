@@ -47,6 +47,8 @@ _BATCH = 100
 #: Seconds the driver gives an MLflow server over HTTP to accept a connection when a job
 #: opens its run: MLflow's own client retries for minutes before it gives up.
 CONNECT_SECONDS = 10.0
+#: MLflow 3's opt-in to its file store (``file://`` or a bare path as the tracking URI).
+ALLOW_FILE_STORE = "MLFLOW_ALLOW_FILE_STORE"
 
 
 def check_reachable(uri: str) -> None:
@@ -81,6 +83,10 @@ def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
         return
     text = json.dumps(value) if isinstance(value, list | tuple | bool) or value is None else str(value)
     out[prefix] = text[:MAX_PARAM_LENGTH]
+
+
+def _is_file_store(uri: str) -> bool:
+    return urllib.parse.urlsplit(uri).scheme in ("", "file")
 
 
 def _is_local(path: str) -> bool:
@@ -285,7 +291,12 @@ class MLflowCallback(Callback):
         """The run's id and tracking URI, for MLflow calls of the trainers' own code."""
         if self._run_id is None or self._uri is None:
             return {}
-        return {"MLFLOW_RUN_ID": self._run_id, "MLFLOW_TRACKING_URI": self._uri}
+        env = {"MLFLOW_RUN_ID": self._run_id, "MLFLOW_TRACKING_URI": self._uri}
+        # MLflow 3 opens a file store (a folder the trainers share, e.g. on NFS) only with this
+        # opt-in, which executors on other hosts do not inherit from the driver's environment.
+        if os.environ.get(ALLOW_FILE_STORE) and _is_file_store(self._uri):
+            env[ALLOW_FILE_STORE] = os.environ[ALLOW_FILE_STORE]
+        return env
 
     def on_restart(self, restart: Restart) -> None:
         """Logs the restart: the ``restarts`` metric at its step, the list as an artifact."""

@@ -23,7 +23,7 @@ import sparktrain as st
 from sparktrain.cluster.driver.options import JobOptions
 from sparktrain.cluster.settings import TaskInfo
 from sparktrain.cluster.trainer.frameworks import framework_env, interface_of
-from sparktrain.errors import InvalidArgumentError, WorkerFailed
+from sparktrain.errors import ConfigurationError, InvalidArgumentError, WorkerFailed
 from sparktrain.torch import TorchDistributor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,6 +231,11 @@ def test_local_mode_runs_the_trainers_from_the_driver(spark) -> None:
     assert {r["ppid"] for r in runs} == {os.getpid()}
     with pytest.raises(WorkerFailed, match="rank 1 gives up"):
         st.Cluster.run(spark, _local_main, "fail", 2, local=True, log=False, max_restarts=0).wait(timeout=120)
+    # GPUs in local mode are the driver's, whatever Spark gives its tasks: the error says so.
+    with pytest.raises(
+        ConfigurationError, match=r"local mode needs 2 GPUs on the driver .*spark\.driver\.resource"
+    ):
+        st.Cluster.run(spark, _local_main, None, 2, local=True, log=False, gpus_per_worker=1)
 
 
 # --- PyTorch, in its own virtualenv ---------------------------------------------------------

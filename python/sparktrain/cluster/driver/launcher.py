@@ -266,7 +266,8 @@ class Cluster:
         self._roles = role_names(options.num_workers, options.num_evaluators, options.evaluator_roles or ())
         # A bad conf fails at once, not after the wait for slots.
         spark_conf = sc.getConf()
-        conf = read_conf(spark_conf, options.tls, options.gpus_per_worker)
+        # Local mode's GPUs are the driver's, checked below, not those Spark gives its tasks.
+        conf = read_conf(spark_conf, options.tls, None if options.local else options.gpus_per_worker)
         self._local_gpus: list[tuple[str, ...]] = []
         if options.local:
             self._local_gpus = local_gpus(sc, options)

@@ -115,6 +115,36 @@ def test_parquet_files_and_chosen_columns(tmp_path: Path) -> None:
         next(Dataset(root, schema=pa.schema([("word", pa.int64())]), shard=None).batches())
 
 
+@pytest.mark.parametrize("parquet", [False, True])
+def test_partition_folders_become_columns(tmp_path: Path, parquet: bool) -> None:
+    # As tfrecord.write(partition_by=...) and Spark's partitionBy lay them out.
+    root = tmp_path / "d"
+    for day, region, start in [(1, "eu", 0), (1, "us%2Fwest", 10), (2, "__HIVE_DEFAULT_PARTITION__", 20)]:
+        folder = root / f"day={day}" / f"region={region}"
+        folder.mkdir(parents=True)
+        if parquet:
+            pq.write_table(table(start, 10), str(folder / "part-0.parquet"))
+        else:
+            st.tfrecord.write_batches(str(folder / "part-0.tfrecord"), table(start, 10))
+    data = Dataset(str(root), shard=None)
+    # The records' columns (in the order inference gives them), then the folders'.
+    assert sorted(data.schema.names[:4]) == ["id", "tags", "word", "x"]
+    assert data.schema.names[4:] == ["day", "region"]
+    assert data.schema.field("day").type == pa.int32()
+    rows = {r["id"]: (r["day"], r["region"]) for b in data.batches() for r in b.to_pylist()}
+    assert len(rows) == 30
+    assert rows[3] == (1, "eu")
+    assert rows[13] == (1, "us/west")
+    assert rows[23] == (2, None)
+    # Chosen columns, the folders' alone too; a given schema types them.
+    only = Dataset(str(root), columns=["region", "id"], shard=None)
+    assert sorted(r["id"] for b in only.batches() for r in b.to_pylist()) == list(range(30))
+    days = Dataset(str(root), columns=["day"], shard=None)
+    assert sorted(d for b in days.batches() for d in b.column("day").to_pylist()) == [1] * 20 + [2] * 10
+    typed = data.schema.set(data.schema.get_field_index("day"), pa.field("day", pa.int64()))
+    assert next(Dataset(str(root), schema=typed, shard=None).batches()).schema.field("day").type == pa.int64()
+
+
 def test_decoding_threads_change_nothing_but_speed(tmp_path: Path) -> None:
     root = write_files(str(tmp_path / "d"), 3, 5000)
     one = [b.to_pydict() for b in Dataset(root, batch_size=1000, shuffle_buffer=3000, seed=5).batches()]

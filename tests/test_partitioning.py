@@ -6,7 +6,7 @@ import datetime as dt
 
 import pyarrow as pa
 
-from sparktrain.tfrecord import _partitioning as partitioning
+from sparktrain import _partitions as partitioning
 
 
 def test_escaping_matches_spark_and_round_trips() -> None:

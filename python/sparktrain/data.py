@@ -26,6 +26,11 @@ context and runs in the trainer's own process.
 ``shuffle_buffer`` rows, both drawn from ``seed``, the epoch and the share, so a rerun reads the
 same batches. ``shuffle_buffer=0`` keeps the files' order.
 
+**Partition columns.** Files in ``col=value/`` folders (``tfrecord.write(...,
+partition_by=...)``, Spark's ``partitionBy``) get the folders' values as columns after the
+records' own, typed as Spark infers them (int, long, double, date, else string; a given
+``schema`` may name their types), as ``read_dataframe`` reads them.
+
 **Types.** Numbers come as 1-D arrays (missing values as 0), strings and bytes as lists; a list
 column (``ids: list<int64>``) is ragged: ``(values, offsets)`` in NumPy and PyTorch (what
 ``torch.nn.EmbeddingBag`` takes), a ``tf.RaggedTensor`` in ``tf.data``.
@@ -44,6 +49,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparktrain import _checks, _native, fs
+from sparktrain import _partitions as partitioning
 from sparktrain.errors import InvalidArgumentError, PathNotFoundError, SchemaError
 
 #: Rows each file read hands over before they are regrouped into batches.
@@ -96,13 +102,23 @@ class Dataset:
         self.parquet = all(f.endswith(".parquet") for f in self.files)
         if not self.parquet and any(f.endswith(".parquet") for f in self.files):
             raise InvalidArgumentError(f"path {self.path!r}: mixes Parquet and TFRecord files")
+        base = partitioning.dataset_root(self.path)
+        relative = [f[len(base) + 1 :] if f.startswith(base + "/") else "" for f in self.files]
+        found, values = partitioning.discover(relative)
+        #: Each file's ``col=value/`` folder values, by URL.
+        self._partition_values = dict(zip(self.files, values, strict=True))
         full = schema if schema is not None else self._infer_schema()
+        # The folders' columns come last, as Spark reads them; a given schema may type them.
+        by_folder = [full.field(f.name) if f.name in full.names else f for f in found]
+        full = pa.schema([f for f in full if f.name not in found.names] + by_folder)
         if columns is not None:
             missing = [c for c in columns if c not in full.names]
             if missing:
                 raise InvalidArgumentError(f"columns {missing}: not in the data ({', '.join(full.names)})")
             full = pa.schema([full.field(c) for c in columns])
         self.schema: pa.Schema = full
+        #: The columns the files themselves hold, read from each one.
+        self._record_schema = pa.schema([f for f in full if f.name not in found.names])
 
     # --- Arrow ------------------------------------------------------------------------------
 
@@ -150,12 +166,27 @@ class Dataset:
             yield from self._read(url)
 
     def _read(self, url: str) -> Iterator[pa.RecordBatch]:
+        batches = self._read_records(url)
+        if len(self._record_schema) == len(self.schema):
+            yield from batches
+            return
+        folder = self._partition_values.get(url, {})
+        for batch in batches:
+            columns = [
+                batch.column(field.name)
+                if field.name in self._record_schema.names
+                else partitioning.constant_column(folder.get(field.name), field.type, batch.num_rows)
+                for field in self.schema
+            ]
+            yield pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+    def _read_records(self, url: str) -> Iterator[pa.RecordBatch]:
         if self.parquet:
-            yield from _parquet_batches(url, self.schema)
+            yield from _parquet_batches(url, self._record_schema)
             return
         reader = _native.ExampleReader(
             url,
-            schema=self.schema,
+            schema=self._record_schema,
             batch_size=_READ_BATCH,
             compression=self.compression,
             record_type=self.record_type,

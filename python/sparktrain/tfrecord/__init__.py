@@ -187,6 +187,8 @@ def infer_schema(path_or_glob: str, compression: str | None = None, max_records:
     by feature name (an Example's features have no order), all nullable; int64 features become
     ``int64``, floats ``float32``, bytes ``string`` when every sampled value is UTF-8 and
     ``binary`` otherwise, each wrapped in ``list`` when any record holds other than one value.
+    The records' own columns only: ``col=value/`` folders add theirs where the data is read
+    (``read_dataframe``, :class:`sparktrain.data.Dataset`).
     """
     return _native.infer_example_schema(path_or_glob, compression, max_records)
 

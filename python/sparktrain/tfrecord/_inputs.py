@@ -18,8 +18,8 @@ import pyarrow as pa
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from sparktrain import _native, fs, storage_options
+from sparktrain import _partitions as partitioning
 from sparktrain.errors import InvalidArgumentError, PathNotFoundError
-from sparktrain.tfrecord import _partitioning as partitioning
 from sparktrain.tfrecord._output import compression_of
 from sparktrain.tfrecord._types import BYTE_ARRAY_COLUMN, arrow_schema_of, record_type_of, spark_schema_of
 

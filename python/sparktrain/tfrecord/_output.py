@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from sparktrain import _native, fs
+from sparktrain._partitions import split_by_partition
 from sparktrain.errors import InvalidArgumentError
-from sparktrain.tfrecord._partitioning import split_by_partition
 from sparktrain.tfrecord._types import record_type_of
 
 _log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
-"""``col=value/`` folders, written and read as Spark's file sources do. Runs on the driver and in
-Spark tasks.
+"""``col=value/`` folders, written and read as Spark's file sources do. Runs on the driver, in
+Spark tasks, and wherever :class:`sparktrain.data.Dataset` reads.
 
 Values are written as their text (dates as ``YYYY-MM-DD``, booleans as ``true``/``false``), with
 the characters Spark escapes replaced by ``%XX``; a null is ``__HIVE_DEFAULT_PARTITION__``.

@@ -26,7 +26,7 @@ from pyspark.ml.tuning import CrossValidator, ParamGridBuilder, TrainValidationS
 from pyspark.sql import functions as F
 
 import sparktrain as st
-from sparktrain.errors import InvalidArgumentError, PathExistsError
+from sparktrain.errors import InvalidArgumentError, PathExistsError, PathNotFoundError
 from sparktrain.ml import Classifier, ClassifierModel, Regressor, RegressorModel
 
 # One xdist worker runs them all, so the module's fitted models are fitted once.
@@ -150,6 +150,21 @@ def test_a_pipeline_scores_like_predict_and_scores_the_same_after_save_and_load(
     again = scored(loaded.transform(frame))
     np.testing.assert_array_equal(np.stack(again["probability"]), probability)
     np.testing.assert_array_equal(again["prediction"], ours["prediction"])
+
+    # A loaded model saved over the path it was loaded from keeps its files.
+    alone = str(tmp_path / "classifier")
+    classifier.write().save(alone)
+    ClassifierModel.load(alone).write().overwrite().save(alone)
+    assert sorted(p.name for p in (tmp_path / "classifier" / "model").iterdir()) == [
+        "model.json",
+        "model.safetensors",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("classifier")) == ["classifier"]
+    resaved = scored(ClassifierModel.load(alone).transform(pipeline_model.stages[1].transform(frame)))
+    np.testing.assert_array_equal(resaved["prediction"], ours["prediction"])
+    # A PipelineModel's writer deletes the folder before its stages save: refused, not emptied.
+    with pytest.raises(PathNotFoundError, match="save it to another path"):
+        loaded.write().overwrite().save(path)
 
 
 def test_a_model_with_sharded_tables_scores_by_lookup_as_its_replicated_twin_does(frame, model_dir, tmp_path):

@@ -269,6 +269,10 @@ class Fitted(CommonParams):
     def _save_data(self, path: str) -> None:
         copy_folder(self.exportDir, join(path, MODEL))
 
+    def _data_sources(self) -> list[str]:
+        """The folders the saved data is copied from (the writer must not delete them first)."""
+        return [self._export_dir] if self._export_dir is not None else []
+
     def _load_data(self, path: str, extra: dict[str, Any]) -> None:
         self._export_dir = join(path, MODEL)
         config = json.loads(fs.read_bytes(join(self._export_dir, "model.json")))

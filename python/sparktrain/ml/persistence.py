@@ -14,14 +14,16 @@ stage's metadata with ``spark.read.text``, find the class to load:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+import uuid
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.ml.util import DefaultParamsReader, MLReadable, MLReader, MLWriter
 
 from sparktrain import _checks, fs, storage_options
-from sparktrain.errors import InvalidArgumentError, PathExistsError, PathNotFoundError
+from sparktrain.errors import InvalidArgumentError, PathExistsError, PathNotFoundError, StorageError
 
 if TYPE_CHECKING:
     from pyspark.ml.param import Params
@@ -39,12 +41,25 @@ def join(path: str, *parts: str) -> str:
 
 
 def copy_folder(source: str, target: str) -> None:
-    """Copies the files of the folder ``source`` into ``target`` (created), file by file."""
+    """Copies the files of the folder ``source`` into ``target`` (created), file by file. A
+    source without files is refused: a model saved from it would be an empty folder."""
+    files = [entry for entry in fs.ls(source) if not entry.is_dir] if fs.exists(source) else []
+    if not files:
+        raise PathNotFoundError(
+            f"the model's files at {source} are gone, so there is nothing to save; a PipelineModel "
+            "saved with overwrite() over the path it was loaded from deletes them before they are "
+            "copied: save it to another path",
+            path=source,
+        )
     fs.mkdirs(target)
-    for entry in fs.ls(source):
-        if not entry.is_dir:
-            name = entry.path.rstrip("/").rsplit("/", 1)[-1]
-            fs.write_bytes(join(target, name), fs.read_bytes(entry.path), overwrite=True)
+    for entry in files:
+        name = entry.path.rstrip("/").rsplit("/", 1)[-1]
+        fs.write_bytes(join(target, name), fs.read_bytes(entry.path), overwrite=True)
+
+
+def _within(path: str, folder: str) -> bool:
+    path, folder = path.rstrip("/"), folder.rstrip("/")
+    return path == folder or path.startswith(folder + "/")
 
 
 class Writer(MLWriter):
@@ -61,8 +76,32 @@ class Writer(MLWriter):
         if fs.exists(path):
             if not self.shouldOverwrite:
                 raise PathExistsError(f"{path} already exists: use write().overwrite().save(path)", path=path)
+            sources: list[str] = getattr(self.instance, "_data_sources", list)()
+            if any(_within(source, path) for source in sources):
+                self._save_over_its_own_files(path)
+                return
             fs.delete(path, recursive=True)
         self.saveImpl(path)
+
+    def _save_over_its_own_files(self, path: str) -> None:
+        # A model loaded from `path` reads its files there: deleting them first would save an
+        # empty model. It is saved beside, then moved into place.
+        staged = f"{path.rstrip('/')}.saving-{uuid.uuid4().hex[:12]}"
+        try:
+            self.saveImpl(staged)
+        except BaseException:
+            with contextlib.suppress(StorageError):
+                fs.delete(staged, recursive=True)
+            raise
+        fs.delete(path, recursive=True)
+        try:
+            fs.rename(staged, path)
+        except StorageError as e:
+            raise StorageError(
+                f"saving over {path}: the model was saved at {staged} but could not be moved into "
+                f"place ({e}); move it there yourself",
+                path=staged,
+            ) from e
 
     def saveImpl(self, path: str) -> None:
         """Writes the metadata and the instance's data under ``path``."""

@@ -196,6 +196,29 @@ def test_a_spark_errors_summary_is_its_java_message():
     assert spark_error_summary("") == ""
 
 
+#: PySpark's message when a task that feeds the trainers (mapInArrow) raised.
+FEED_TASK_RAISED = """An exception was thrown from the Python worker:
+Traceback (most recent call last):
+  File "sparktrain/ml/columns.py", line 136, in dense_matrix
+    raise _checks.refuse(
+sparktrain.errors.InvalidArgumentError: featuresCol='features': row 1 of a batch does not hold 1 values"""
+
+
+def test_a_python_workers_exception_is_the_summary_and_bad_input_is_not_retried():
+    raised = FEED_TASK_RAISED.splitlines()[-1]
+    assert raised.startswith("sparktrain.errors.InvalidArgumentError: featuresCol='features'")
+    assert spark_error_summary(FEED_TASK_RAISED) == f"a Python worker raised {raised}"
+    cluster = Cluster.__new__(Cluster)
+    cluster.name, cluster._num_tasks = "job-1", 2
+    failure = cluster._spark_task_failure(RuntimeError(FEED_TASK_RAISED))
+    assert str(failure) == f"the Spark job of job-1 failed: a Python worker raised {raised}"
+    assert incurable(failure, None, signature(failure, None)) == "a restart cannot fix bad input or arguments"
+    # Any other exception of a feeding task is retried once, as before.
+    other = cluster._spark_task_failure(RuntimeError(FEED_TASK_RAISED.replace(raised, "MemoryError: out")))
+    assert str(other) == "the Spark job of job-1 failed: a Python worker raised MemoryError: out"
+    assert incurable(other, None, signature(other, None)) is None
+
+
 # --- exit codes and WorkerFailed ------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ and saves; the embedding tables read in Spark tasks equal the exported weights r
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import numpy as np
@@ -26,7 +27,7 @@ from pyspark.ml.tuning import CrossValidator, ParamGridBuilder, TrainValidationS
 from pyspark.sql import functions as F
 
 import sparktrain as st
-from sparktrain.errors import InvalidArgumentError, PathExistsError, PathNotFoundError
+from sparktrain.errors import ClusterError, InvalidArgumentError, PathExistsError, PathNotFoundError
 from sparktrain.ml import Classifier, ClassifierModel, Regressor, RegressorModel
 
 # One xdist worker runs them all, so the module's fitted models are fitted once.
@@ -329,6 +330,18 @@ def test_embeddings_are_the_exported_tables(spark, pipeline_model):
     assert wide.rdd.getNumPartitions() == 1  # one task per weights file
     with pytest.raises(InvalidArgumentError, match=r"^table='deep'"):
         st.embeddings(spark, export_dir, "deep")
+
+
+def test_a_ragged_vector_column_fails_the_fit_naming_it_without_a_restart(spark, model_dir, caplog):
+    ragged = spark.createDataFrame(
+        [([1.0, 2.0] if i % 3 else [1.0], i % 2) for i in range(30)], "features array<double>, label long"
+    )
+    expected = r"featuresCol='features': row \d+ of a batch holds \d values, where the model takes \d"
+    with caplog.at_level(logging.WARNING, logger="sparktrain"), pytest.raises(ClusterError, match=expected):
+        Classifier(numWorkers=2, modelDir=f"{model_dir}/ragged", trainOptions=QUIET).fit(ragged)
+    # The rows are the same in every generation: no restart reads them otherwise.
+    assert "restart 1 of" not in caplog.text
+    assert "a restart cannot fix bad input" in caplog.text
 
 
 def test_bad_params_fail_on_the_driver_before_any_spark_job(spark, frame):

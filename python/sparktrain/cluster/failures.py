@@ -16,7 +16,17 @@ import signal
 from dataclasses import dataclass
 from typing import Final
 
-from sparktrain.errors import WorkerFailed
+from sparktrain import errors
+from sparktrain.errors import (
+    CheckpointMismatch,
+    GenerationSuperseded,
+    InvalidArgumentError,
+    MissingDependencyError,
+    PathNotFoundError,
+    SchemaError,
+    TFRecordError,
+    WorkerFailed,
+)
 
 #: The trainer's exit code when ``main_fun`` (or loading it) raised; the traceback is on stderr.
 FAILED: Final = 1
@@ -34,6 +44,20 @@ ORPHANED: Final = 70
 #: that it runs (stopped by SIGSTOP, or its interpreter hung) for longer than the heartbeat
 #: time-out.
 UNRESPONSIVE: Final = 71
+
+#: sparktrain's errors that mean the job itself is wrong (its arguments, its input, its
+#: environment), or that its generation is lost (a newer one writes its model_dir): a restart
+#: would fail alike. A trainer says so with :data:`NOT_RETRYABLE`; a Spark task that feeds the
+#: trainers (its Python worker raised one of them) fails the job without a restart too.
+NOT_RETRYABLE_ERRORS: Final = (
+    CheckpointMismatch,
+    GenerationSuperseded,
+    InvalidArgumentError,
+    MissingDependencyError,
+    PathNotFoundError,
+    SchemaError,
+    TFRecordError,
+)
 
 # Only codes that sparktrain's own trainer sets get a gloss; user code may exit with any.
 _MEANINGS: Final = {
@@ -126,15 +150,30 @@ def parse_task_failure(message: str) -> FailedTask | None:
 
 
 def spark_error_summary(message: str) -> str:
-    """The line of a Spark error that says what went wrong: for a Py4J error, the Java
-    exception's message (``Job aborted due to stage failure: ...``) rather than ``An error
-    occurred while calling o74.collectToPython.``; else the first line."""
+    """The line of a Spark error that says what went wrong: the exception a Python worker
+    raised (``sparktrain.errors.InvalidArgumentError: ...``) rather than PySpark's ``An
+    exception was thrown from the Python worker``; for a Py4J error, the Java exception's
+    message (``Job aborted due to stage failure: ...``) rather than ``An error occurred while
+    calling o74.collectToPython.``; else the first line."""
     lines = message.strip().splitlines()
     if not lines:
         return ""
+    if "Python worker" in lines[0] and (raised := python_exception(lines)) is not None:
+        return f"a Python worker raised {raised}"[:MAX_CAUSE_CHARS]
     if lines[0].startswith("An error occurred while calling") and len(lines) > 1:
         return _JAVA_PREFIX.sub("", lines[1].removeprefix(": ").strip())[:MAX_CAUSE_CHARS]
     return lines[0][:MAX_CAUSE_CHARS]
+
+
+def raised_bad_input(message: str) -> bool:
+    """Whether the Python exception a Spark error ends with is one of sparktrain's errors that
+    a restart cannot fix (:data:`NOT_RETRYABLE_ERRORS`): a task reading the job's input met
+    bad data or arguments."""
+    raised = python_exception(message.splitlines())
+    if raised is None or not raised.startswith("sparktrain.errors."):
+        return False
+    kind = getattr(errors, raised.split(":", 1)[0].removeprefix("sparktrain.errors."), None)
+    return isinstance(kind, type) and issubclass(kind, NOT_RETRYABLE_ERRORS)
 
 
 def python_exception(lines: list[str]) -> str | None:

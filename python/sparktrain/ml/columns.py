@@ -133,8 +133,12 @@ def dense_matrix(column: pa.Array | pa.ChunkedArray, width: int, name: str) -> n
     beyond = np.flatnonzero(position >= width)
     if len(wrong) or len(beyond):
         row = int(wrong[0]) if len(wrong) else int(parent[beyond[0]])
+        held = f"holds {int(lengths[row])} values" if len(wrong) else "has an index beyond them"
         raise _checks.refuse(
-            "featuresCol", name, f"row {row} of a batch does not hold {width} values, as the model takes"
+            "featuresCol",
+            name,
+            f"row {row} of a batch {held}, where the model takes {width} (every row's vector "
+            "must have the same size)",
         )
     matrix = np.zeros((rows, width), np.float32)
     matrix[parent, position] = flat

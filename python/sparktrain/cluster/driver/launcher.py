@@ -52,7 +52,12 @@ from sparktrain.cluster.driver.stage import run_fed_stage, run_stage
 from sparktrain.cluster.driver.stragglers import METRIC as LINK_BUSY
 from sparktrain.cluster.driver.stragglers import Straggler, slow_link
 from sparktrain.cluster.driver.tokens import DelegationTokens
-from sparktrain.cluster.failures import parse_task_failure, spark_error_summary, worker_failed
+from sparktrain.cluster.failures import (
+    parse_task_failure,
+    raised_bad_input,
+    spark_error_summary,
+    worker_failed,
+)
 from sparktrain.cluster.settings import DEFAULT_BARRIER_TIMEOUT, JobSettings, role_names
 from sparktrain.cluster.task.run import TaskIdentity, TaskResult, run_task
 from sparktrain.errors import (
@@ -615,7 +620,10 @@ class Cluster:
         task = parse_task_failure(text)
         if task is None or task.task_index >= self._num_tasks:
             summary = spark_error_summary(text) or repr(error)
-            return ClusterError(f"the Spark job of {self.name} failed: {summary}")
+            # A task feeding the trainers that met bad input: no restart reads it otherwise.
+            return ClusterError(
+                f"the Spark job of {self.name} failed: {summary}", bad_input=raised_bad_input(text)
+            )
         what = "lost its Spark task" + (f": {task.cause}" if task.cause else "")
         return self._worker_failed(task.task_index, None, "", what)
 

@@ -92,7 +92,10 @@ def incurable(
     the :func:`signature` of the last generation's failure and of this one."""
     if isinstance(failure, RendezvousTimeout):
         return "the cluster could not start every task"
-    if isinstance(failure, WorkerFailed) and failure.exit_code == NOT_RETRYABLE:
+    # A trainer's exit code says it; a task that feeds the trainers is marked by the launcher.
+    if (isinstance(failure, WorkerFailed) and failure.exit_code == NOT_RETRYABLE) or getattr(
+        failure, "bad_input", False
+    ):
         return "a restart cannot fix bad input or arguments"
     if now is not None and now == previous:
         return "it failed the same way before the last restart"

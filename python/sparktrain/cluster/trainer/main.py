@@ -27,39 +27,20 @@ from typing import TYPE_CHECKING
 
 from sparktrain import fs
 from sparktrain.cluster.callbacks import JobCallback
-from sparktrain.cluster.failures import FAILED, NOT_RETRYABLE, ORPHANED, PEER_LOST
+from sparktrain.cluster.failures import FAILED, NOT_RETRYABLE, NOT_RETRYABLE_ERRORS, ORPHANED, PEER_LOST
 from sparktrain.cluster.settings import EXIT_BARRIER, JobSettings, TrainerLaunch
 from sparktrain.cluster.trainer.context import TrainerContext
 from sparktrain.cluster.trainer.frameworks import framework_env, register_jax_cluster
 from sparktrain.errors import (
-    CheckpointMismatch,
     CollectiveTimeout,
-    GenerationSuperseded,
     InvalidArgumentError,
-    MissingDependencyError,
-    PathNotFoundError,
     PeerFailed,
-    SchemaError,
-    TFRecordError,
 )
 
 if TYPE_CHECKING:
     from sparktrain._native import ControlClient
 
 _PR_SET_PDEATHSIG = 1
-
-#: sparktrain's errors that mean the job itself is wrong (its arguments, its input, its
-#: environment), or that its generation is lost (a newer one writes its model_dir): a restart
-#: would fail alike, so the trainer says so with its exit code.
-_NOT_RETRYABLE = (
-    CheckpointMismatch,
-    GenerationSuperseded,
-    InvalidArgumentError,
-    MissingDependencyError,
-    PathNotFoundError,
-    SchemaError,
-    TFRecordError,
-)
 
 
 def exit_code_for(error: BaseException) -> int:
@@ -68,7 +49,7 @@ def exit_code_for(error: BaseException) -> int:
     time to hear of the peer first (see :data:`~sparktrain.cluster.failures.PEER_LOST`)."""
     if isinstance(error, PeerFailed | CollectiveTimeout):
         return PEER_LOST
-    if isinstance(error, _NOT_RETRYABLE):
+    if isinstance(error, NOT_RETRYABLE_ERRORS):
         return NOT_RETRYABLE
     return FAILED
 

@@ -344,6 +344,30 @@ def test_a_ragged_vector_column_fails_the_fit_naming_it_without_a_restart(spark,
     assert "a restart cannot fix bad input" in caplog.text
 
 
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        ([0.3, 0.7], r"^labelCol='label': holds 0\.[37], not a class id .*use a Regressor"),
+        ([-1.0, 1.0], r"^labelCol='label': holds -1\.0: class ids start at 0"),
+    ],
+)
+def test_labels_that_are_not_class_ids_are_refused_when_the_classes_are_counted(spark, labels, expected):
+    rows = spark.createDataFrame(
+        [([float(i)], labels[i % 2]) for i in range(10)], "features array<double>, label double"
+    )
+    with pytest.raises(InvalidArgumentError, match=expected):
+        Classifier(trainOptions=QUIET).fit(rows)
+
+
+def test_more_classes_than_a_binary_model_has_are_refused_before_training(spark):
+    rows = spark.createDataFrame(
+        [([float(i)], f"s{i}", i % 3) for i in range(9)], "features array<double>, shop string, label long"
+    )
+    for params in ({}, {"numClasses": 3}):
+        with pytest.raises(InvalidArgumentError, match=r"^numClasses=3: dcn is a binary model"):
+            Classifier(model="dcn", categoricalCols=["shop"], trainOptions=QUIET, **params).fit(rows)
+
+
 def test_bad_params_fail_on_the_driver_before_any_spark_job(spark, frame):
     with pytest.raises(InvalidArgumentError, match=r"^batchSize=0"):
         Classifier(batchSize=0)

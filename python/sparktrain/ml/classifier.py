@@ -14,8 +14,9 @@ from pyspark import keyword_only
 from pyspark.ml import Estimator, Model
 from pyspark.ml.util import MLReadable, MLWritable
 
+from sparktrain import _checks
 from sparktrain.ml.base import Fitted, Fitting
-from sparktrain.ml.params import ClassifierParams
+from sparktrain.ml.params import EMBEDDING_MODELS, ClassifierParams
 from sparktrain.ml.persistence import Reader, Writer
 from sparktrain.ml.scoring import Scorer
 
@@ -123,6 +124,13 @@ class Classifier(
             classes = int(self.getOrDefault(self.numClasses))
         else:
             classes = _classes(dataset, self.getLabelCol())
+        model = self.getOrDefault(self.model)
+        if classes > 2 and model in EMBEDDING_MODELS:
+            raise _checks.refuse(
+                "numClasses",
+                classes,
+                f"{model} is a binary model: more classes need 'mlp' or 'logistic_regression'",
+            )
         result, layout = self._train(dataset, arguments, model_dir, classes=1 if classes == 2 else classes)
         assert result.export_dir is not None
         fitted = ClassifierModel._of(result.export_dir, layout.spec, result)
@@ -142,8 +150,12 @@ class Classifier(
 
 def _classes(dataset: DataFrame, label: str) -> int:
     """The class count of ``label``: its ML attributes' values (``StringIndexer`` writes them),
-    else the largest label plus one (at least 2)."""
-    from pyspark.sql import functions
+    else the largest label plus one (at least 2), found in the same pass that refuses labels
+    that are not class ids (negative, or not whole numbers: the engine would train on 0.3 as
+    a soft label, which a classifier's data does not mean)."""
+    from pyspark.sql import functions as F
+
+    from sparktrain import _frames
 
     attributes: Any = dataset.schema[label].metadata.get("ml_attr", {})
     if attributes.get("type") == "nominal":
@@ -151,12 +163,22 @@ def _classes(dataset: DataFrame, label: str) -> int:
             return max(2, int(attributes["num_vals"]))
         if isinstance(attributes.get("vals"), list):
             return max(2, len(attributes["vals"]))
-    largest = dataset.agg(functions.max(label)).first()
-    if largest is None or largest[0] is None:
-        from sparktrain import _checks
-
+    column = _frames.column(label)
+    found = dataset.agg(
+        F.max(column), F.min(column), F.max(F.when(column != F.floor(column), column))
+    ).first()
+    if found is None or found[0] is None:
         raise _checks.refuse("labelCol", label, "has no values to count the classes of: set numClasses")
-    return max(2, int(largest[0]) + 1)
+    largest, smallest, fractional = found
+    if fractional is not None:
+        raise _checks.refuse(
+            "labelCol", label, f"holds {fractional}, not a class id (0, 1, ...): use a Regressor for numbers"
+        )
+    if smallest < 0:
+        raise _checks.refuse(
+            "labelCol", label, f"holds {smallest}: class ids start at 0 (StringIndexer makes them)"
+        )
+    return max(2, int(largest) + 1)
 
 
 class ClassifierModel(Model, Fitted, ClassifierParams, MLWritable, MLReadable["ClassifierModel"]):

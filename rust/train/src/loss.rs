@@ -117,7 +117,8 @@ fn bce_per_example(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
         labels.to_dtype(DType::F32)?.to_vec1::<f32>()?.into_iter().find(|y| !(0.0..=1.0).contains(y))
     {
         return Err(TrainError::InvalidArgument(format!(
-            "label {bad}: binary cross-entropy needs labels from 0 to 1 (use loss='softmax_cross_entropy' for class ids)"
+            "label {bad}: binary cross-entropy needs labels from 0 to 1 (class ids need a softmax model: \
+             loss='softmax_cross_entropy', or numClasses in sparktrain.ml's Classifier)"
         )));
     }
     // max(x, 0) - x y + log(1 + e^-|x|)

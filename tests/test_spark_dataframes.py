@@ -184,6 +184,16 @@ def test_unwritable_columns_are_refused_by_name(spark, engine, tmp_path: Path) -
     assert not fs.exists(str(tmp_path / "c"))
 
 
+def test_a_value_no_feature_holds_fails_the_write_as_a_schema_error(spark, engine, tmp_path: Path) -> None:
+    # Found only in a task, where the row is read: raised as sparktrain's error all the same.
+    df = spark.sql("select 1 as id, array(1, null, 3) as `with nulls`")
+    with pytest.raises(SchemaError, match=r"^column 'with nulls', row 0: a list element is null") as err:
+        tfrecord.write(df, str(tmp_path / "a"))
+    assert err.value.column == "with nulls"
+    out = str(tmp_path / "a")
+    assert not fs.exists(out) or fs.expand_inputs(out) == []
+
+
 SEQUENCE = T.StructType(
     [
         T.StructField("id", T.LongType()),

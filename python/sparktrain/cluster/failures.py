@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from sparktrain import errors
+from sparktrain._tracebacks import exception_line
 from sparktrain.errors import (
     CheckpointMismatch,
     GenerationSuperseded,
@@ -142,7 +143,7 @@ def parse_task_failure(message: str) -> FailedTask | None:
     if found is None:
         return None
     lines = [line.rstrip() for line in message[found.end() :].splitlines()]
-    cause = python_exception(lines)
+    cause = exception_line(lines)
     if cause is None:
         first = next((line.strip() for line in lines if line.strip()), "")
         cause = _JAVA_PREFIX.sub("", first)
@@ -158,7 +159,7 @@ def spark_error_summary(message: str) -> str:
     lines = message.strip().splitlines()
     if not lines:
         return ""
-    if "Python worker" in lines[0] and (raised := python_exception(lines)) is not None:
+    if "Python worker" in lines[0] and (raised := exception_line(lines)) is not None:
         return f"a Python worker raised {raised}"[:MAX_CAUSE_CHARS]
     if lines[0].startswith("An error occurred while calling") and len(lines) > 1:
         return _JAVA_PREFIX.sub("", lines[1].removeprefix(": ").strip())[:MAX_CAUSE_CHARS]
@@ -169,22 +170,8 @@ def raised_bad_input(message: str) -> bool:
     """Whether the Python exception a Spark error ends with is one of sparktrain's errors that
     a restart cannot fix (:data:`NOT_RETRYABLE_ERRORS`): a task reading the job's input met
     bad data or arguments."""
-    raised = python_exception(message.splitlines())
+    raised = exception_line(message.splitlines())
     if raised is None or not raised.startswith("sparktrain.errors."):
         return False
     kind = getattr(errors, raised.split(":", 1)[0].removeprefix("sparktrain.errors."), None)
     return isinstance(kind, type) and issubclass(kind, NOT_RETRYABLE_ERRORS)
-
-
-def python_exception(lines: list[str]) -> str | None:
-    """The exception line of the last Python traceback in ``lines``: the first line without
-    indentation after ``Traceback (most recent call last):``."""
-    exception = None
-    in_traceback = False
-    for line in lines:
-        if line.endswith("Traceback (most recent call last):"):
-            in_traceback = True
-        elif in_traceback and line and not line[0].isspace():
-            exception = line
-            in_traceback = False
-    return exception

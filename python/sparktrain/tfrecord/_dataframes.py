@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from sparktrain import _checks, _frames, _spark, fs, storage_options
 from sparktrain._deps import require_spark
+from sparktrain._tracebacks import raised_in_task
 from sparktrain.errors import InvalidArgumentError, PathExistsError
 from sparktrain.tfrecord import _engine
 from sparktrain.tfrecord._output import (
@@ -246,9 +247,10 @@ def _write_jvm(df: DataFrame, job: WriteJob, mode: str, num_files: int | None) -
             writer.save(native.setup_task(0, 0))
         native.commit_task(0, 0)
         files = job.commit([0], overwrite=mode == "overwrite")
-    except BaseException:
+    except BaseException as error:
         _spark.cancel(sc, group, patience=SETTLE_SECONDS)
         job.abort()
+        _raise_tasks_error(error)
         raise
     # Hadoop's local file system writes a hidden checksum file beside each file, which the
     # Python writer does not; dropping them makes the two writers' folders alike.
@@ -259,6 +261,14 @@ def _write_jvm(df: DataFrame, job: WriteJob, mode: str, num_files: int | None) -
     rows = int(observation.get["rows"])
     _log.info("wrote %d rows in %d files to %s (JVM)", rows, len(files), job.root)
     return WriteResult(job.root, files, rows)
+
+
+def _raise_tasks_error(error: BaseException) -> None:
+    """Raises sparktrain's error that a writing task raised (a value no feature can hold), in
+    place of Spark's report of it, which buries it in a stack trace; else returns."""
+    raised = raised_in_task(error) if isinstance(error, Exception) else None
+    if raised is not None:
+        raise raised from error
 
 
 def _run(job: WriteJob, mode: str, tasks: Any, path: str, sc: Any) -> WriteResult:
@@ -274,13 +284,14 @@ def _run(job: WriteJob, mode: str, tasks: Any, path: str, sc: Any) -> WriteResul
             missing = sorted(set(range(expected)) - seen)
             raise RuntimeError(f"tasks {missing} of the write to {path} reported no result")
         files = job.commit(seen, overwrite=mode == "overwrite")
-    except BaseException:
+    except BaseException as error:
         _spark.cancel(sc, group, patience=SETTLE_SECONDS)
         job.abort()
         # A killed task's Python worker can outlive its task by Spark's kill time-out (2 s)
         # and recreate its attempt folder: clean up once more after that.
         time.sleep(2.5)
         job.abort()
+        _raise_tasks_error(error)
         raise
     rows = sum(r[2] for r in results)
     _log.info("wrote %d rows in %d files to %s", rows, len(files), path)

@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from sparktrain.cluster.failures import FAILED, NOT_RETRYABLE, python_exception
+from sparktrain._tracebacks import exception_line
+from sparktrain.cluster.failures import FAILED, NOT_RETRYABLE
 from sparktrain.errors import ClusterError, RendezvousTimeout, WorkerFailed
 
 #: Restarts allowed by default: enough for a pre-empted executor or two, few enough that a
@@ -66,7 +67,7 @@ def describe(failure: ClusterError) -> str:
     ValueError: bad row``)."""
     line = str(failure).split("\n", 1)[0].removesuffix("; the last lines of its stderr:")
     if isinstance(failure, WorkerFailed) and failure.exit_code in (FAILED, NOT_RETRYABLE):
-        exception = python_exception(failure.stderr_tail.splitlines())
+        exception = exception_line(failure.stderr_tail.splitlines())
         if exception is not None:
             line = f"{line}: {exception}"
     return line
@@ -81,7 +82,7 @@ def signature(failure: ClusterError, step: int | None) -> tuple[str, int | None]
         return (str(failure).split("\n", 1)[0], None)
     if failure.exit_code != FAILED:
         return None
-    line = python_exception(failure.stderr_tail.splitlines())
+    line = exception_line(failure.stderr_tail.splitlines())
     return None if line is None else (line, step)
 
 

@@ -255,7 +255,7 @@ final class ExampleEncoder extends RecordEncoder {
     }
   }
 
-  private static IllegalArgumentException badValue(Column c, long rowIndex, String reason) {
-    return new IllegalArgumentException("column '" + c.name + "', row " + rowIndex + ": " + reason);
+  private static UnwritableValueException badValue(Column c, long rowIndex, String reason) {
+    return new UnwritableValueException(c.name, rowIndex, reason);
   }
 }

@@ -136,6 +136,33 @@ def test_bad_arguments_are_refused_by_name(tmp_path):
         missing.fit(str(tmp_path / "train.tfrecord"))
 
 
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        # Each left the weights NaN after a "successful" fit, or was refused without a name.
+        ({"optimizer": "adam", "beta1": 1.5}, "beta1=1.5 must be a number from 0 up to"),
+        ({"optimizer": "adam", "beta2": -0.1}, "beta2=-0.1 must be"),
+        ({"optimizer": "adam", "eps": -1}, "eps=-1.0 must be a number above 0"),
+        ({"optimizer": {"name": "momentum", "momentum": 2.0}}, "momentum=2.0 must be"),
+        (
+            {"optimizer": "adagrad", "initial_accumulator": -1.0},
+            "initial_accumulator=-1.0 must be a number 0 or more",
+        ),
+        ({"optimizer": "sgd", "weight_decay": -1}, "weight_decay=-1.0 must be"),
+        ({"wide_optimizer": "ftrl", "l1": -1}, "l1=-1.0 must be"),
+        ({"learning_rate": "0.1"}, r"^learning_rate='0\.1': must be a number"),
+        ({"optimizer": {"name": "adam", "learning_rate": "x"}}, r"^optimizer\['learning_rate'\]='x'"),
+        ({"hidden": [64, -5]}, r"^hidden\[1\]=-5: must be >= 1"),
+        ({"sparse_tables": "yes"}, r"^sparse_tables='yes'"),
+        ({"tensorboard_dir": ["a"]}, r"^tensorboard_dir=\['a'\]: must be a str"),
+        ({"model_dir": 5}, r"^model_dir=5: must be a str"),
+    ],
+)
+def test_settings_out_of_range_or_of_the_wrong_type_are_refused_by_name(arguments, named):
+    with pytest.raises(InvalidArgumentError, match=named):
+        Trainer(**arguments)
+
+
 def test_a_damaged_file_is_named_with_its_offset(tmp_path):
     path = tmp_path / "train.tfrecord"
     st.tfrecord.write_batches(str(path), table(500))

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sparktrain import _native, _spark
+from sparktrain import _checks, _native, _spark
 from sparktrain._deps import require_spark
 from sparktrain.cluster.callbacks import JobCallback
 from sparktrain.cluster.driver.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF, Restart
@@ -101,6 +101,8 @@ def train(
         raise InvalidArgumentError(f"num_workers={num_workers!r} must be a positive integer")
     if on_eval is not None and not callable(on_eval):
         raise InvalidArgumentError(f"on_eval={on_eval!r}: must be callable: on_eval(step, metrics) -> bool")
+    for name, folder in {"model_dir": model_dir, "export_dir": export_dir}.items():
+        _checks.optional_text(name, folder)
     if export_dir is None and model_dir is not None:
         export_dir = model_dir.rstrip("/") + "/export"
     trainer_args: dict[str, Any] = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
+from numbers import Real
 from typing import TYPE_CHECKING, Any
 
 from sparktrain import _checks, _native
@@ -91,23 +92,30 @@ def _rule(
 ) -> tuple[str, float | None, dict[str, float]]:
     """``(name, learning rate, settings)`` of an update rule given by name or as a dict with
     ``name``, ``learning_rate`` and its settings; ``parameter`` names it in errors."""
+    rate = "learning_rate" if parameter == "optimizer" else "wide_learning_rate"
     if isinstance(optimizer, Mapping):
         spec = dict(optimizer)
         if "name" not in spec:
             raise InvalidArgumentError(f"{parameter}={optimizer!r} needs a 'name'")
         name = spec.pop("name")
-        learning_rate = spec.pop("learning_rate", learning_rate)
+        if "learning_rate" in spec:
+            rate, learning_rate = f"{parameter}['learning_rate']", spec.pop("learning_rate")
         settings = {**settings, **spec}
     else:
         name = optimizer
-    try:
-        return (
-            str(name),
-            None if learning_rate is None else float(learning_rate),
-            {k: float(v) for k, v in settings.items()},
-        )
-    except (TypeError, ValueError) as e:
-        raise InvalidArgumentError(f"{parameter}: a learning rate or setting is not a number: {e}") from e
+    _checks.text(parameter, name)
+    # A number, not text that looks like one; a setting may be a bool (nesterov=True).
+    given: object = learning_rate  # typed as a float, but users pass anything
+    if given is not None and (isinstance(given, bool) or not isinstance(given, Real)):
+        raise _checks.refuse(rate, given, "must be a number")
+    for key, value in settings.items():
+        if not isinstance(value, Real):
+            raise _checks.refuse(key, value, "must be a number")
+    return (
+        str(name),
+        None if learning_rate is None else float(learning_rate),
+        {k: float(v) for k, v in settings.items()},
+    )
 
 
 class Trainer:
@@ -267,6 +275,13 @@ class Trainer:
         shape: object = hidden  # typed as a sequence, but users pass anything
         if shape is not None and (isinstance(shape, str) or not isinstance(shape, Sequence)):
             raise _checks.refuse("hidden", hidden, "must be a sequence of layer widths")
+        for i, width in enumerate(hidden or ()):
+            _checks.integer(f"hidden[{i}]", width, minimum=1)
+        _checks.instance("sparse_tables", sparse_tables, bool, "True or False")
+        for key, text in {"model": model, "device": device}.items():
+            _checks.text(key, text)
+        for key, folder in {"model_dir": model_dir, "tensorboard_dir": tensorboard_dir, "loss": loss}.items():
+            _checks.optional_text(key, folder)
         resolve = ctx.absolute_path if ctx is not None else (lambda p: p)
         self._ctx = ctx
         self._features = FeatureSpec.of(features) if features is not None else None

@@ -57,6 +57,9 @@ impl Rule {
         if !(lr.is_finite() && lr > 0.0) {
             return Err(invalid(format!("learning_rate={lr} must be a positive number")));
         }
+        for (key, &value) in settings {
+            check_setting(key, value)?;
+        }
         let get = |key: &str, default: f32| settings.get(key).map_or(default, |&v| v as f32);
         Ok(match name {
             "sgd" | "momentum" => Rule::Sgd {
@@ -86,6 +89,22 @@ impl Rule {
             },
         })
     }
+}
+
+/// Refuses a rule's setting outside the values its update is defined for: out of them the
+/// update divides by zero, takes the root of a negative number or grows without bound, and
+/// training goes on with NaN weights rather than failing.
+fn check_setting(key: &str, value: f64) -> Result<()> {
+    let (ok, range) = match key {
+        "momentum" | "beta1" | "beta2" => ((0.0..1.0).contains(&value), "from 0 up to (not including) 1"),
+        "eps" => (value > 0.0, "above 0"),
+        "weight_decay" | "l1" | "l2" | "initial_accumulator" => (value >= 0.0, "0 or more"),
+        _ => (true, ""),
+    };
+    if value.is_finite() && ok {
+        return Ok(());
+    }
+    Err(invalid(format!("{key}={value} must be a number {range}")))
 }
 
 impl Loss {
@@ -217,6 +236,29 @@ mod tests {
         assert!(err.contains("beta3"), "{err}");
         let err = Rule::named("sgd", Some(-1.0), &BTreeMap::new()).unwrap_err().to_string();
         assert!(err.contains("learning_rate"), "{err}");
+    }
+
+    #[test]
+    fn settings_out_of_their_rules_range_are_refused_by_name() {
+        let refused = [
+            ("adam", "beta1", 1.5),
+            ("adam", "beta2", -0.1),
+            ("adam", "eps", -1.0),
+            ("adam", "eps", 0.0),
+            ("momentum", "momentum", 2.0),
+            ("momentum", "momentum", -0.5),
+            ("adamw", "weight_decay", -1.0),
+            ("adagrad", "initial_accumulator", -1.0),
+            ("ftrl", "l1", -1.0),
+            ("ftrl", "l2", f64::NAN),
+        ];
+        for (rule, key, value) in refused {
+            let err = Rule::named(rule, None, &settings(&[(key, value)])).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("{key}={value} must be a number")), "{err}");
+        }
+        for (key, value) in [("beta1", 0.0), ("momentum", 0.99), ("l1", 0.0), ("initial_accumulator", 0.0)] {
+            assert!(Rule::named("ftrl", None, &settings(&[(key, value)])).is_ok(), "{key}={value}");
+        }
     }
 
     #[test]

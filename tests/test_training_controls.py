@@ -100,11 +100,21 @@ def test_early_stopping_stops_and_ends_with_the_best_model(data):
     assert [step for step, _ in result.evaluations] == [5, 10, 15]
     assert result.best == (5, pytest.approx(result.evaluations[0][1].loss))
     assert result.best_checkpoint == model_dir + "/best"
+    # The figures are those of the model it ends with: the best evaluation's, not the last's.
+    assert result.restored_best
+    assert result.metrics == result.evaluations[0][1]
+    assert result.metrics == model.evaluate(held_out)
 
     # The model ends with the weights of step 5: those of a run of 5 steps.
     five = trainer(learning_rate=0.05)
     five.fit(train, steps=5)
     np.testing.assert_array_equal(model.weights(), five.weights())
+    # Without restore_best, the model and its figures are the last evaluation's.
+    last = trainer(learning_rate=0.05).fit(
+        train, epochs=5, eval_data=held_out, eval_every=5, early_stopping={**stopping, "restore_best": False}
+    )
+    assert not last.restored_best
+    assert last.metrics == last.evaluations[-1][1]
     best = st.fs.glob(model_dir + "/best/ckpt-*")
     assert [info.path.rsplit("/", 1)[1] for info in best] == ["ckpt-0000000005-g0"]
 

@@ -192,7 +192,8 @@ class FitResult:
     ``first_step_at`` is the wall time (``time.time()``) when this call's first step ended.
     ``stopped_early`` says early stopping or ``on_eval`` ended training; ``best`` is the best
     evaluation's ``(step, value)`` of early stopping's metric, and ``best_checkpoint`` the
-    folder of its checkpoint."""
+    folder of its checkpoint; ``restored_best`` says the model ended with that evaluation's
+    weights (early stopping's ``restore_best``)."""
 
     steps: int
     new_steps: int
@@ -209,10 +210,11 @@ class FitResult:
     stopped_early: bool = False
     best: tuple[int, float] | None = None
     best_checkpoint: str | None = None
+    restored_best: bool = False
 
     @classmethod
-    def from_native(cls, s: _native.FitSummary) -> FitResult:
-        """The engine's summary as a picklable value."""
+    def from_native(cls, s: _native.FitSummary, restored_best: bool = False) -> FitResult:
+        """The engine's summary as a picklable value; ``restored_best`` as ``fit`` asked."""
         return cls(
             steps=s.steps,
             new_steps=s.new_steps,
@@ -229,11 +231,17 @@ class FitResult:
             stopped_early=s.stopped_early,
             best=s.best,
             best_checkpoint=s.best_checkpoint,
+            restored_best=restored_best and s.best is not None,
         )
 
     @property
     def metrics(self) -> Metrics | None:
-        """The last evaluation, if any."""
+        """The evaluation of the model training ended with, if any: the best one's when the
+        weights were restored to it (``restored_best``), else the last one."""
+        if self.restored_best and self.best is not None:
+            for step, metrics in self.evaluations:
+                if step == self.best[0]:
+                    return metrics
         return self.evaluations[-1][1] if self.evaluations else None
 
 

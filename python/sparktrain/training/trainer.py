@@ -502,7 +502,8 @@ class Trainer:
             early_stopping=early_stopping_json(early_stopping, self._config),
             on_eval=chief_sees if on_eval is not None or self._callbacks else None,
         )
-        result = FitResult.from_native(summary)
+        restored = early_stopping is not None and bool(early_stopping.get("restore_best", True))
+        result = FitResult.from_native(summary, restored_best=restored)
         self._hook("on_fit_end", result)
         return result
 

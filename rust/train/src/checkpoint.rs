@@ -772,8 +772,48 @@ pub fn restore(model_dir: &str, layout: &Layout) -> Result<Option<Restored>> {
 /// out, and so do the weights and optimizer groups given back; each owner then reads its rows
 /// from the folder given back with [`restore_rows`].
 pub fn restore_except(model_dir: &str, layout: &Layout, sharded: &[String]) -> Result<Option<Restored>> {
-    let Some(latest) = read_index(model_dir)?.and_then(|i| i.latest) else { return Ok(None) };
-    let folder = sparktrain_storage::join_url(model_dir, &latest);
+    let Some(index) = read_index(model_dir)? else { return Ok(None) };
+    let Some(folder) = resume_folder(model_dir, &index)? else { return Ok(None) };
+    restore_from(&folder, layout, sharded).map(Some).map_err(|e| match e {
+        // A file the manifest names is gone: the checkpoint is damaged, not the storage.
+        TrainError::Storage(StorageError::NotFound { url }) => TrainError::format(
+            url,
+            format!(
+                "a file of checkpoint {folder} is missing; remove that folder to resume from the \
+                 checkpoint before it"
+            ),
+        ),
+        e => e,
+    })
+}
+
+/// The checkpoint to resume from: the index's latest, or, when its folder was removed (the
+/// fix for a damaged checkpoint), the newest one the index keeps that is still there.
+fn resume_folder(model_dir: &str, index: &Index) -> Result<Option<String>> {
+    let Some(latest) = &index.latest else { return Ok(None) };
+    let older = index.kept.iter().rev().filter(|name| *name != latest);
+    for name in std::iter::once(latest).chain(older) {
+        let folder = sparktrain_storage::join_url(model_dir, name);
+        if !sparktrain_storage::exists(&sparktrain_storage::join_url(&folder, MANIFEST))? {
+            continue;
+        }
+        if name != latest {
+            eprintln!("{model_dir}: the latest checkpoint, {latest}, is gone; resuming from {name}");
+        }
+        return Ok(Some(folder));
+    }
+    Err(TrainError::format(
+        sparktrain_storage::join_url(model_dir, INDEX),
+        format!(
+            "names checkpoint {latest}, which is gone, and no checkpoint it keeps is there: remove \
+             {model_dir} to train afresh"
+        ),
+    ))
+}
+
+/// The state saved in the checkpoint `folder` (see [`restore_except`]).
+fn restore_from(folder: &str, layout: &Layout, sharded: &[String]) -> Result<Restored> {
+    let folder = folder.to_string(); // moved into the result
     let manifest = read_manifest(&folder)?;
     let saved: HashMap<&str, &Entry> = manifest.tensors.iter().map(|e| (e.name.as_str(), e)).collect();
     // The layout's tables that their owners saved: put together whole, as one owner's rows.
@@ -849,7 +889,7 @@ pub fn restore_except(model_dir: &str, layout: &Layout, sharded: &[String]) -> R
             state: OptimizerState { step: group.step, buffers },
         });
     }
-    Ok(Some(Restored { progress: manifest.progress, weights, optimizer: groups, folder }))
+    Ok(Restored { progress: manifest.progress, weights, optimizer: groups, folder })
 }
 
 /// A sharded table whose rows a trainer restores.

@@ -195,3 +195,47 @@ fn what_a_save_killed_midway_left_is_removed_on_resume() {
         .collect();
     assert_eq!(versions, ["00000000000000000001.json"]);
 }
+
+/// The fix for a damaged checkpoint is to remove it: training then resumes from the newest
+/// checkpoint kept before it, and a checkpoint missing one of its files says to do so.
+#[test]
+fn a_removed_latest_checkpoint_resumes_from_the_one_before_and_a_missing_file_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let model_url = dir.path().to_string_lossy().into_owned();
+    let options = CheckpointOptions { keep: 3, ..CheckpointOptions::default() };
+    let mut t = trainer();
+    let mut folders = Vec::new();
+    let mut weights = Vec::new();
+    for step in 1..=3u64 {
+        t.step(Some(&batch(step as usize))).unwrap();
+        let progress = Progress { step, batches_in_epoch: step, workers: 1, ..Progress::default() };
+        folders.push(t.save_checkpoint(&model_url, progress, &options).unwrap());
+        weights.push(t.weights().unwrap().to_vec());
+    }
+    // One of the latest checkpoint's files gone: named, with the fix.
+    let shard = std::fs::read_dir(&folders[2])
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .unwrap();
+    std::fs::remove_file(&shard).unwrap();
+    match trainer().restore(&model_url) {
+        Err(TrainError::Format { path, source }) => {
+            assert!(path.ends_with(".safetensors"), "{path}");
+            assert!(
+                source.to_string().contains("remove that folder to resume from the checkpoint before it")
+            );
+        }
+        other => panic!("expected a format error, got {other:?}"),
+    }
+    // The fix applied: the one before it is restored.
+    std::fs::remove_dir_all(&folders[2]).unwrap();
+    let mut resumed = trainer();
+    assert_eq!(resumed.restore(&model_url).unwrap().map(|p| p.step), Some(2));
+    assert_eq!(resumed.weights().unwrap().to_vec(), weights[1]);
+    // None left: the index names what to do.
+    std::fs::remove_dir_all(&folders[1]).unwrap();
+    std::fs::remove_dir_all(&folders[0]).unwrap();
+    let err = trainer().restore(&model_url).unwrap_err().to_string();
+    assert!(err.contains("which is gone, and no checkpoint it keeps is there"), "{err}");
+}

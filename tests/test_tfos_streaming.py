@@ -136,6 +136,63 @@ def test_a_node_that_terminates_its_feed_stops_the_dstream(spark, tmp_path):
     assert sorted(_seen(out)) == list(range(10))
 
 
+def test_a_dstreams_micro_batch_goes_again_to_nodes_restarted_after_a_failure(spark, tmp_path):
+    streaming = pytest.importorskip("pyspark.streaming")
+
+    def map_fun(args, ctx):
+        import json
+        import os
+
+        from sparktrain.tfos import TFNode
+
+        feed = TFNode.DataFeed(ctx.mgr)
+        seen = []
+        path = os.path.join(args["out"], f"seen-{ctx.executor_id}-g{ctx.trainer.generation}.json")
+        crashed = os.path.join(args["out"], "crashed")
+        while not feed.should_stop():
+            seen.extend(row[0] for row in feed.next_batch(1))
+            with open(path + ".tmp", "w") as f:
+                json.dump(seen, f)
+            os.replace(path + ".tmp", path)
+            if ctx.executor_id == 1 and len(seen) >= 5 and not os.path.exists(crashed):
+                open(crashed, "w").close()
+                raise RuntimeError("node 1 fails mid-batch")
+
+    sc = spark.sparkContext
+    folder, out = tmp_path / "stream", tmp_path / "out"
+    folder.mkdir()
+    out.mkdir()
+    ssc = streaming.StreamingContext(sc, 1)
+    rows = ssc.queueStream([sc.parallelize([(i,) for i in range(40)], 2)], oneAtATime=True)
+    cluster = TFCluster.run(
+        sc,
+        map_fun,
+        {"out": str(out)},
+        2,
+        input_mode=TFCluster.InputMode.SPARK,
+        master_node="chief",
+        max_restarts=1,
+    )
+    cluster.train(rows, feed_timeout=120)
+    ssc.start()
+    try:
+        _wait_for(
+            "the restarted nodes did not read the micro-batch again",
+            lambda: len(_seen_in(out.glob("seen-*-g1.json"))) >= 40,
+        )
+        cluster.server.done = True  # what stop_streaming.py asks for
+        cluster.shutdown(ssc, timeout=180)
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=False)
+    assert (out / "crashed").exists()
+    # The micro-batch the failed nodes were reading reached the new ones whole.
+    assert sorted(_seen_in(out.glob("seen-*-g1.json"))) == list(range(40))
+
+
+def _seen_in(paths) -> list[int]:
+    return [i for path in list(paths) for i in json.loads(Path(path).read_text())]
+
+
 def test_a_stream_needs_task_slots_beside_the_nodes(spark):
     before = set(spark.sparkContext.statusTracker().getJobIdsForGroup())
     cluster = TFCluster.run(

@@ -412,7 +412,7 @@ class TFCluster:
         def feed(rdd: Any) -> None:
             if self._stream_ended:
                 return  # shutdown ended the stream on the nodes; what is left is not fed
-            if feed_rdd(nodes, feed_timeout, rdd) and self.server is not None:
+            if feed_rdd(nodes, feed_timeout, rdd, self._max_restarts) and self.server is not None:
                 self.server.done = True  # a node terminated its feed: shutdown(ssc) stops the stream
 
         dstream.foreachRDD(feed)

@@ -120,19 +120,44 @@ class StreamNodes:
                 _log.warning("the stream was not ended on %s: %s", node.name, e)
 
 
-def feed_rdd(nodes: StreamNodes, feed_timeout: float, rdd: Any) -> bool:
+def feed_rdd(nodes: StreamNodes, feed_timeout: float, rdd: Any, max_restarts: int = 0) -> bool:
     """Sends every partition of ``rdd`` (one RDD of a DStream) to the nodes and waits until
-    they read the rows; True when a node terminated its feed (the stream should stop)."""
-    _, found = nodes.current()
-    send = functools.partial(
-        _stream_tasks.feed_rows,
-        [n.address for n in found],
-        [n.name for n in found],
-        nodes.key,
-        feed_timeout,
-    )
-    states = rdd.mapPartitionsWithIndex(send).collect()
-    return "terminating" in states
+    they read the rows; True when a node terminated its feed (the stream should stop). When
+    the nodes fail and the launcher restarts them, ``rdd`` is sent again, whole, to the new
+    nodes (up to ``max_restarts`` times)."""
+    attempt = 0
+    while True:
+        generation, found = nodes.current()
+        send = functools.partial(
+            _stream_tasks.feed_rows,
+            [n.address for n in found],
+            [n.name for n in found],
+            nodes.key,
+            feed_timeout,
+        )
+        try:
+            states = rdd.mapPartitionsWithIndex(send).collect()
+        except Exception as e:
+            attempt += 1
+            if attempt > max_restarts or not restarted(nodes, generation):
+                raise
+            _log.warning("a DStream's micro-batch is sent again to the restarted nodes (%s)", e)
+            continue
+        return "terminating" in states
+
+
+def restarted(nodes: StreamNodes, generation: int) -> bool:
+    """Waits for the nodes to register again after a restart of the job; True when the job's
+    generation moved past ``generation``. Raises the job's failure when it ended."""
+    # The failure may reach the driver a heartbeat time-out after the feeding failed.
+    deadline = time.monotonic() + RESTART_NOTICE_SECONDS
+    while True:
+        now, _ = nodes.current()
+        if now != generation:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
 
 
 def _arrow_schema(df: Any) -> Any:
@@ -180,22 +205,9 @@ class StreamFeeder:
                 return
             except Exception as e:
                 attempt += 1
-                if attempt > self._max_restarts or not self._restarted(generation):
+                if attempt > self._max_restarts or not restarted(self._nodes, generation):
                     raise
                 _log.warning("micro-batch %d is sent again to the restarted nodes (%s)", batch_id, e)
-
-    def _restarted(self, generation: int) -> bool:
-        """Waits for the nodes to register again after a restart of the job; True when the
-        job's generation moved past ``generation``. Raises the job's failure when it ended."""
-        # The failure may reach the driver a heartbeat time-out after the feeding failed.
-        deadline = time.monotonic() + RESTART_NOTICE_SECONDS
-        while True:
-            now, _ = self._nodes.current()
-            if now != generation:
-                return True
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.5)
 
     def _feed(self, df: Any, batch_id: int, nodes: list[Node]) -> None:
         key = self._nodes.key

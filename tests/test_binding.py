@@ -65,7 +65,7 @@ def test_the_configuration_holds_what_was_given_and_defaults_the_rest(tmp_path):
         ({"optimizer": {"learning_rate": 0.1}}, "needs a 'name'"),
         ({"learning_rate": -0.5}, "learning_rate=-0.5"),
         ({"model": "gbdt"}, "model 'gbdt'"),
-        ({"hidden": [8, 0]}, "hidden=\\[8, 0\\]"),
+        ({"hidden": [8, 0]}, r"hidden\[1\]=0: must be >= 1"),
         ({"classes": 0}, "classes=0"),
         ({"buckets": 0}, "buckets=0"),
         ({"lr": 0.1}, "unknown training arguments \\['lr'\\]"),

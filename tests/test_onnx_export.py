@@ -54,8 +54,9 @@ SPEC = {
     "crossed": [(("city", "day"), 13), (("shop", "day", "city"), 17)],
 }
 CASES = {
-    "logistic_regression": {"model": "logistic_regression"},
-    "mlp_softmax": {"model": "mlp", "classes": 3, "hidden": [6, 4]},
+    # The dense-only models take no categorical or crossed columns.
+    "logistic_regression": {"model": "logistic_regression", "categorical": {}, "crossed": []},
+    "mlp_softmax": {"model": "mlp", "classes": 3, "hidden": [6, 4], "categorical": {}, "crossed": []},
     "wide_deep": {"model": "wide_deep", "hidden": [8], "dim": 3},
     "deep_fm": {"model": "deep_fm", "hidden": [8, 4], "dim": 4},
     # No dense features: the wide part's bias and the deep part's embeddings alone.

@@ -5,6 +5,8 @@ memory do, and bad input is refused naming what is wrong."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -136,20 +138,33 @@ def test_bad_arguments_are_refused_by_name(tmp_path):
         missing.fit(str(tmp_path / "train.tfrecord"))
 
 
+def test_a_dense_only_model_refuses_columns_it_would_leave_out(tmp_path, caplog):
+    for model in ("logistic_regression", "mlp"):
+        with pytest.raises(
+            InvalidArgumentError, match=rf"^features=.*model='{model}' reads dense columns only; shop"
+        ):
+            Trainer(model=model, features={"dense": ["x0"], "categorical": {"shop": 10}})
+    # An inferred spec says which columns it leaves out.
+    st.tfrecord.write_batches(str(tmp_path / "train.tfrecord"), table(100))
+    with caplog.at_level(logging.WARNING, logger="sparktrain"):
+        Trainer(model="logistic_regression").fit(str(tmp_path / "train.tfrecord"))
+    assert "reads the floating-point columns only: city, shop (not floats) are left out" in caplog.text
+
+
 @pytest.mark.parametrize(
     ("arguments", "named"),
     [
         # Each left the weights NaN after a "successful" fit, or was refused without a name.
         ({"optimizer": "adam", "beta1": 1.5}, "beta1=1.5 must be a number from 0 up to"),
         ({"optimizer": "adam", "beta2": -0.1}, "beta2=-0.1 must be"),
-        ({"optimizer": "adam", "eps": -1}, "eps=-1.0 must be a number above 0"),
-        ({"optimizer": {"name": "momentum", "momentum": 2.0}}, "momentum=2.0 must be"),
+        ({"optimizer": "adam", "eps": -1}, "eps=-1 must be a number above 0"),
+        ({"optimizer": {"name": "momentum", "momentum": 2.0}}, "momentum=2 must be"),
         (
             {"optimizer": "adagrad", "initial_accumulator": -1.0},
-            "initial_accumulator=-1.0 must be a number 0 or more",
+            "initial_accumulator=-1 must be a number 0 or more",
         ),
-        ({"optimizer": "sgd", "weight_decay": -1}, "weight_decay=-1.0 must be"),
-        ({"wide_optimizer": "ftrl", "l1": -1}, "l1=-1.0 must be"),
+        ({"optimizer": "sgd", "weight_decay": -1}, "weight_decay=-1 must be"),
+        ({"wide_optimizer": "ftrl", "l1": -1}, "l1=-1 must be"),
         ({"learning_rate": "0.1"}, r"^learning_rate='0\.1': must be a number"),
         ({"optimizer": {"name": "adam", "learning_rate": "x"}}, r"^optimizer\['learning_rate'\]='x'"),
         ({"hidden": [64, -5]}, r"^hidden\[1\]=-5: must be >= 1"),

@@ -8,6 +8,7 @@ read from it when this module loads."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from numbers import Real
@@ -18,6 +19,8 @@ from sparktrain.errors import InvalidArgumentError
 from sparktrain.training import callbacks as _callbacks
 from sparktrain.training import gpu as _gpu
 from sparktrain.training.results import FeatureSpec, FitResult, Metrics, log_line
+
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from sparktrain.cluster.callbacks import JobCallback
@@ -116,6 +119,17 @@ def _rule(
         None if learning_rate is None else float(learning_rate),
         {k: float(v) for k, v in settings.items()},
     )
+
+
+#: The models that read the dense columns alone, and those that also embed the others.
+DENSE_ONLY_MODELS = ("logistic_regression", "mlp")
+EMBEDDING_MODELS = ("wide_deep", "deep_fm", "dcn")
+
+
+def _embedded_columns(spec: FeatureSpec) -> list[str]:
+    """The columns of ``spec`` that only an embedding model reads."""
+    crossed = [" x ".join(names) for names, _ in spec.crossed]
+    return [n for n, _ in spec.categorical] + crossed + [m[0] for m in spec.multi_hot]
 
 
 class Trainer:
@@ -285,6 +299,16 @@ class Trainer:
         resolve = ctx.absolute_path if ctx is not None else (lambda p: p)
         self._ctx = ctx
         self._features = FeatureSpec.of(features) if features is not None else None
+        if self._features is not None and model in DENSE_ONLY_MODELS:
+            embedded = _embedded_columns(self._features)
+            if embedded:
+                raise _checks.refuse(
+                    "features",
+                    features,
+                    f"model={model!r} reads dense columns only; {', '.join(embedded)} "
+                    f"would be left out: categorical, crossed and multi-hot columns feed "
+                    f"{', '.join(repr(m) for m in EMBEDDING_MODELS)}",
+                )
         if label is not None:
             _checks.text("label", label)
         if self._features is not None and label is not None and label != self._features.label:
@@ -390,6 +414,15 @@ class Trainer:
             if self._features is None:
                 inferred = _native.infer_features(input.schema, self._label, self._buckets)
                 self._features = FeatureSpec.from_native(inferred)
+                embedded = _embedded_columns(self._features)
+                if self._config.model in DENSE_ONLY_MODELS and embedded and self.is_chief:
+                    _log.warning(
+                        "model=%r reads the floating-point columns only: %s (not floats) are left "
+                        "out; give features= to choose, or train %s on them",
+                        self._config.model,
+                        ", ".join(embedded),
+                        " or ".join(repr(m) for m in EMBEDDING_MODELS),
+                    )
             ring = self._ctx.communicator() if self._ctx is not None and self.num_workers > 1 else None
             # The job and its generation fence the checkpoints: once a restart's trainers write
             # model_dir, an older generation's chief cut off from the driver can no longer.

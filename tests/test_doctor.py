@@ -260,6 +260,40 @@ def test_a_probe_that_fails_half_way_leaves_nothing_behind(tmp_path, monkeypatch
     assert list(tmp_path.iterdir()) == []
 
 
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # nothing listens once it is closed
+
+
+def test_an_unreachable_namenode_or_master_is_named_in_seconds():
+    port = _closed_port()
+    started = time.monotonic()
+    [finding] = storage_findings([f"hdfs://127.0.0.1:{port}/models"])
+    assert finding.level == "error"
+    assert finding.message.startswith(f"cannot reach the NameNode of hdfs://127.0.0.1:{port}/models at ")
+    assert "start HDFS" in finding.fix
+    master = probes.master_finding(f"spark://127.0.0.1:{port}")
+    assert master is not None
+    assert master.message.startswith(f"cannot reach the Spark master spark://127.0.0.1:{port} (")
+    assert "Connection refused" in master.message
+    # The HDFS client and Spark retried such addresses for one to three minutes.
+    assert time.monotonic() - started < 30
+    assert probes.master_finding("local[2]") is None
+    assert probes.master_finding("yarn") is None
+
+
+def test_the_command_names_an_unreachable_master_without_starting_spark():
+    port = _closed_port()
+    done = run_in_group(
+        [sys.executable, "-m", "sparktrain", "doctor", "--master", f"spark://127.0.0.1:{port}"], timeout=60
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert f"cannot reach the Spark master spark://127.0.0.1:{port}" in done.stdout
+
+
 def test_hdfs_folders_are_probed(hdfs_url):
     folder = f"{hdfs_url}/doctor-{uuid.uuid4().hex[:8]}"
     [finding] = storage_findings([f"{folder}/models/run-1"])

@@ -219,6 +219,11 @@ def main(argv: Sequence[str]) -> int:
     from pyspark.sql import SparkSession
 
     started = SparkContext._active_spark_context is None
+    unreachable_master = probes.master_finding(args.master) if started and args.master else None
+    if unreachable_master is not None:
+        findings = conf_findings(confs, args.workers, args.gpus_per_worker, args.master)
+        print(report([*findings, unreachable_master]))
+        return 1
     builder = SparkSession.builder.appName(args.name)
     if args.master:
         builder = builder.master(args.master)
@@ -235,7 +240,8 @@ def main(argv: Sequence[str]) -> int:
             Finding(
                 "spark",
                 "error",
-                f"Spark did not start: {spark_error_summary(str(e)) or repr(e)}",
+                f"Spark did not start (master {args.master or 'from the Spark conf'}): "
+                f"{spark_error_summary(str(e)) or repr(e)}",
                 "correct the setting Spark names; the findings above may point at it",
             )
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import socket
 import sys
 import threading
 import uuid
@@ -22,6 +23,9 @@ from sparktrain.cluster.driver.preflight import TASK_CPUS_CONF, Finding, conf_va
 from sparktrain.deploy import kerberos
 from sparktrain.errors import SparktrainError
 
+#: Seconds a network service (a standalone master, a NameNode) has to accept a connection:
+#: Spark and the HDFS client retry an unreachable one for minutes before they give up.
+CONNECT_TIMEOUT: Final = 10.0
 #: The Hadoop conf that turns Kerberos on.
 HADOOP_AUTH_CONF: Final = "hadoop.security.authentication"
 #: The most tasks the executors' probe starts: enough to reach every executor of a usual cluster.
@@ -231,6 +235,39 @@ def run_probe_job(
     return list(outcome["rows"])
 
 
+def unreachable(host: str, port: int, timeout: float = CONNECT_TIMEOUT) -> str | None:
+    """Why nothing at ``host:port`` accepts a TCP connection within ``timeout`` seconds (an
+    unknown name, a refused or timed-out connection), or None when something does."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except OSError as e:
+        return str(e) or type(e).__name__
+
+
+def master_finding(master: str) -> Finding | None:
+    """For a standalone master (``spark://host:port[,host:port]``), an error when none of its
+    addresses accepts a connection, found in seconds where Spark gives up after a minute;
+    None for any other master, or when one answers."""
+    if not master.startswith("spark://"):
+        return None
+    failures = []
+    for address in master.removeprefix("spark://").split(","):
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            return None  # Spark names a malformed master itself
+        why = unreachable(host, int(port))
+        if why is None:
+            return None
+        failures.append(f"{address}: {why}")
+    return Finding(
+        "spark",
+        "error",
+        f"cannot reach the Spark master {master} ({'; '.join(failures)})",
+        "correct --master (spark://HOST:PORT, the master's own URL on its web UI) or start the master",
+    )
+
+
 def storage_findings(paths: Sequence[str]) -> list[Finding]:
     """For each folder in ``paths``: writes a small probe file into it, reads it back and
     removes it. A folder that does not exist yet is created for the probe and removed again,
@@ -255,6 +292,18 @@ def _probe_path(path: str) -> Finding:
     if not urlsplit(folder).scheme:
         folder = os.path.abspath(folder)  # so that its parents can be walked up to the root
     fix = "use a folder the job's user may write, or give that user write permission on it"
+    parts = urlsplit(folder)
+    if parts.scheme in ("hdfs", "viewfs", "webhdfs") and parts.hostname and parts.port:
+        # A NameNode that cannot be reached is found in seconds; its client would retry for
+        # minutes. (A name without a port is an HA nameservice: the Hadoop conf resolves it.)
+        why = unreachable(parts.hostname, parts.port)
+        if why is not None:
+            return Finding(
+                check,
+                "error",
+                f"cannot reach the NameNode of {path} at {parts.hostname}:{parts.port}: {why}",
+                "correct the host and port in the path (or fs.defaultFS), or start HDFS",
+            )
     try:
         if fs.exists(folder):
             if not fs.status(folder).is_dir:
@@ -266,7 +315,10 @@ def _probe_path(path: str) -> Finding:
             while (parent := _parent(created[-1])) != created[-1] and not fs.exists(parent):
                 created.append(parent)
     except SparktrainError as e:
-        return Finding(check, "error", f"cannot look at {path}: {e}", fix)
+        # Not a permission (that comes when writing): the path, the store or its settings.
+        return Finding(
+            check, "error", f"cannot look at {path}: {e}", "check the path and the storage's settings"
+        )
     probe = f"{folder.rstrip('/')}/.sparktrain-doctor-{uuid.uuid4().hex}"
     data = b"sparktrain doctor probe\n"
     failure: SparktrainError | None = None

@@ -216,5 +216,13 @@ def test_bad_control_settings_are_refused_by_name(data):
         trainer().fit(path, eval_data=path, early_stopping={"monitor": "f1"})
     with pytest.raises(InvalidArgumentError, match="mean_squared_error has no 'auc' to watch"):
         trainer(loss="mean_squared_error").fit(path, eval_data=path, early_stopping={"monitor": "auc"})
+    # Settings that would do nothing: an evaluation rate without data, early stopping with one
+    # evaluation at the end, and a bool where a count goes.
+    with pytest.raises(InvalidArgumentError, match=r"^eval_every=5: needs eval_data"):
+        trainer().fit(path, eval_every=5)
+    with pytest.raises(InvalidArgumentError, match=r"^early_stopping=.*needs eval_every"):
+        trainer().fit(path, eval_data=path, early_stopping={"monitor": "auc"})
+    with pytest.raises(InvalidArgumentError, match=r"^eval_every=True: must be an integer"):
+        trainer().fit(path, eval_data=path, eval_every=True)
     with pytest.raises(InvalidArgumentError, match="on_eval=3"):
         trainer().fit(path, on_eval=3)  # type: ignore[arg-type]

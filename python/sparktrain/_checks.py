@@ -33,8 +33,8 @@ def _shown(value: object) -> str:
 
 def integer(name: str, value: object, *, minimum: int) -> int:
     """``value`` as an ``int`` of at least ``minimum``. Any integer type is taken (NumPy's
-    too); floats are not, even whole ones."""
-    if not isinstance(value, SupportsIndex):
+    too); floats are not, even whole ones, nor booleans (``eval_every=True`` is a slip)."""
+    if isinstance(value, bool) or not isinstance(value, SupportsIndex):
         raise refuse(name, value, f"must be an integer >= {minimum}")
     number = operator.index(value)
     if number < minimum:

@@ -591,12 +591,17 @@ def check_fit_arguments(
     _checks.integer("epochs", epochs, minimum=0)
     _checks.optional_integer("steps", steps, minimum=0)
     _checks.optional_integer("eval_every", eval_every, minimum=1)
+    if eval_every is not None and eval_data is None:
+        raise _checks.refuse("eval_every", eval_every, "needs eval_data to evaluate on")
     if sharding not in SHARDINGS:
         raise InvalidArgumentError(f"sharding={sharding!r}: use one of {list(SHARDINGS)}")
     if early_stopping is not None:
         early_stopping_json(early_stopping, config)
         if eval_data is None:
             raise _checks.refuse("early_stopping", early_stopping, "needs eval_data to watch")
+        if eval_every is None:
+            # One evaluation, at the end, leaves nothing to stop.
+            raise _checks.refuse("early_stopping", early_stopping, "needs eval_every: how often to evaluate")
 
 
 def train_main(args: dict[str, Any], ctx: TrainerContext) -> dict[str, Any] | None:

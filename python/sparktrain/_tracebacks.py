@@ -39,9 +39,14 @@ def exception_line(lines: Iterable[str]) -> str | None:
 
 def raised_in_task(error: BaseException) -> SparktrainError | None:
     """sparktrain's error that a Spark task raised, rebuilt from Spark's report of it in
-    ``error``: a Python worker's ``sparktrain.errors.X: message``, or one of the jar's
-    exceptions that stands for one (:data:`_JAR_ERRORS`). None for anything else."""
-    text = str(error)
+    ``error`` (see :func:`raised_in`)."""
+    return raised_in(str(error))
+
+
+def raised_in(text: str) -> SparktrainError | None:
+    """sparktrain's error that Spark's report ``text`` of a failed task ends with: a Python
+    worker's ``sparktrain.errors.X: message``, or one of the jar's exceptions that stands for
+    one (:data:`_JAR_ERRORS`). None for anything else."""
     for java, kind in _JAR_ERRORS.items():
         found = re.search(re.escape(java) + r": ([^\n]*)", text)
         if found:

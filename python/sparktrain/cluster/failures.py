@@ -17,17 +17,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from sparktrain import errors
-from sparktrain._tracebacks import exception_line
-from sparktrain.errors import (
-    CheckpointMismatch,
-    GenerationSuperseded,
-    InvalidArgumentError,
-    MissingDependencyError,
-    PathNotFoundError,
-    SchemaError,
-    TFRecordError,
-    WorkerFailed,
-)
+from sparktrain._tracebacks import exception_line, raised_in
+from sparktrain.errors import WorkerFailed
 
 #: The trainer's exit code when ``main_fun`` (or loading it) raised; the traceback is on stderr.
 FAILED: Final = 1
@@ -51,13 +42,13 @@ UNRESPONSIVE: Final = 71
 #: would fail alike. A trainer says so with :data:`NOT_RETRYABLE`; a Spark task that feeds the
 #: trainers (its Python worker raised one of them) fails the job without a restart too.
 NOT_RETRYABLE_ERRORS: Final = (
-    CheckpointMismatch,
-    GenerationSuperseded,
-    InvalidArgumentError,
-    MissingDependencyError,
-    PathNotFoundError,
-    SchemaError,
-    TFRecordError,
+    errors.CheckpointMismatch,
+    errors.GenerationSuperseded,
+    errors.InvalidArgumentError,
+    errors.MissingDependencyError,
+    errors.PathNotFoundError,
+    errors.SchemaError,
+    errors.TFRecordError,
 )
 
 # Only codes that sparktrain's own trainer sets get a gloss; user code may exit with any.
@@ -170,8 +161,4 @@ def raised_bad_input(message: str) -> bool:
     """Whether the Python exception a Spark error ends with is one of sparktrain's errors that
     a restart cannot fix (:data:`NOT_RETRYABLE_ERRORS`): a task reading the job's input met
     bad data or arguments."""
-    raised = exception_line(message.splitlines())
-    if raised is None or not raised.startswith("sparktrain.errors."):
-        return False
-    kind = getattr(errors, raised.split(":", 1)[0].removeprefix("sparktrain.errors."), None)
-    return isinstance(kind, type) and issubclass(kind, NOT_RETRYABLE_ERRORS)
+    return isinstance(raised_in(message), NOT_RETRYABLE_ERRORS)

@@ -17,11 +17,10 @@ from pyspark.ml.param import Param, Params
 
 from sparktrain import _checks, _native
 from sparktrain.training import DEFAULTS
+from sparktrain.training.trainer import EMBEDDING_MODELS  # the models that embed categorical columns
 
 #: The models the engine trains for classification.
 MODELS: tuple[str, ...] = tuple(_native.MODELS)
-#: The models that embed categorical columns (and need at least one).
-EMBEDDING_MODELS = ("wide_deep", "deep_fm", "dcn")
 #: How the embedding tables are placed (the engine's ``shard_tables``).
 SHARD_TABLES = ("auto", "on", "off")
 #: Optimizers by name.

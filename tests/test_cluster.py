@@ -111,6 +111,30 @@ def test_a_deterministic_exception_is_tried_twice_then_fails_the_job_with_its_tr
     assert Cluster.run(spark, lambda args, ctx: ctx.rank, None, 2).wait(timeout=60) == 0
 
 
+def test_sys_exit_in_main_fun_is_success_at_zero_and_a_failure_naming_its_status_otherwise(spark):
+    def main_fun(args, ctx):
+        import sys
+
+        if ctx.rank == 1:
+            sys.exit(args)
+        return "done"
+
+    for status in (0, None):
+        cluster = Cluster.run(spark, main_fun, status, 2, max_restarts=0)
+        assert cluster.wait(timeout=60) == "done"
+        assert cluster.results() == ["done", None]
+        cluster.shutdown()
+
+    with (
+        Cluster.run(spark, main_fun, 3, 2, max_restarts=0) as cluster,
+        pytest.raises(WorkerFailed) as failed,
+    ):
+        cluster.wait(timeout=60)
+    e = failed.value
+    assert (e.rank, e.task_index, e.role, e.exit_code) == (1, 1, "worker:0", 1)
+    assert "main_fun called sys.exit(3)" in e.stderr_tail
+
+
 def test_a_trainer_killed_by_a_signal_fails_the_job_naming_the_signal(spark):
     def main_fun(args, ctx):
         import os

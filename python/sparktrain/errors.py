@@ -163,9 +163,11 @@ class ConfigurationError(ClusterError):
 class WorkerFailed(ClusterError):
     """A trainer failed: it exited non-zero, was killed, or its task stopped heart-beating.
 
-    ``task_index``, ``role`` (``"chief:0"``, ``"worker:1"``...) and ``host`` name it;
-    ``exit_code`` is its exit code (``None`` when it was lost), ``signal`` the signal that killed
-    it (or ``None``), and ``stderr_tail`` the last lines it wrote to stderr, traceback included.
+    ``task_index`` (also ``rank``), ``role`` (``"chief:0"``, ``"worker:1"``...) and ``host``
+    name it; ``exit_code`` is its exit code (``None`` when it was lost), ``signal`` the signal
+    that killed it (or ``None``), and ``stderr_tail`` the last lines it wrote to stderr,
+    traceback included. A ``sys.exit(n)`` in ``main_fun`` is exit code 1, with the status
+    named in ``stderr_tail``: the trainer's own exit codes say how it failed.
     """
 
     task_index: int
@@ -174,6 +176,12 @@ class WorkerFailed(ClusterError):
     exit_code: int | None
     signal: int | None
     stderr_tail: str
+
+    @property
+    def rank(self) -> int:
+        """The trainer's global rank (``RANK``, ``ctx.rank``): its task index, in the order
+        chief, workers, evaluators."""
+        return self.task_index
 
 
 class CollectiveError(ClusterError):

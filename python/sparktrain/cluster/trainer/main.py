@@ -23,11 +23,12 @@ import sys
 import threading
 import time
 import traceback
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sparktrain import fs
 from sparktrain.cluster.callbacks import JobCallback
 from sparktrain.cluster.failures import FAILED, NOT_RETRYABLE, NOT_RETRYABLE_ERRORS, ORPHANED, PEER_LOST
+from sparktrain.cluster.scripts import ScriptExit
 from sparktrain.cluster.settings import EXIT_BARRIER, JobSettings, TrainerLaunch
 from sparktrain.cluster.trainer.context import TrainerContext
 from sparktrain.cluster.trainer.frameworks import framework_env, register_jax_cluster
@@ -52,6 +53,20 @@ def exit_code_for(error: BaseException) -> int:
     if isinstance(error, NOT_RETRYABLE_ERRORS):
         return NOT_RETRYABLE
     return FAILED
+
+
+def _call(main_fun: Any, args: Any, ctx: TrainerContext) -> Any:
+    """``main_fun(args, ctx)``, where ``sys.exit(0)`` (or ``sys.exit()``) is success with no
+    result, as it is for a script, and any other exit status fails the trainer, naming it. The
+    trainer's own exit codes tell the driver how it failed, so the user's status is named on
+    stderr (and so in :class:`~sparktrain.errors.WorkerFailed`), not passed on."""
+    try:
+        return main_fun(args, ctx)
+    except SystemExit as e:
+        if e.code in (None, 0):
+            return None
+        name = getattr(main_fun, "__name__", "main_fun")
+        raise ScriptExit(f"{name} called sys.exit({e.code!r})") from None
 
 
 def _prove_liveness(interval: float) -> None:
@@ -204,7 +219,7 @@ def main() -> int:
             tf_port.close()
         else:
             ctx.tf_port_socket = tf_port
-        value = main_fun(args, ctx)
+        value = _call(main_fun, args, ctx)
         result = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         if len(result) > job.max_result_bytes:
             raise InvalidArgumentError(

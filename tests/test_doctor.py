@@ -190,6 +190,26 @@ def test_the_spark_version_and_the_build_of_the_jar_must_match():
     assert (old.level, old.message) == ("error", "this is Spark 3.4.1; sparktrain supports Spark 3.5 and 4.x")
 
 
+def test_a_missing_local_file_on_spark_jars_is_an_error_naming_it(tmp_path):
+    def jars(value):
+        conf = SparkConf(loadDefaults=False)
+        if value is not None:
+            conf.set("spark.jars", value)
+        return probes.jars_finding(conf)
+
+    present = tmp_path / "present.jar"
+    present.write_bytes(b"PK")
+    assert jars(None).level == "ok"
+    # Files elsewhere (on HDFS, on every node under local:) are not looked at.
+    assert jars(f"{present}, file:{present},hdfs://nn:8020/x.jar,local:/opt/y.jar").level == "ok"
+    missing = jars(f"{present},file:{tmp_path}/gone.jar,/nowhere/sparktrain-hadoop-0.1.0.jar")
+    assert missing.level == "error"
+    assert missing.message.startswith(
+        f"spark.jars names file:{tmp_path}/gone.jar, /nowhere/sparktrain-hadoop-0.1.0.jar, not a file here"
+    )
+    assert "ClassNotFoundException" in missing.message
+
+
 def test_the_report_has_a_block_per_finding_and_counts_them():
     text = report(
         [
@@ -366,6 +386,7 @@ def test_diagnose_on_the_local_cluster(spark, tmp_path):
     checks = [f.check for f in findings]
     assert checks == [
         "spark-version",
+        "jars",
         "dynamic-allocation",
         "settings",
         "task-cpus",
@@ -375,8 +396,9 @@ def test_diagnose_on_the_local_cluster(spark, tmp_path):
         "storage",
         "storage",
     ]
-    found = by_check(findings[:7])
+    found = by_check(findings[:8])
     assert found["spark-version"].level == "ok", found["spark-version"]
+    assert found["jars"].level == "ok", found["jars"]
     assert found["dynamic-allocation"].level == "ok"
     assert found["settings"].level == "ok"
     # local-cluster[2,2,1024] with one CPU per task: two trainers may share an executor.
@@ -392,10 +414,10 @@ def test_diagnose_on_the_local_cluster(spark, tmp_path):
 
     assert f"sparktrain {sparktrain.__version__}" in versions.message
     assert "4 task(s)" in versions.message
-    assert findings[7].level == "ok"
+    assert findings[8].level == "ok"
     assert not out.exists()
-    assert findings[8].level == "error"
-    assert UNWRITABLE in findings[8].message
+    assert findings[9].level == "error"
+    assert UNWRITABLE in findings[9].message
 
 
 def test_diagnose_counts_the_slots_a_job_lacks(spark):
@@ -474,7 +496,7 @@ def test_the_command_exits_with_0_when_all_is_well(tmp_path):
     assert "OK       executor-versions" in result.stdout
     # The report wraps long lines: compare with its whitespace folded.
     assert f"file://{tmp_path}/out is writable and readable" in " ".join(result.stdout.split())
-    assert result.stdout.rstrip().endswith("0 errors, 0 warnings, 8 ok")
+    assert result.stdout.rstrip().endswith("0 errors, 0 warnings, 9 ok")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -492,6 +514,7 @@ def test_the_command_exits_with_1_on_errors_and_names_them(tmp_path):
     result = _doctor(
         "--master", "local[1]", *LOOPBACK, "--conf", "spark.ui.enabled=false", "--wait", "180",
         "--path", UNWRITABLE, "--conf", "spark.sparktrain.collective.seel=false",
+        "--conf", "spark.jars=/nowhere/extra.jar",
         env={"PYSPARK_PYTHON": str(python)},
     )  # fmt: skip
     assert result.returncode == 1, result.stdout + result.stderr[-3000:]
@@ -501,7 +524,9 @@ def test_the_command_exits_with_1_on_errors_and_names_them(tmp_path):
     assert f"cannot write a file under {UNWRITABLE}" in result.stdout
     # A misspelt setting, which Cluster.run would refuse too.
     assert "did you mean spark.sparktrain.collective.seal?" in " ".join(result.stdout.split())
-    assert result.stdout.rstrip().endswith("3 errors, 0 warnings, 5 ok")
+    # Spark started without the jar it could not find.
+    assert "spark.jars names /nowhere/extra.jar, not a file here" in " ".join(result.stdout.split())
+    assert result.stdout.rstrip().endswith("4 errors, 0 warnings, 5 ok")
 
 
 def _executor_python(tmp_path: Path, interpreter: str, version: str) -> Path:

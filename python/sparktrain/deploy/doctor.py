@@ -5,6 +5,7 @@ The checks:
 
 - ``spark-version``: sparktrain runs on Spark 3.5 and 4.x, and sparktrain's jar on
   ``spark.jars`` must be the build for the session's Spark (Scala 2.12 for 3.5, 2.13 for 4.x).
+- ``jars``: every local file on ``spark.jars`` must exist; Spark starts without a missing one.
 - ``dynamic-allocation``: Spark refuses barrier stages while dynamic allocation is on.
 - ``settings``: sparktrain's ``spark.sparktrain.*`` confs, as ``Cluster.run`` reads them (a
   misspelt key, a value out of range, a TLS file that cannot be read).
@@ -83,6 +84,7 @@ def diagnose(
     master = str(sc.master)
     findings = [
         probes.spark_version_finding(str(sc.version), conf),
+        probes.jars_finding(conf),
         check_dynamic_allocation(conf, master),
         check_settings(conf),
     ]

@@ -1,6 +1,7 @@
 """What ``sparktrain doctor`` looks at on a live Spark application: the Spark version and its
 jar, the task slots, the executors' Python and sparktrain (one small Spark job), storage
-folders (a probe file written, read back and removed) and Kerberos credentials. Each check
+folders (a probe file written, read back and removed), the local files on ``spark.jars``
+and Kerberos credentials. Each check
 returns a :class:`~sparktrain.cluster.driver.preflight.Finding`. Runs on the driver.
 """
 
@@ -85,6 +86,31 @@ def spark_version_finding(version: str, conf: Any) -> Finding:
         "ok",
         f"Spark {version}: all of sparktrain but the Python data source API (Spark 4); {tfrecord}",
     )
+
+
+def jars_finding(conf: Any) -> Finding:
+    """Whether every file ``spark.jars`` names on the driver's file system (a bare path or a
+    ``file:`` URL) exists: Spark logs an error for a missing one and starts without it, and
+    the tasks that need its classes fail later with ``ClassNotFoundException``. Other URLs
+    (``hdfs:``, ``local:`` on every node) are not looked at."""
+    missing = []
+    for entry in (conf_value(conf, "spark.jars") or "").split(","):
+        entry = entry.strip()
+        parts = urlsplit(entry)
+        if not entry or parts.scheme not in ("", "file"):
+            continue
+        path = parts.path if parts.scheme else entry
+        if not os.path.isfile(path):
+            missing.append(entry)
+    if missing:
+        return Finding(
+            "jars",
+            "error",
+            f"spark.jars names {', '.join(missing)}, not a file here: Spark starts without it, "
+            "and tasks that need its classes fail with ClassNotFoundException",
+            "correct the path (sparktrain.jar_path() gives sparktrain's own jar)",
+        )
+    return Finding("jars", "ok", "every local file on spark.jars exists")
 
 
 def slots_finding(conf: Any, slots: int, executors: int, num_workers: int | None, waited: float) -> Finding:

@@ -245,6 +245,12 @@ def test_predict_after_a_re_export_to_the_same_path_scores_with_the_new_weights(
         InvalidArgumentError, match="df has no column 'f07', which the features name as dense"
     ):
         st.predict(spark, export, frame.drop("f07"))
+    # So is one of a type the engine cannot read as its kind of feature.
+    with pytest.raises(
+        InvalidArgumentError,
+        match="df's column 'f07' has type string, which a dense feature cannot be: use a numeric",
+    ):
+        st.predict(spark, export, frame.withColumn("f07", frame["f07"].cast("string")))
 
 
 def test_every_input_mode_sees_each_row_once_per_epoch(spark, tmp_path):
@@ -286,6 +292,24 @@ def test_a_missing_column_fails_the_job_naming_it(spark, criteo):
         InvalidArgumentError, match="data has no column 'clicked', which the features name as label"
     ):
         st.train(spark, frame, model="mlp", label="clicked", num_workers=2, steps=5, log=False)
+    texts = spark.createDataFrame([("1.0", "yes")], "i01 string, label string")
+    with pytest.raises(InvalidArgumentError, match="data's column 'i01' has type string, which a dense"):
+        st.train(spark, texts, model="mlp", features={"dense": ["i01"]}, num_workers=2, steps=5, log=False)
+    with pytest.raises(InvalidArgumentError, match="data's column 'label' has type string, which the label"):
+        st.train(spark, texts, model="mlp", num_workers=2, steps=5, log=False)
+    tags = spark.createDataFrame([([1.5], 1)], "tags array<double>, label long")
+    with pytest.raises(
+        InvalidArgumentError, match="data's column 'tags' has type array<double>, which a multi"
+    ):
+        st.train(
+            spark,
+            tags,
+            model="wide_deep",
+            features={"multi_hot": {"tags": 10}},
+            num_workers=2,
+            steps=5,
+            log=False,
+        )
 
 
 def test_the_chiefs_hook_and_early_stopping_stop_both_workers_at_one_step(spark, criteo, tmp_path):

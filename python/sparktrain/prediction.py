@@ -101,7 +101,9 @@ def predict(
     # here); the tasks score this version.
     version = exported.version(export_dir)
     model = exported.load(export_dir, version, tables=False)
-    FeatureSpec.from_native(model.features).check_columns(df.columns, "df", label=False)
+    spec = FeatureSpec.from_native(model.features)
+    spec.check_columns(df.columns, "df", label=False)
+    spec.check_types(df.schema, "df", label=False)
     score_type = ArrayType(FloatType(), False) if model.loss == "softmax_cross_entropy" else FloatType()
     schema = StructType([*df.schema.fields, StructField(score_column, score_type, False)])
     if tables == "lookup" or (tables == "auto" and model.sharded_tables):

@@ -119,11 +119,10 @@ def train(
     if fed:
         # A DataFrame's columns are known here: a missing one is named now, not by every trainer.
         spec = FeatureSpec.of(features) if features is not None else None
-        if spec is not None:
-            spec.check_columns(data.columns, "data")
-        else:
-            label = hyperparameters.get("label") or "label"
-            FeatureSpec(label=label).check_columns(data.columns, "data")
+        if spec is None:
+            spec = FeatureSpec(label=hyperparameters.get("label") or "label")
+        spec.check_columns(data.columns, "data")
+        spec.check_types(data.schema, "data")
     check_fit_arguments(epochs, steps, eval_every, sharding, early_stopping, eval_data, config)
     require_spark("sparktrain.train", arrow_udfs=fed)
     if features is not None:

@@ -15,6 +15,18 @@ from typing import Any
 from sparktrain import _native
 from sparktrain.errors import InvalidArgumentError
 
+_NUMBERS = frozenset({"byte", "short", "integer", "long", "float", "double", "decimal", "boolean"})
+_KEYS = frozenset({"byte", "short", "integer", "long", "string", "varchar", "char", "binary"})
+#: The Spark types (``DataType.typeName()``) each kind of column may have, and what to do
+#: about another: a multi-hot column is an array of keys.
+_SPARK_TYPES = {
+    "dense": (_NUMBERS, "a dense feature", "use a numeric or boolean column (cast it to double)"),
+    "label": (_NUMBERS, "the label", "use a numeric or boolean column (cast it to double)"),
+    "categorical": (_KEYS, "a categorical feature", "use integers, strings or bytes"),
+    "crossed": (_KEYS, "a crossed feature's column", "use integers, strings or bytes"),
+    "multi_hot": (_KEYS, "a multi-hot feature", "use an array of integers, strings or bytes"),
+}
+
 
 @dataclass(frozen=True)
 class FeatureSpec:
@@ -100,6 +112,28 @@ class FeatureSpec:
                 shown = ", ".join(columns) if len(columns) <= 20 else ", ".join(columns[:20]) + ", ..."
                 raise InvalidArgumentError(
                     f"{what} has no column {name!r}, which the features name as {kind} (columns: {shown})"
+                )
+
+    def check_types(self, schema: Any, what: str, label: bool = True) -> None:
+        """Refuses a column of ``schema`` (a Spark ``StructType``) whose type the engine cannot
+        read for its kind of feature (a string as a dense feature, a double as a categorical
+        one), naming the column: on the driver, rather than in every task once the job runs.
+        The engine reads the columns as Spark hands them over in Arrow form; a column
+        ``schema`` lacks is left to :meth:`check_columns`."""
+        types = {f.name: f.dataType for f in schema.fields}
+        wanted = [*self.input_columns(), *([("label", self.label)] if label else [])]
+        for kind, name in wanted:
+            if name not in types:
+                continue
+            data_type = types[name]
+            allowed, role, hint = _SPARK_TYPES[kind]
+            type_name = data_type.typeName()
+            if kind == "multi_hot":
+                type_name = data_type.elementType.typeName() if type_name == "array" else "not an array"
+            if type_name not in allowed:
+                raise InvalidArgumentError(
+                    f"{what}'s column {name!r} has type {data_type.simpleString()}, which {role} "
+                    f"cannot be: {hint}"
                 )
 
     def to_native(self) -> _native.FeatureSpec:

@@ -189,3 +189,23 @@ def test_a_damaged_file_is_named_with_its_offset(tmp_path):
         Trainer(features=features, shuffle_buffer=0).fit(str(path))
     assert damage.value.path.endswith("train.tfrecord")
     assert damage.value.offset > 0
+
+
+def test_a_run_shorter_than_log_every_still_logs_its_loss_at_its_last_step(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    st.tfrecord.write_batches(str(tmp_path / "train.tfrecord"), table(500))
+    trainer = Trainer(
+        model="logistic_regression",
+        features={"dense": ["x0", "x1", "x2"]},
+        batch_size=100,
+        log_every=100,
+        tensorboard_dir=str(tmp_path / "tb"),
+    )
+    result = trainer.fit(str(tmp_path / "train.tfrecord"), epochs=1)
+    assert result.steps == 5
+    assert [line["step"] for line in result.history] == [5]
+    assert result.loss == pytest.approx(result.history[0]["loss"])
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(5, pytest.approx(result.loss, rel=1e-6))]

@@ -627,6 +627,7 @@ impl Trainer {
             best_checkpoint: None,
         };
         let mut window = Window::new();
+        let mut last_epoch = self.progress.epoch;
         let done = |step: u64| options.max_steps.is_some_and(|max| step >= max);
         'epochs: while self.progress.epoch < options.epochs && !done(self.progress.step) {
             let mut batches = input.epoch(self.progress.epoch, &self.features)?;
@@ -661,6 +662,7 @@ impl Trainer {
                 let Some(stats) = self.dp.step_prepared(batch)? else { break };
                 self.progress.step = stats.step;
                 self.progress.batches_in_epoch += 1;
+                last_epoch = self.progress.epoch;
                 summary.first_step_at.get_or_insert_with(unix_time);
                 summary.examples += stats.examples;
                 window.add(stats.loss as f64, stats.examples);
@@ -687,7 +689,13 @@ impl Trainer {
             self.progress.batches_in_epoch = 0;
         }
         if window.steps > 0 {
-            summary.loss = Some(window.loss_sum / window.steps as f64);
+            // The steps since the last progress line get one too, so that a run shorter than
+            // `log_every`, or not a multiple of it, still logs its loss at its last step.
+            let line = window.line(self.progress.step, last_epoch, self.dp.optimizers().learning_rate());
+            self.log(&line)?;
+            (hooks.on_log)(&line)?;
+            summary.loss = Some(line.loss);
+            summary.history.push(line);
         }
         if let Some(eval) = eval
             && summary.evaluations.last().is_none_or(|e| e.step != self.progress.step)

@@ -275,7 +275,12 @@ def test_a_registered_model_scores_through_pyfunc_and_spark_udf_as_predict_does(
     name = f"ctr-{uuid.uuid4().hex[:8]}"
     info = log_model(export_dir, input_example=df, registered_model_name=name, run_id=trained["run_id"])
     assert info.run_id == trained["run_id"]
-    assert mlflow.MlflowClient(tracking).get_run(trained["run_id"]).info.status == "FINISHED"
+    run = mlflow.MlflowClient(tracking).get_run(trained["run_id"])
+    assert run.info.status == "FINISHED"
+    # In the run's experiment, not MLflow's current one.
+    assert (
+        mlflow.MlflowClient(tracking).get_logged_model(info.model_id).experiment_id == run.info.experiment_id
+    )
     uri = f"models:/{name}/1"
 
     model = mlflow.pyfunc.load_model(uri)

@@ -242,3 +242,63 @@ def test_the_signature_takes_integer_ids_in_each_form_and_strings_as_strings(pyf
             validate_schema(frame, signature.inputs)
         except Exception as e:  # MlflowException: MLflow's check refuses the frame
             raise AssertionError(f"the signature refuses integer ids as {form}") from e
+
+
+def test_the_loader_refuses_an_unknown_engine_and_a_fractional_id_naming_them(pyfunc_data, monkeypatch):
+    from sparktrain.tracking import _pyfunc
+
+    monkeypatch.setenv(_pyfunc.ENGINE_VARIABLE, "bogus")
+    with pytest.raises(ValueError, match="SPARKTRAIN_PYFUNC_ENGINE='bogus': use onnx or engine"):
+        _pyfunc.SparktrainModel(pyfunc_data["data"])
+    monkeypatch.setenv(_pyfunc.ENGINE_VARIABLE, "Engine")  # any case
+    model = _pyfunc.SparktrainModel(pyfunc_data["data"])
+    frame = _ids_table(20, seed=3, missing=True).drop(["label"]).to_pandas()
+    frame.loc[3, "shop"] = 6.5
+    with pytest.raises(
+        ValueError, match=r"categorical column 'shop' holds 6\.5: its values must be integers"
+    ):
+        model.predict(frame)
+    # No rows: no scores, in either engine.
+    assert len(model.predict(frame.iloc[:0])) == 0
+
+
+def test_the_onnx_loader_names_a_fractional_id_and_takes_no_rows(pyfunc_data, monkeypatch):
+    pytest.importorskip("onnxruntime", reason="onnxruntime is in tests/requirements.txt, not here")
+    from sparktrain.tracking import _pyfunc
+
+    monkeypatch.setenv(_pyfunc.ENGINE_VARIABLE, "onnx")
+    model = _pyfunc.SparktrainModel(pyfunc_data["data"])
+    frame = _ids_table(20, seed=3, missing=False).drop(["label"]).to_pandas().astype({"shop": object})
+    frame.loc[3, "shop"] = 6.5
+    with pytest.raises(ValueError, match=r"categorical column 'shop' holds 6\.5"):
+        model.predict(frame)
+    assert len(model.predict(frame.iloc[:0])) == 0
+
+
+def test_a_model_logged_into_a_finished_run_by_its_id_goes_into_the_runs_experiment(pyfunc_data, tmp_path):
+    pytest.importorskip("mlflow", reason="mlflow-skinny is in tests/requirements.txt, not here")
+    example = tmp_path / "example.parquet"
+    _ids_table(50, seed=3, missing=False).drop(["label"]).to_pandas().to_parquet(example)
+    # In a process of its own: MLflow's tracking URI and current experiment are process-wide.
+    script = f"""
+import os
+os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+import mlflow, pandas as pd
+from sparktrain.tracking import log_model
+mlflow.set_tracking_uri({f"file://{tmp_path}/mlruns"!r})
+client = mlflow.MlflowClient()
+experiment = client.create_experiment("ctr")
+run = client.create_run(experiment)
+# As MLflowCallback logs them: metrics at step 0, which MLflow copies to the model.
+client.log_metric(run.info.run_id, "workers", 2.0, step=0)
+client.set_terminated(run.info.run_id)
+example = pd.read_parquet({str(example)!r})
+info = log_model({pyfunc_data["export"]!r}, input_example=example, run_id=run.info.run_id, onnx=False)
+model = client.get_logged_model(info.model_id)
+print(model.experiment_id == experiment, model.source_run_id == run.info.run_id,
+      client.get_run(run.info.run_id).info.status)
+print(len(mlflow.pyfunc.load_model(info.model_uri).predict(example)))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "True", "FINISHED", "50"]

@@ -55,20 +55,22 @@ def _missing(value: Any) -> bool:
         return type(value).__name__ == "NAType"
 
 
-def _whole(value: Any) -> int:
-    """A number that is an integer (1 or 1.0), as an int."""
+def _whole(value: Any, column: str) -> int:
+    """A number that is an integer (1 or 1.0), as an int; ``column`` names it otherwise."""
     if isinstance(value, float) and not value.is_integer():
-        raise ValueError(f"a categorical value must be an integer, string or bytes, not {value!r}")
+        raise ValueError(
+            f"categorical column {column!r} holds {value!r}: its values must be integers, strings or bytes"
+        )
     return int(value)
 
 
-def _key(value: Any) -> int:
+def _key(value: Any, column: str) -> int:
     """A categorical value's key: the integer (by its bit pattern), or FNV-1a 64 of the bytes."""
     if isinstance(value, bytes | bytearray | memoryview):
         return _signed(_fnv1a(bytes(value)))
     if isinstance(value, str):
         return _signed(_fnv1a(value.encode("utf-8")))
-    return _signed(_whole(value))
+    return _signed(_whole(value, column))
 
 
 def _as_frame(model_input: Any) -> Any:
@@ -93,12 +95,15 @@ def _integral_ids(frame: Any, columns: list[str]) -> Any:
             continue
         column = frame[name]
         if pd.api.types.is_float_dtype(column.dtype):
+            fractional = column[column.notna() & (column % 1 != 0)]
+            if len(fractional):
+                _whole(float(fractional.iloc[0]), name)
             changed[name] = column.astype("Int64")
         elif column.dtype == object:
             values = column.tolist()
             present = [v for v in values if not _missing(v)]
             if all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in present):
-                changed[name] = pd.array([None if _missing(v) else _whole(v) for v in values], "Int64")
+                changed[name] = pd.array([None if _missing(v) else _whole(v, name) for v in values], "Int64")
     return frame.assign(**changed) if changed else frame
 
 
@@ -153,7 +158,7 @@ class _Onnx:
                     if _missing(value):
                         missing[r, j] = True
                     else:
-                        keys[r, j] = _key(value)
+                        keys[r, j] = _key(value, name)
             feeds["keys"], feeds["missing"] = keys, missing
         for j, name in enumerate(self._bags):
             lists = [
@@ -164,7 +169,7 @@ class _Onnx:
             present = np.zeros((rows, width), np.bool_)
             for r, values in enumerate(lists):
                 for i, value in enumerate(values):
-                    keys[r, i], present[r, i] = _key(value), True
+                    keys[r, i], present[r, i] = _key(value, name), True
             if f"bag_keys_{j}" in self._inputs:
                 feeds[f"bag_keys_{j}"], feeds[f"bag_present_{j}"] = keys, present
         (scores,) = self._session.run(["scores"], feeds)
@@ -189,7 +194,11 @@ class SparktrainModel:
         with open(os.path.join(data_path, "sparktrain.json")) as f:
             self.meta = json.load(f)
         onnx_path = os.path.join(data_path, "model.onnx")
-        choice = os.environ.get(ENGINE_VARIABLE, "")
+        choice = os.environ.get(ENGINE_VARIABLE, "").strip().lower()
+        if choice not in ("", "onnx", "engine"):
+            raise ValueError(
+                f"{ENGINE_VARIABLE}={os.environ[ENGINE_VARIABLE]!r}: use onnx or engine, or leave it unset"
+            )
         scorer: _Engine | _Onnx
         if choice == "onnx":
             scorer = _Onnx(onnx_path)

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import nullcontext
 from typing import Any
 
-from sparktrain import _checks, fs, servable
+from sparktrain import _checks, exported, servable
 from sparktrain.tracking._mlflow import require_mlflow
 from sparktrain.tracking.callback import _copy_down, _is_local, _local_path
 from sparktrain.training.results import FeatureSpec
@@ -136,7 +136,7 @@ def log_model(
     registered_model_name = _checks.optional_text("registered_model_name", registered_model_name)
     run_id = _checks.optional_text("run_id", run_id)
     # PathNotFoundError before anything is written.
-    config = json.loads(fs.read_bytes(export_dir.rstrip("/") + "/model.json"))
+    config = json.loads(exported.config(export_dir))
     spec = FeatureSpec.from_json(json.dumps(config["features"]))
     example = _features_only(_example(input_example), spec)
 
@@ -167,6 +167,7 @@ def log_model(
                 name=name,
                 flavor=mlflow.pyfunc,
                 run_id=run_id,
+                model_id=None if run_id is None else _model_of_run(mlflow, name, run_id),
                 loader_module=LOADER_MODULE,
                 data_path=data,
                 code_paths=[loader],
@@ -177,6 +178,22 @@ def log_model(
             )
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _model_of_run(mlflow: Any, name: str, run_id: str) -> str:
+    """A new logged model of ``run_id``'s run, in that run's experiment; its id.
+
+    Given a run by its id alone, MLflow puts the model in the current experiment (the
+    ``Default`` one unless one was set), not the run's; a file store then fails to copy the
+    run's metrics to it. The model is made here, where its experiment can be given."""
+    run = mlflow.MlflowClient().get_run(run_id)
+    model = mlflow.initialize_logged_model(
+        name=name,
+        source_run_id=run_id,
+        params={key: str(value) for key, value in run.data.params.items()},
+        experiment_id=run.info.experiment_id,
+    )
+    return str(model.model_id)
 
 
 @contextlib.contextmanager

@@ -336,6 +336,11 @@ impl Exported {
             ));
         }
         let encoded = self.features.encode_inputs(batch)?;
+        if encoded.rows == 0 {
+            // The columns were checked; no rows have no scores (a batch of no rows has no
+            // width to check the dense features by).
+            return Ok(Vec::new());
+        }
         let batch = Batch::from_encoded(&encoded)?;
         let lookup = Lookup::gather(&batch, &self.entries, &self.weights)?;
         self.scores(&batch, lookup.as_ref())
@@ -361,6 +366,9 @@ impl Exported {
         rows: &[(&str, &[f32])],
     ) -> Result<Vec<f32>> {
         let encoded = self.features.encode_inputs(batch)?;
+        if encoded.rows == 0 {
+            return Ok(Vec::new());
+        }
         let batch = Batch::from_encoded(&encoded)?;
         let Some(unique) = Lookup::distinct_ids(&batch) else { return self.scores(&batch, None) };
         if ids.windows(2).any(|w| w[0] >= w[1]) {

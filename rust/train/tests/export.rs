@@ -54,6 +54,10 @@ fn export_and_score(dir: &str, kind: ModelKind, loss: Loss, classes: i64) {
 
     let loaded = Exported::load(dir).unwrap();
     assert_eq!(loaded.features(), &spec());
+    // No rows have no scores; their columns are still checked.
+    assert_eq!(loaded.predict(&table(1000, false, classes).slice(0, 0)).unwrap(), Vec::<f32>::new());
+    let without_x = table(1000, false, classes).slice(0, 0).project(&[1, 2, 3]).unwrap();
+    assert!(loaded.predict(&without_x).unwrap_err().to_string().contains("'x'"));
     let scores = loaded.predict(&table(1000, false, classes)).unwrap();
     let logits =
         dp.logits(&Batch::from_encoded(&spec().encode(&table(1000, true, classes)).unwrap()).unwrap());

@@ -209,3 +209,22 @@ def test_a_run_shorter_than_log_every_still_logs_its_loss_at_its_last_step(tmp_p
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("loss")] == [(5, pytest.approx(result.loss, rel=1e-6))]
+
+
+def test_a_model_dir_or_a_checkpoint_given_as_the_export_is_told_where_the_export_is(tmp_path):
+    st.tfrecord.write_batches(str(tmp_path / "train.tfrecord"), table(300))
+    model_dir = str(tmp_path / "run")
+    trainer = Trainer(model="logistic_regression", features={"dense": ["x0"]}, model_dir=model_dir)
+    trainer.fit(str(tmp_path / "train.tfrecord"), epochs=1)
+    trainer.export(f"{model_dir}/export")
+    (checkpoint,) = (p for p in (tmp_path / "run").iterdir() if p.name.startswith("ckpt-"))
+    with pytest.raises(
+        st.errors.PathNotFoundError, match=f"is a training run's model_dir: its export is {model_dir}/export"
+    ):
+        st.exported.version(model_dir)
+    with pytest.raises(st.errors.PathNotFoundError, match="is a checkpoint, not an export"):
+        st.servable.export_onnx(str(checkpoint), str(tmp_path / "model.onnx"))
+    # Anything else is just not there.
+    with pytest.raises(st.errors.PathNotFoundError, match="model.json") as missing:
+        st.exported.version(str(tmp_path))
+    assert "training run" not in str(missing.value)

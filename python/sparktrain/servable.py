@@ -32,8 +32,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sparktrain import _checks, _native, fs, storage_options
-from sparktrain.errors import InvalidArgumentError, SparktrainError
+from sparktrain import _checks, _native, exported, fs, storage_options
+from sparktrain.errors import InvalidArgumentError, PathNotFoundError, SparktrainError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -55,7 +55,10 @@ def export_onnx(export_dir: str, out_path: str) -> str:
     :class:`~sparktrain.errors.PathNotFoundError` for a missing export folder."""
     export_dir = _checks.text("export_dir", export_dir)
     out_path = _checks.text("out_path", out_path)
-    _native.export_onnx(export_dir, out_path)
+    try:
+        _native.export_onnx(export_dir, out_path)
+    except PathNotFoundError as e:
+        raise exported.not_an_export(export_dir, e) from e
     return out_path
 
 

@@ -225,6 +225,26 @@ def test_a_model_dir_or_a_checkpoint_given_as_the_export_is_told_where_the_expor
     with pytest.raises(st.errors.PathNotFoundError, match="is a checkpoint, not an export"):
         st.servable.export_onnx(str(checkpoint), str(tmp_path / "model.onnx"))
     # Anything else is just not there.
-    with pytest.raises(st.errors.PathNotFoundError, match="model.json") as missing:
+    with pytest.raises(st.errors.PathNotFoundError, match=r"model\.json") as missing:
         st.exported.version(str(tmp_path))
     assert "training run" not in str(missing.value)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "cut"])
+def test_a_damaged_table_file_is_named_when_its_rows_are_read(tmp_path, damage):
+    from sparktrain.contents import TABLES, read_tables
+    from sparktrain.errors import CheckpointError
+
+    st.tfrecord.write_batches(str(tmp_path / "train.tfrecord"), table(300))
+    features = {"dense": ["x0"], "categorical": {"shop": 30}}
+    trainer = Trainer(model="wide_deep", features=features, hidden=[4], batch_size=100)
+    trainer.fit(str(tmp_path / "train.tfrecord"), epochs=1)
+    trainer.export(str(tmp_path / "export"))
+    (weights,) = (tmp_path / "export").glob("*.safetensors")
+    spec = FeatureSpec.of(features)
+    assert sum(b.num_rows for b in read_tables(str(weights), TABLES["wide_deep"], spec, 16)) == 2 * 30
+    data = weights.read_bytes()
+    weights.write_bytes(b"\x01\x02\x03" if damage == "garbage" else data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match=f"^{weights}: ") as error:
+        list(read_tables(str(weights), TABLES["wide_deep"], spec, 16))
+    assert "damaged" in str(error.value) or "too short" in str(error.value)

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from sparktrain import _checks, fs, storage_options
 from sparktrain._deps import require_spark
+from sparktrain.errors import CheckpointError
 from sparktrain.training import FeatureSpec
 
 if TYPE_CHECKING:
@@ -66,8 +67,7 @@ def read_tables(
     time (in a Spark task). ``owner`` is ``(r, first, n)`` for a sharded table's file: its row
     ``k`` is id ``r + (first + k) * n``; the default reads a whole table, row ``k`` as id ``k``."""
     data = fs.read_bytes(path)
-    (size,) = struct.unpack_from("<Q", data, 0)
-    header: dict[str, Any] = json.loads(data[8 : 8 + size])
+    header, size = _safetensors_header(path, data)
     names, starts = _ranges(spec)
     features = np.array(names, dtype=object)
     rank, first_row, workers = owner
@@ -79,7 +79,13 @@ def read_tables(
             found = f"{entry['dtype']} {entry['shape']}"
             raise _checks.refuse("table", table, f"{path} holds it as {found}, not as a table")
         rows, dim = entry["shape"]
-        begin, _ = entry["data_offsets"]
+        begin, end = entry["data_offsets"]
+        if end - begin != rows * dim * 4 or 8 + size + end > len(data):
+            raise CheckpointError(
+                f"{path}: table {table!r} ({rows} x {dim} floats) does not fit the file's "
+                f"{len(data)} bytes at offsets {begin}..{end}: the file is damaged or cut short",
+                path=path,
+            )
         matrix = np.frombuffer(data, np.float32, rows * dim, 8 + size + begin).reshape(rows, dim)
         for first in range(0, rows, rows_per_batch):
             local = np.arange(first, min(rows, first + rows_per_batch), dtype=np.int64)
@@ -97,6 +103,27 @@ def read_tables(
                 ],
                 names=["table", "feature", "bucket", "id", "vector"],
             )
+
+
+def _safetensors_header(path: str, data: bytes) -> tuple[dict[str, Any], int]:
+    """The header of the safetensors file ``path`` (its bytes ``data``) and its length; a
+    :class:`~sparktrain.errors.CheckpointError` naming the file when it is not one."""
+    if len(data) < 8:
+        raise CheckpointError(f"{path}: {len(data)} bytes, too short for a safetensors header", path=path)
+    (size,) = struct.unpack_from("<Q", data, 0)
+    if size > len(data) - 8:
+        raise CheckpointError(
+            f"{path}: the header claims {size} bytes, the file has {len(data) - 8} after its length: "
+            "the file is damaged or cut short",
+            path=path,
+        )
+    try:
+        header = json.loads(data[8 : 8 + size])
+    except ValueError as e:
+        raise CheckpointError(f"{path}: the safetensors header is not JSON: {e}", path=path) from e
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: the safetensors header is not a JSON object", path=path)
+    return header, size
 
 
 def _table_files(export_dir: str) -> list[tuple[str, tuple[int, int, int]]]:

@@ -18,7 +18,7 @@ from pyspark.sql import Row
 from pyspark.sql import types as T
 
 from sparktrain import fs, tfrecord
-from sparktrain.errors import PathExistsError, SchemaError
+from sparktrain.errors import PathExistsError, PathNotFoundError, SchemaError, TFRecordCorruptError
 from sparktrain.tfrecord._engine import ENGINE_CONF
 
 
@@ -459,8 +459,16 @@ def test_an_empty_folder_read_with_a_schema_has_no_rows(spark, engine, tmp_path:
     # Without a schema there is nothing to infer it from; a path that names nothing is refused.
     with pytest.raises(Exception, match=r"(?i)infer.* schema|schema to infer"):
         tfrecord.read_dataframe(spark, str(tmp_path / "empty")).collect()
-    with pytest.raises(Exception, match="missing"):
+    with pytest.raises(PathNotFoundError, match="missing"):
         tfrecord.read_dataframe(spark, str(tmp_path / "missing"), schema="id long").collect()
+    with pytest.raises(PathNotFoundError, match="missing"):
+        tfrecord.read_dataframe(spark, str(tmp_path / "missing"))
+    # A file that is not TFRecord is named as the schema is inferred from it, on the driver.
+    (tmp_path / "text.tfrecord").write_bytes(b"this is not a TFRecord file at all")
+    with pytest.raises(TFRecordCorruptError, match=r"text\.tfrecord") as damaged:
+        tfrecord.read_dataframe(spark, str(tmp_path / "text.tfrecord"))
+    assert (damaged.value.kind, damaged.value.offset) == ("not_tfrecord", 0)
+    assert damaged.value.path.endswith("text.tfrecord")
 
 
 def test_a_value_too_wide_for_the_schema_fails_naming_file_record_and_column(

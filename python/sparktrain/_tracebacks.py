@@ -13,14 +13,27 @@ from collections.abc import Iterable
 from typing import Final
 
 from sparktrain import errors
-from sparktrain.errors import SchemaError, SparktrainError
+from sparktrain.errors import SchemaError, SparktrainError, TFRecordCorruptError
 
 #: The jar's exceptions that stand for one of sparktrain's errors, by Java class name.
 _JAR_ERRORS: Final[dict[str, type[SparktrainError]]] = {
-    "io.sparktrain.spark.UnwritableValueException": SchemaError
+    "io.sparktrain.spark.UnwritableValueException": SchemaError,
+    "io.sparktrain.hadoop.TFRecordCorruptException": TFRecordCorruptError,
 }
 #: Where a message names the column at fault (``column 'ids', row 7: ...``).
 _COLUMN: Final = re.compile(r"^column '((?:[^']|'')*)'")
+#: How the jar's TFRecordCorruptException says what is damaged, where (``CorruptionKind``).
+_DAMAGE: Final = re.compile(r"^(?P<path>.+?): (?P<what>[^:]+?) at byte offset (?P<offset>\d+)")
+#: The jar's descriptions of the kinds of damage, by the kind's name.
+_DAMAGE_KINDS: Final = {
+    "truncated record header": "truncated_header",
+    "record length CRC mismatch": "length_crc_mismatch",
+    "truncated record payload": "truncated_payload",
+    "record payload CRC mismatch": "payload_crc_mismatch",
+    "not a TFRecord file": "not_tfrecord",
+    "record longer than the limit": "record_too_long",
+    "damaged compressed stream": "damaged_compression",
+}
 
 
 def exception_line(lines: Iterable[str]) -> str | None:
@@ -65,4 +78,12 @@ def _rebuilt(kind: type[SparktrainError], message: str) -> SparktrainError:
     column = _COLUMN.match(message)
     if issubclass(kind, SchemaError) and column:
         return kind(message, column=column.group(1))
+    damage = _DAMAGE.match(message)
+    if issubclass(kind, TFRecordCorruptError) and damage:
+        return kind(
+            message,
+            path=damage["path"],
+            offset=int(damage["offset"]),
+            kind=_DAMAGE_KINDS.get(damage["what"], damage["what"]),
+        )
     return kind(message)

@@ -27,7 +27,7 @@ import pyarrow as pa
 from sparktrain import _checks, _frames, _spark, fs, storage_options
 from sparktrain._deps import require_spark
 from sparktrain._tracebacks import raised_in_task
-from sparktrain.errors import InvalidArgumentError, PathExistsError
+from sparktrain.errors import InvalidArgumentError, PathExistsError, PathNotFoundError
 from sparktrain.tfrecord import _engine
 from sparktrain.tfrecord._output import (
     RESULT_SCHEMA,
@@ -341,13 +341,25 @@ def read_dataframe(
 
         register(spark)
         name = PYTHON_FORMAT
+        # With a schema, the source lists the files only when the first action plans the
+        # read: a path that names nothing is refused here instead.
+        fs.expand_inputs(path)
     else:
         # PySpark 3.5 has no Python data source API: the same reader through mapInArrow.
         return _read_arrow(spark, schema, {"path": path, **options})
     reader = spark.read.format(name).options(**options)
     if schema is not None:
         reader = reader.schema(schema)
-    return reader.load(path)
+    try:
+        return reader.load(path)
+    except Exception as error:
+        # The Python source infers the schema in a Python worker of the driver's: its error
+        # (a damaged file) reaches here as Spark's AnalysisException, which buries it in a
+        # stack trace. Spark's file sources say PATH_NOT_FOUND for the jar's.
+        _raise_tasks_error(error)
+        if "[PATH_NOT_FOUND]" in str(error):
+            raise PathNotFoundError(f"not found: {path}", path=path) from error
+        raise
 
 
 def _read_arrow(spark: SparkSession, schema: StructType | str | None, options: dict[str, str]) -> DataFrame:

@@ -19,7 +19,7 @@ import pytest
 
 import sparktrain as st
 from harness.synthetic import DENSE, SPARSE, criteo_table, dense_table, write_tfrecords
-from sparktrain.errors import ClusterError, InvalidArgumentError, WorkerFailed
+from sparktrain.errors import ClusterError, InvalidArgumentError, PathNotFoundError, WorkerFailed
 from sparktrain.training import FeatureSpec, Trainer
 
 CRITEO = FeatureSpec(dense=tuple(DENSE), categorical=tuple((c, 10_000) for c in SPARSE))
@@ -293,6 +293,19 @@ def test_a_missing_column_fails_the_job_naming_it(spark, criteo):
         InvalidArgumentError, match="data has no column 'clicked', which the features name as label"
     ):
         st.train(spark, frame, model="mlp", label="clicked", num_workers=2, steps=5, log=False)
+    # So is a path that names nothing, to train or to evaluate on.
+    with pytest.raises(PathNotFoundError, match="nowhere"):
+        st.train(spark, f"{criteo['train']}/nowhere", model="mlp", num_workers=2, steps=5, log=False)
+    with pytest.raises(PathNotFoundError, match="nowhere"):
+        st.train(
+            spark,
+            frame,
+            model="mlp",
+            features={"dense": ["i01"]},
+            eval_data="/nowhere/*.parquet",
+            num_workers=2,
+            log=False,
+        )
     texts = spark.createDataFrame([("1.0", "yes")], "i01 string, label string")
     with pytest.raises(InvalidArgumentError, match="data's column 'i01' has type string, which a dense"):
         st.train(spark, texts, model="mlp", features={"dense": ["i01"]}, num_workers=2, steps=5, log=False)

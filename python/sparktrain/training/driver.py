@@ -9,11 +9,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sparktrain import _checks, _native, _spark
+from sparktrain import _checks, _native, _spark, fs, storage_options
 from sparktrain._deps import require_spark
 from sparktrain.cluster.callbacks import JobCallback
 from sparktrain.cluster.driver.restarts import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_BACKOFF, Restart
-from sparktrain.errors import InvalidArgumentError
+from sparktrain.errors import InvalidArgumentError, PathNotFoundError
 from sparktrain.training.results import FeatureSpec, FitResult, Metrics
 from sparktrain.training.trainer import DEFAULTS, EvalCallback, Trainer, check_fit_arguments, train_main
 
@@ -125,6 +125,15 @@ def train(
         spec.check_types(data.schema, "data")
     check_fit_arguments(epochs, steps, eval_every, sharding, early_stopping, eval_data, config)
     require_spark("sparktrain.train", arrow_udfs=fed)
+    # A path that names nothing is refused here, not by every trainer once the job runs (the
+    # driver reads with the session's object-store keys, as the trainers do).
+    storage_options.of_session(spark)
+    for name, path in [
+        *([] if fed else [("data", data)]),
+        *([("eval_data", eval_data)] if eval_data else []),
+    ]:
+        if not fs.expand_inputs(path) and not fs.exists(path):
+            raise PathNotFoundError(f"{name}={path!r}: no file is there", path=path)
     if features is not None:
         check_tables(spark, config, FeatureSpec.of(features), num_workers)
     args = {

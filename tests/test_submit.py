@@ -163,6 +163,17 @@ def test_a_shipped_interpreter_keeps_the_client_drivers_own():
         (["--memory", "lots"], "--memory 'lots'"),
         (["--time-limit", "soon"], "--time-limit 'soon'"),
         (["--queue", "q"], "queues are YARN's"),
+        (["--master", "yarn", "--image", "reg/x:1"], "--image 'reg/x:1': container images are Kubernetes'"),
+        (["--conf", "spark.master=local[1]"], "give the master with --master"),
+        # Executors larger than the local cluster's workers would never start.
+        (
+            ["--conf", "spark.executor.cores=2"],
+            "workers have 1 core(s) each; size them with --cores-per-worker",
+        ),
+        (
+            ["--memory", "1g", "--conf", "spark.executor.memory=2g"],
+            "workers have 1g each; size them with --memory",
+        ),
         (["--master", "k8s://https://h:6443"], "--image"),
         (["--master", "k8s://https://h:6443", "--image", "i"], "spark.kubernetes.file.upload.path"),
         (["--master", "spark://h:7077", "--deploy-mode", "cluster"], "standalone"),

@@ -205,6 +205,17 @@ class SubmitSpec:
                 "--deploy-mode cluster: Spark's standalone master does not run Python drivers in the "
                 "cluster; use client mode"
             )
+        if self.conf_value("spark.master") is not None:
+            # spark-submit's own --master wins over the conf: the job would run elsewhere.
+            raise InvalidArgumentError(
+                f"--conf spark.master={self.conf_value('spark.master')}: give the master with --master"
+            )
+        if self.image is not None and self.profile != "kubernetes":
+            raise InvalidArgumentError(
+                f"--image {self.image!r}: container images are Kubernetes'; the master is {self.master}"
+            )
+        if self.profile == "local-cluster":
+            self._check_local_executors()
         if self.queue is not None and self.profile != "yarn":
             raise InvalidArgumentError(
                 f"--queue {self.queue!r}: queues are YARN's; the master is {self.master}"
@@ -226,6 +237,22 @@ class SubmitSpec:
         if ":" not in self.entry_point and not os.path.isfile(self.entry_point):
             # A local file, which spark-submit reads (client mode) or uploads (cluster mode).
             raise InvalidArgumentError(f"entry point {self.entry_point!r}: no such file")
+
+    def _check_local_executors(self) -> None:
+        """Refuses executors larger than the local cluster's workers (``--cores-per-worker``,
+        ``--memory``): none would start, and the job would wait for them until Spark gives up."""
+        cores = self.conf_value("spark.executor.cores")
+        if cores is not None and (not cores.isdigit() or int(cores) > self.cores_per_worker):
+            raise InvalidArgumentError(
+                f"--conf spark.executor.cores={cores}: the local cluster's workers have "
+                f"{self.cores_per_worker} core(s) each; size them with --cores-per-worker instead"
+            )
+        memory = self.conf_value("spark.executor.memory")
+        if memory is not None and memory_mb(memory, "--conf spark.executor.memory") > memory_mb(self.memory):
+            raise InvalidArgumentError(
+                f"--conf spark.executor.memory={memory}: the local cluster's workers have {self.memory} "
+                "each; size them with --memory instead"
+            )
 
     def _check_kerberos(self) -> None:
         if self.principal is None and self.keytab is None:

@@ -218,6 +218,11 @@ def test_tensorboard_reads_the_chiefs_scalars_and_predict_scores_like_the_model(
     np.testing.assert_allclose(scored["score"].to_numpy(), expected, rtol=0, atol=1e-6)
     assert expected.min() > 0.0
     assert expected.max() < 1.0
+    # Trained on integer ids, a column of strings would hash to other rows: refused on the driver.
+    with pytest.raises(
+        InvalidArgumentError, match="'c01' has type string, but the model was trained on integers"
+    ):
+        st.predict(spark, result.export_dir, frame.withColumn("c01", frame["c01"].cast("string")))
 
 
 def test_predict_after_a_re_export_to_the_same_path_scores_with_the_new_weights(spark, tmp_path):

@@ -5,6 +5,7 @@ memory do, and bad input is refused naming what is wrong."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
@@ -248,3 +249,24 @@ def test_a_damaged_table_file_is_named_when_its_rows_are_read(tmp_path, damage):
     with pytest.raises(CheckpointError, match=f"^{weights}: ") as error:
         list(read_tables(str(weights), TABLES["wide_deep"], spec, 16))
     assert "damaged" in str(error.value) or "too short" in str(error.value)
+
+
+def test_an_export_refuses_ids_of_another_kind_than_in_training(tmp_path):
+    data = table(600)
+    st.tfrecord.write_batches(str(tmp_path / "train.tfrecord"), data)
+    trainer = Trainer(model="wide_deep", features={"dense": ["x0"], "categorical": {"shop": 30, "city": 8}})
+    trainer.fit(str(tmp_path / "train.tfrecord"), epochs=1)
+    export = trainer.export(str(tmp_path / "export"))
+    config = json.loads((tmp_path / "export" / "model.json").read_text())
+    assert config["key_kinds"] == {"city": "bytes", "shop": "integer"}
+    features = data.drop(["label"])
+    assert len(score_batch(export, features.to_batches()[0])) == 600
+    # The integer 5 and the string "5" are other ids: the scores would be another model's.
+    as_text = features.set_column(
+        features.schema.get_field_index("shop"), "shop", data["shop"].cast(pa.string())
+    )
+    with pytest.raises(
+        InvalidArgumentError,
+        match="column 'shop' holds strings or bytes, but the model was trained on integers",
+    ):
+        score_batch(export, as_text.to_batches()[0])

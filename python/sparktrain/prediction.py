@@ -17,6 +17,7 @@ process ever holds a whole table.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -103,7 +104,8 @@ def predict(
     model = exported.load(export_dir, version, tables=False)
     spec = FeatureSpec.from_native(model.features)
     spec.check_columns(df.columns, "df", label=False)
-    spec.check_types(df.schema, "df", label=False)
+    key_kinds = json.loads(exported.config(export_dir)).get("key_kinds", {})
+    spec.check_types(df.schema, "df", label=False, key_kinds=key_kinds)
     score_type = ArrayType(FloatType(), False) if model.loss == "softmax_cross_entropy" else FloatType()
     schema = StructType([*df.schema.fields, StructField(score_column, score_type, False)])
     if tables == "lookup" or (tables == "auto" and model.sharded_tables):

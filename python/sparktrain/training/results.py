@@ -16,7 +16,10 @@ from sparktrain import _native
 from sparktrain.errors import InvalidArgumentError
 
 _NUMBERS = frozenset({"byte", "short", "integer", "long", "float", "double", "decimal", "boolean"})
-_KEYS = frozenset({"byte", "short", "integer", "long", "string", "varchar", "char", "binary"})
+_INTEGERS = frozenset({"byte", "short", "integer", "long"})
+_KEYS = _INTEGERS | {"string", "varchar", "char", "binary"}
+#: An export's kinds of key column (``model.json``'s ``key_kinds``), in words.
+_KIND_WORDS = {"integer": "integers", "bytes": "strings or bytes"}
 #: The Spark types (``DataType.typeName()``) each kind of column may have, and what to do
 #: about another: a multi-hot column is an array of keys.
 _SPARK_TYPES = {
@@ -114,12 +117,16 @@ class FeatureSpec:
                     f"{what} has no column {name!r}, which the features name as {kind} (columns: {shown})"
                 )
 
-    def check_types(self, schema: Any, what: str, label: bool = True) -> None:
+    def check_types(
+        self, schema: Any, what: str, label: bool = True, key_kinds: Mapping[str, str] | None = None
+    ) -> None:
         """Refuses a column of ``schema`` (a Spark ``StructType``) whose type the engine cannot
         read for its kind of feature (a string as a dense feature, a double as a categorical
         one), naming the column: on the driver, rather than in every task once the job runs.
         The engine reads the columns as Spark hands them over in Arrow form; a column
-        ``schema`` lacks is left to :meth:`check_columns`."""
+        ``schema`` lacks is left to :meth:`check_columns`. ``key_kinds`` (an export's
+        ``model.json`` has them: ``{"shop": "integer"}``) are the kinds of key column the model
+        was trained on: integers and strings hash to other ids, so another kind is refused."""
         types = {f.name: f.dataType for f in schema.fields}
         wanted = [*self.input_columns(), *([("label", self.label)] if label else [])]
         for kind, name in wanted:
@@ -135,6 +142,15 @@ class FeatureSpec:
                     f"{what}'s column {name!r} has type {data_type.simpleString()}, which {role} "
                     f"cannot be: {hint}"
                 )
+            trained = (key_kinds or {}).get(name)
+            if kind != "dense" and kind != "label" and trained is not None:
+                given = "integer" if type_name in _INTEGERS else "bytes"
+                if given != trained:
+                    raise InvalidArgumentError(
+                        f"{what}'s column {name!r} has type {data_type.simpleString()}, but the model "
+                        f"was trained on {_KIND_WORDS[trained]} in it: they hash to other ids (5 and "
+                        f"'5' differ); cast the column to what it was in training"
+                    )
 
     def to_native(self) -> _native.FeatureSpec:
         """The engine's form (which checks buckets and names)."""

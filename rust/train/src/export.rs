@@ -28,7 +28,7 @@ use crate::batch::{Batch, Lookup};
 use crate::checkpoint::{self, OwnedRows, OwnedTable, SavedTable, TableFiles, TableRequest};
 use crate::embedding::{Dcn, DeepFm, EmbeddingConfig, WideDeep};
 use crate::error::{Result, TrainError};
-use crate::features::FeatureSpec;
+use crate::features::{FeatureSpec, KeyKinds};
 use crate::loss::Loss;
 use crate::model::{LogisticRegression, Mlp, Model};
 use crate::params::Entry;
@@ -118,6 +118,10 @@ struct Config {
     model: ModelKind,
     loss: String,
     features: FeatureSpec,
+    /// The kind of each key column in training (none in an export older than the field):
+    /// scoring refuses another kind, which would hash to other ids.
+    #[serde(default, skip_serializing_if = "KeyKinds::is_empty")]
+    key_kinds: KeyKinds,
     /// The manifest of the sharded tables, when the tables are sharded (not in
     /// `model.safetensors`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -141,12 +145,13 @@ const LAYOUT: &str = "row id i of a table lives with owner i % workers, as that 
                       in the owner's file whose rows [first, first + rows) hold it, at row i / workers - first \
                       of the tensor named after the table";
 
-/// Writes a model (of `kind`, trained with `loss` on `features`) whose parameters `entries`
-/// hold `weights` into the folder `dir`.
+/// Writes a model (of `kind`, trained with `loss` on `features`, their key columns of
+/// `key_kinds`) whose parameters `entries` hold `weights` into the folder `dir`.
 pub fn export(
     dir: &str,
     kind: &ModelKind,
     features: &FeatureSpec,
+    key_kinds: &KeyKinds,
     loss: Loss,
     entries: &[Entry],
     weights: &[f32],
@@ -175,6 +180,7 @@ pub fn export(
         model: kind.clone(),
         loss: loss.name().into(),
         features: features.clone(),
+        key_kinds: key_kinds.clone(),
         tables: None,
     };
     let json = serde_json::to_vec_pretty(&config).expect("a config serializes");
@@ -202,6 +208,7 @@ pub struct Exported {
     with_tables: bool,
     sharded: bool,
     features: FeatureSpec,
+    key_kinds: KeyKinds,
     loss: Loss,
 }
 
@@ -281,6 +288,7 @@ impl Exported {
             with_tables,
             sharded: config.tables.is_some(),
             features: config.features,
+            key_kinds: config.key_kinds,
             loss,
         })
     }
@@ -335,6 +343,7 @@ impl Exported {
                 "this model was loaded without its embedding tables: score with predict_with_rows".into(),
             ));
         }
+        self.features.check_key_kinds(&self.key_kinds, batch)?;
         let encoded = self.features.encode_inputs(batch)?;
         if encoded.rows == 0 {
             // The columns were checked; no rows have no scores (a batch of no rows has no
@@ -352,6 +361,7 @@ impl Exported {
         if self.tables.is_empty() {
             return Ok(Vec::new());
         }
+        self.features.check_key_kinds(&self.key_kinds, batch)?;
         let encoded = self.features.encode_inputs(batch)?;
         Ok(Lookup::distinct_ids(&Batch::from_encoded(&encoded)?).unwrap_or_default())
     }
@@ -365,6 +375,7 @@ impl Exported {
         ids: &[RowId],
         rows: &[(&str, &[f32])],
     ) -> Result<Vec<f32>> {
+        self.features.check_key_kinds(&self.key_kinds, batch)?;
         let encoded = self.features.encode_inputs(batch)?;
         if encoded.rows == 0 {
             return Ok(Vec::new());
@@ -422,6 +433,7 @@ pub fn export_sharded<M: Model>(
     dir: &str,
     kind: &ModelKind,
     features: &FeatureSpec,
+    key_kinds: &KeyKinds,
     loss: Loss,
     dp: &DataParallel<M>,
     max_file_bytes: u64,
@@ -459,7 +471,7 @@ pub fn export_sharded<M: Model>(
                 .collect(),
             owners,
         };
-        publish_sharded(dir, &staging, kind, features, loss, dp.entries(), &dp.weights()?, files)
+        publish_sharded(dir, &staging, kind, features, key_kinds, loss, dp.entries(), &dp.weights()?, files)
     } else {
         Ok(())
     };
@@ -474,6 +486,7 @@ fn publish_sharded(
     staging: &str,
     kind: &ModelKind,
     features: &FeatureSpec,
+    key_kinds: &KeyKinds,
     loss: Loss,
     entries: &[Entry],
     weights: &[f32],
@@ -501,6 +514,7 @@ fn publish_sharded(
         model: kind.clone(),
         loss: loss.name().into(),
         features: features.clone(),
+        key_kinds: key_kinds.clone(),
         tables: Some(TABLES.into()),
     };
     let manifest = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");

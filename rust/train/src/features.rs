@@ -15,6 +15,8 @@
 //!   ONNX export computes the second step in its graph and takes the keys as inputs
 //!   ([`FeatureSpec::serving_inputs`]).
 
+use std::collections::BTreeMap;
+
 use arrow::array::{Array, ArrayRef, AsArray, GenericListArray, OffsetSizeTrait};
 use arrow::datatypes::{DataType, Float32Type, Int64Type, Schema, UInt64Type};
 use arrow::record_batch::RecordBatch;
@@ -72,6 +74,42 @@ pub struct MultiHot {
     #[serde(default)]
     pub pooling: Pooling,
 }
+
+/// How a key column's values become keys: an integer by its bits, a string or bytes by
+/// FNV-1a of its bytes. The integer 5 and the string "5" are different keys, so a model
+/// must be scored with its key columns of the kind it was trained on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyKind {
+    /// Signed or unsigned integers.
+    Integer,
+    /// Strings or bytes.
+    Bytes,
+}
+
+impl KeyKind {
+    /// The kind of a key column of type `t` (a multi-hot column's items), if it is a key type.
+    pub fn of(t: &DataType) -> Option<KeyKind> {
+        let t = list_item(t).unwrap_or(t);
+        if t.is_integer() {
+            Some(KeyKind::Integer)
+        } else if is_bytes(t) {
+            Some(KeyKind::Bytes)
+        } else {
+            None
+        }
+    }
+
+    fn plural(self) -> &'static str {
+        match self {
+            KeyKind::Integer => "integers",
+            KeyKind::Bytes => "strings or bytes",
+        }
+    }
+}
+
+/// The kind of each key column a model was trained on, by column name.
+pub type KeyKinds = BTreeMap<String, KeyKind>;
 
 /// Which columns feed the model, and the label.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -235,6 +273,41 @@ impl FeatureSpec {
     /// categorical, crossed and multi-hot column.
     pub fn fields(&self) -> usize {
         self.id_width() + self.bag_width()
+    }
+
+    /// The kind of each of the spec's key columns (categorical, crossed, multi-hot) in
+    /// `schema`, where it has one.
+    pub fn key_kinds(&self, schema: &Schema) -> KeyKinds {
+        let multi_hot = self.multi_hot.iter().map(|m| m.name.clone());
+        self.key_columns()
+            .into_iter()
+            .chain(multi_hot)
+            .filter_map(|name| {
+                let field = schema.field_with_name(&name).ok()?;
+                Some((name, KeyKind::of(field.data_type())?))
+            })
+            .collect()
+    }
+
+    /// Refuses `batch` when a key column holds another kind of value than the model was
+    /// trained on (`trained`): its keys, and so its embeddings, would all be other ones. A
+    /// column of nulls alone has no keys to be wrong (pandas may type it either way).
+    pub fn check_key_kinds(&self, trained: &KeyKinds, batch: &RecordBatch) -> Result<()> {
+        for (name, kind) in self.key_kinds(&batch.schema()) {
+            let nulls_only = batch.column_by_name(&name).is_some_and(|c| c.null_count() == c.len());
+            if let Some(&was) = trained.get(&name)
+                && was != kind
+                && !nulls_only
+            {
+                return Err(TrainError::InvalidArgument(format!(
+                    "column '{name}' holds {}, but the model was trained on {} in it: they hash to \
+                     other ids (5 and \"5\" differ); cast the column to what it was in training",
+                    kind.plural(),
+                    was.plural()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The columns whose values are keyed and hashed into ids: every categorical column, then

@@ -69,7 +69,7 @@ pub use checkpoint::{Best, CheckpointOptions, Fence, Progress, Restored};
 pub use embedding::{Dcn, DeepFm, EmbeddingConfig, WideDeep};
 pub use error::{Result, TrainError};
 pub use export::{Exported, ModelKind};
-pub use features::{Categorical, Crossed, Encoded, FeatureSpec, ServingInputs};
+pub use features::{Categorical, Crossed, Encoded, FeatureSpec, KeyKind, KeyKinds, ServingInputs};
 pub use groups::{GradientWire, GroupState, OptimizerConfig, Optimizers};
 pub use input::{Input, InputOptions, Plan, Shard, WorkQueue, plan_shard};
 pub use loss::Loss;

@@ -24,7 +24,7 @@ use crate::batch::Batch;
 use crate::checkpoint::{self, Best, CheckpointOptions, Fence, MAX_SHARD_BYTES, Progress, Restored};
 use crate::error::{Result, TrainError};
 use crate::export::{self, ModelKind};
-use crate::features::FeatureSpec;
+use crate::features::{FeatureSpec, KeyKinds};
 use crate::groups::{GroupState, OptimizerConfig};
 use crate::input::{Input, Plan};
 use crate::loss::Loss;
@@ -424,6 +424,8 @@ pub struct Trainer {
     /// The best evaluation's weights (the variables' and this worker's rows of sharded
     /// tables), when early stopping restores them from memory.
     best_weights: Option<(Vec<f32>, Vec<Vec<f32>>)>,
+    /// The kind of each key column in the data `fit` trained on, for the export.
+    key_kinds: KeyKinds,
 }
 
 /// How large a model's embedding tables are, and where they would live among some number of
@@ -517,6 +519,7 @@ impl Trainer {
             fence,
             claimed: Vec::new(),
             best_weights: None,
+            key_kinds: KeyKinds::new(),
         };
         if let Some(dir) = trainer.config.model_dir.clone()
             && let Some((progress, folder)) = trainer.restore(&dir)?
@@ -609,6 +612,7 @@ impl Trainer {
         }
         let started = Instant::now();
         let first_step = self.progress.step;
+        self.key_kinds.extend(self.features.key_kinds(input.schema()));
         let mut summary = FitSummary {
             steps: first_step,
             new_steps: 0,
@@ -935,6 +939,7 @@ impl Trainer {
                 dir,
                 &self.config.model,
                 &self.features,
+                &self.key_kinds,
                 self.config.loss,
                 &self.dp,
                 self.config.max_shard_bytes,
@@ -945,7 +950,8 @@ impl Trainer {
             return Ok(false);
         }
         let (entries, weights) = self.dp.export_weights()?;
-        export::export(dir, &self.config.model, &self.features, self.config.loss, &entries, &weights)?;
+        let kinds = &self.key_kinds;
+        export::export(dir, &self.config.model, &self.features, kinds, self.config.loss, &entries, &weights)?;
         Ok(true)
     }
 

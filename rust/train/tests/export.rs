@@ -41,6 +41,10 @@ fn table(start: i64, with_label: bool, classes: i64) -> RecordBatch {
     RecordBatch::try_from_iter(columns).unwrap()
 }
 
+fn scores_per_row(loss: Loss, classes: i64) -> usize {
+    if loss == Loss::SoftmaxCrossEntropy { classes as usize } else { 1 }
+}
+
 fn export_and_score(dir: &str, kind: ModelKind, loss: Loss, classes: i64) {
     let model = kind.build(&spec(), 3).unwrap();
     let optimizer = OptimizerConfig::new(Rule::adam(0.05));
@@ -49,7 +53,9 @@ fn export_and_score(dir: &str, kind: ModelKind, loss: Loss, classes: i64) {
         dp.step(Some(&Batch::from_encoded(&spec().encode(&table(s * 50, true, classes)).unwrap()).unwrap()))
             .unwrap();
     }
-    sparktrain_train::export::export(dir, &kind, &spec(), loss, dp.entries(), &dp.weights().unwrap())
+    let kinds = spec().key_kinds(&table(0, true, classes).schema());
+    assert_eq!(kinds.len(), 2);
+    sparktrain_train::export::export(dir, &kind, &spec(), &kinds, loss, dp.entries(), &dp.weights().unwrap())
         .unwrap();
 
     let loaded = Exported::load(dir).unwrap();
@@ -58,6 +64,27 @@ fn export_and_score(dir: &str, kind: ModelKind, loss: Loss, classes: i64) {
     assert_eq!(loaded.predict(&table(1000, false, classes).slice(0, 0)).unwrap(), Vec::<f32>::new());
     let without_x = table(1000, false, classes).slice(0, 0).project(&[1, 2, 3]).unwrap();
     assert!(loaded.predict(&without_x).unwrap_err().to_string().contains("'x'"));
+    // Ids of another kind than in training would hash to other rows: refused, naming the column.
+    let batch = table(1000, false, classes);
+    let shops = arrow::compute::cast(batch.column(2), &arrow::datatypes::DataType::Utf8).unwrap();
+    let as_strings = RecordBatch::try_from_iter(vec![
+        ("x", batch.column(0).clone()),
+        ("y", batch.column(1).clone()),
+        ("shop", shops),
+        ("city", batch.column(3).clone()),
+    ])
+    .unwrap();
+    let refused = loaded.predict(&as_strings).unwrap_err().to_string();
+    assert!(
+        refused.contains("column 'shop' holds strings or bytes, but the model was trained on integers"),
+        "{refused}"
+    );
+    // A column of nulls alone has no keys to be wrong, whatever its type.
+    let no_shops: ArrayRef = Arc::new(StringArray::from(vec![None::<&str>; batch.num_rows()]));
+    let columns =
+        vec![(0, "x"), (1, "y"), (3, "city")].into_iter().map(|(i, n)| (n, batch.column(i).clone()));
+    let nulls = RecordBatch::try_from_iter(columns.chain([("shop", no_shops)])).unwrap();
+    assert_eq!(loaded.predict(&nulls).unwrap().len(), scores_per_row(loss, classes) * batch.num_rows());
     let scores = loaded.predict(&table(1000, false, classes)).unwrap();
     let logits =
         dp.logits(&Batch::from_encoded(&spec().encode(&table(1000, true, classes)).unwrap()).unwrap());

@@ -49,7 +49,8 @@ fn exported_for(dir: &std::path::Path, kind: &ModelKind, loss: Loss, spec: &Feat
     let entries = model.parameters().entries();
     let weights = model.parameters().flat().unwrap();
     let url = dir.to_string_lossy().into_owned();
-    sparktrain_train::export::export(&url, kind, spec, loss, &entries, &weights).unwrap();
+    sparktrain_train::export::export(&url, kind, spec, &Default::default(), loss, &entries, &weights)
+        .unwrap();
     Exported::load(&url).unwrap()
 }
 

@@ -1,8 +1,8 @@
 """What ``sparktrain doctor`` looks at on a live Spark application: the Spark version and its
-jar, the task slots, the executors' Python and sparktrain (one small Spark job), storage
-folders (a probe file written, read back and removed), the local files on ``spark.jars``
-and Kerberos credentials. Each check
-returns a :class:`~sparktrain.cluster.driver.preflight.Finding`. Runs on the driver.
+jar, the local files on ``spark.jars``, the task slots, the executors' Python and sparktrain
+(one small Spark job), storage folders (a probe file written, read back and removed) and
+Kerberos credentials. Each check returns a
+:class:`~sparktrain.cluster.driver.preflight.Finding`. Runs on the driver.
 """
 
 from __future__ import annotations

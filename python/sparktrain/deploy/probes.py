@@ -60,7 +60,7 @@ def spark_version_finding(version: str, conf: Any) -> Finding:
         )
     jars = [
         name
-        for name in (posixpath.basename(j.strip()) for j in (conf_value(conf, "spark.jars") or "").split(","))
+        for name in map(posixpath.basename, _spark_jars(conf))
         if name.startswith("sparktrain-hadoop-") and name.endswith(".jar")
     ]
     for name in jars:
@@ -94,13 +94,11 @@ def jars_finding(conf: Any) -> Finding:
     the tasks that need its classes fail later with ``ClassNotFoundException``. Other URLs
     (``hdfs:``, ``local:`` on every node) are not looked at."""
     missing = []
-    for entry in (conf_value(conf, "spark.jars") or "").split(","):
-        entry = entry.strip()
+    for entry in _spark_jars(conf):
         parts = urlsplit(entry)
-        if not entry or parts.scheme not in ("", "file"):
+        if parts.scheme not in ("", "file"):
             continue
-        path = parts.path if parts.scheme else entry
-        if not os.path.isfile(path):
+        if not os.path.isfile(parts.path if parts.scheme else entry):
             missing.append(entry)
     if missing:
         return Finding(
@@ -111,6 +109,11 @@ def jars_finding(conf: Any) -> Finding:
             "correct the path (sparktrain.jar_path() gives sparktrain's own jar)",
         )
     return Finding("jars", "ok", "every local file on spark.jars exists")
+
+
+def _spark_jars(conf: Any) -> list[str]:
+    """The entries of ``spark.jars`` (paths or URLs), in order."""
+    return [j.strip() for j in (conf_value(conf, "spark.jars") or "").split(",") if j.strip()]
 
 
 def slots_finding(conf: Any, slots: int, executors: int, num_workers: int | None, waited: float) -> Finding:

@@ -341,9 +341,11 @@ def read_dataframe(
 
         register(spark)
         name = PYTHON_FORMAT
-        # With a schema, the source lists the files only when the first action plans the
-        # read: a path that names nothing is refused here instead.
-        fs.expand_inputs(path)
+        if schema is not None:
+            # With a schema, the source lists the files only when the first action plans the
+            # read: a path that names nothing is refused here instead. (Without one, inferring
+            # it lists them now, and its error is rebuilt below.)
+            fs.expand_inputs(path)
     else:
         # PySpark 3.5 has no Python data source API: the same reader through mapInArrow.
         return _read_arrow(spark, schema, {"path": path, **options})

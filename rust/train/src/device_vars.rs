@@ -190,5 +190,41 @@ impl DeviceVars {
 
 /// The sum of `values`' squares in float64, a scalar on their device.
 pub(crate) fn squares(values: &Tensor) -> Result<Tensor> {
-    Ok(values.to_dtype(DType::F64)?.sqr()?.sum_all()?)
+    // candle's CUDA sums give each output value one block of threads, so a whole tensor summed
+    // into one value runs on one multiprocessor: for a table's million gradient values that
+    // took 0.3 ms on an H200, a third of a Wide&Deep step's device time. Rows of `ROW` values
+    // summed first spread the work over a block each; their sums, and the values past the
+    // last whole row, are then few.
+    const ROW: usize = 4096;
+    let squared = values.flatten_all()?.to_dtype(DType::F64)?.sqr()?;
+    let n = squared.elem_count();
+    let rows = n / ROW;
+    if rows < 2 {
+        return Ok(squared.sum_all()?);
+    }
+    let mut sum = squared.narrow(0, 0, rows * ROW)?.reshape((rows, ROW))?.sum(1)?.sum_all()?;
+    if rows * ROW < n {
+        sum = (sum + squared.narrow(0, rows * ROW, n - rows * ROW)?.sum_all()?)?;
+    }
+    Ok(sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::Device;
+
+    use super::*;
+
+    /// Summed by rows or whole, the squares are the host's sum (`step::sum_of_squares`) for
+    /// every length: under one row, whole rows, and rows with values past them.
+    #[test]
+    fn squares_by_rows_are_the_whole_sum() {
+        for n in [0, 1, 4095, 8192, 3 * 4096 + 17, 100_003] {
+            let values: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1000) as f32 / 37.0 - 13.0).collect();
+            let on_device = squares(&Tensor::from_slice(&values, n, &Device::Cpu).unwrap()).unwrap();
+            let want = crate::step::sum_of_squares(&values);
+            let got = on_device.to_scalar::<f64>().unwrap();
+            assert!((got - want).abs() <= want * 1e-12, "{n} values: {got} against {want}");
+        }
+    }
 }

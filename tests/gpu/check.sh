@@ -20,7 +20,7 @@
 # - the MLP's and Wide&Deep's step at 4096 with the variables' update the other way (on a GPU
 #   it runs on the device; this runs it on the host, as before);
 # - Wide&Deep's step at 4096 with tables 100 times larger (26 million rows, 1.7 GB a buffer),
-#   whose cost should be the rows a step touches, not the tables' size;
+#   whose cost should be the rows a step touches, not the tables' size, and where its time goes;
 # - where a step's time goes at batch 4096 (the batch's copy, the lookup, forward, backward,
 #   the gradients' copy to host memory, against the whole step), and what the Trainer's
 #   prefetch thread takes off it (the batch's copy and the plan of its ids), and the host's
@@ -102,6 +102,7 @@ other_update=host
 [ "$device" = cpu ] && other_update=device
 run 300 env GPU_CHECK_TABLES=device GPU_CHECK_UPDATE=$other_update "$bin" step "$device" 4096 "$steps" mlp,wide_deep
 [ "$device" = cpu ] || run 300 env GPU_CHECK_BUCKETS=1000000 "$bin" step "$device" 4096 "$steps" wide_deep
+[ "$device" = cpu ] || run 120 env GPU_CHECK_BUCKETS=1000000 "$bin" phases "$device" 4096 $((steps / 4)) wide_deep
 run 300 "$bin" phases "$device" 4096 $((steps / 4))
 run 300 "$bin" input 4096 $((steps / 2))
 run 120 "$bin" prepare 4096 200 wide_deep,deepfm
@@ -139,7 +140,8 @@ if loops:
         print(f"{r['model']:<10} {r['rows']:>6} wait {r['wait_ms']:8.3f} step {r['step_ms']:8.3f}"
               f" (bare {bare['step_ms'] if bare else float('nan'):8.3f})"
               f" loop {fmt(r['examples_per_sec']):>10} Trainer {fmt(trainer):>10}")
-placed = [r for r in rows if r["mode"] == "step" and r["rows"] == 4096 and r["device"] == device and "update" in r]
+placed = [r for r in rows if r["mode"] == "step" and r["rows"] == 4096 and r["device"] == device and "update" in r
+          and r.get("table_rows", 0) <= 1_000_000]
 if placed:
     print(f"\nthe step at 4096 rows by where the tables and the variables' update were (a model without tables says memory)")
     seen = set()
@@ -172,8 +174,9 @@ if phases:
     for r in phases:
         ms = [r[f"{p}_ms"] for p in parts]
         rest = r["step_ms"] - sum(ms[1:])  # the step's own part: the batch is already on the device
+        tables = f" (tables of {r['table_rows']:,} rows)" if r.get("table_rows", 0) > 1_000_000 else ""
         print(f"{r['model']:<10} " + " ".join(f"{v:8.3f}" for v in ms) + f" {rest:8.3f} {r['step_ms']:8.3f}"
-              + f" | {r['prepare_ms']:8.3f} {r['prepared_step_ms']:8.3f}")
+              + f" | {r['prepare_ms']:8.3f} {r['prepared_step_ms']:8.3f}{tables}")
 prepares = [r for r in rows if r["mode"] == "prepare"]
 if prepares:
     print("the host's share of preparing a batch of 4096 rows, median ms (CPU layout; GPU layout): "

@@ -450,6 +450,7 @@ fn phases(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str
             "tables": tables_name(&dp), "update": update_name(&dp),
             "upload_ms": per(0), "lookup_ms": per(1), "forward_ms": per(2), "backward_ms": per(3),
             "grads_to_host_ms": per(4), "step_ms": per(5), "prepare_ms": per(6), "prepared_step_ms": per(7),
+            "table_rows": spec.categorical.iter().map(|c| c.buckets as usize).sum::<usize>(),
         });
         println!("RESULT {line}");
     }

@@ -148,6 +148,11 @@ fn spec(model: &str) -> FeatureSpec {
     spec_of(model, buckets)
 }
 
+/// The rows of `spec`'s tables, all columns together.
+fn table_rows(spec: &FeatureSpec) -> usize {
+    spec.categorical.iter().map(|c| c.buckets as usize).sum()
+}
+
 /// [`spec`] with `buckets` ids in each categorical column.
 fn spec_of(model: &str, buckets: u32) -> FeatureSpec {
     let dense_only = matches!(model, "mlp" | "logistic_regression");
@@ -373,7 +378,7 @@ fn step(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str, 
         let line = serde_json::json!({
             "mode": "step", "model": name, "device": device_name, "rows": rows_per_step, "steps": steps,
             "tables": tables_name(&dp), "update": update_name(&dp), "step_ms": seconds * 1e3 / steps as f64,
-            "table_rows": spec.categorical.iter().map(|c| c.buckets as usize).sum::<usize>(),
+            "table_rows": table_rows(&spec),
             "examples_per_sec": (rows_per_step * steps) as f64 / seconds,
         });
         println!("RESULT {line}");
@@ -450,7 +455,7 @@ fn phases(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str
             "tables": tables_name(&dp), "update": update_name(&dp),
             "upload_ms": per(0), "lookup_ms": per(1), "forward_ms": per(2), "backward_ms": per(3),
             "grads_to_host_ms": per(4), "step_ms": per(5), "prepare_ms": per(6), "prepared_step_ms": per(7),
-            "table_rows": spec.categorical.iter().map(|c| c.buckets as usize).sum::<usize>(),
+            "table_rows": table_rows(&spec),
         });
         println!("RESULT {line}");
     }

@@ -28,7 +28,9 @@
 # - a job of 2 trainer processes each on the GPU, in one ring (same parameters at the end);
 # - the ring's all-reduce alone against PyTorch's gloo, 2, 4 and 8 processes on the one host,
 #   1, 16 and 64 MiB (tests/gpu/gloo_peer.py; bus bandwidth): as configured by default (local
-#   sockets), and over TCP on loopback as between hosts, sealed and in the clear;
+#   sockets), and over TCP on loopback as between hosts, sealed and in the clear; then TCP with
+#   4 parallel rings (spark.sparktrain.collective.streams=4) at 16 and 64 MiB, to tell whether
+#   one ring, the default, leaves a machine of many cores idle;
 # - the MLP at 4096 on one CPU thread against PyTorch's.
 # Every figure goes to $OUT/gpu-check.jsonl (OUT defaults to target/gpu-check) and a table
 # comparing them ends the output. Each command has a time-out; a failed one is reported and the
@@ -109,6 +111,7 @@ run 120 "$bin" prepare 4096 200 wide_deep,deepfm
 run 300 "$bin" job "$device" 2 50
 ranks=${GPU_CHECK_RANKS:-2,4,8}
 run 300 "$bin" allreduce "$ranks" 1,16,64
+run 300 "$bin" allreduce "$ranks" 16,64 sealed-x4,clear-x4
 run 300 "$torch" tests/gpu/gloo_peer.py "$ranks" 1,16,64
 run 120 env RAYON_NUM_THREADS=1 "$bin" step cpu 4096 30 mlp
 run 120 "$torch" tests/gpu/torch_peer.py cpu 4096 30 mlp
@@ -191,6 +194,15 @@ if reduces:
             cell = lambda c: "-" if c not in bw else f"{bw[c]:.2f}"
             over = lambda c: "-" if c not in bw or "gloo" not in bw else f"{bw[c] / bw['gloo']:.2f}x"
             print(f"{n:>5} {size >> 20:>5} {cell('local'):>8} {cell('sealed'):>8} {cell('clear'):>8} {cell('gloo'):>8} {over('local'):>11} {over('sealed'):>12} {over('clear'):>11}")
+    parallel = sorted({r["contender"] for r in reduces if "-x" in r["contender"]})
+    if parallel:
+        print("parallel rings over TCP (-xK: K rings), GB/s (against one ring of the same kind; against gloo)")
+        for n in sorted({r["ranks"] for r in reduces}):
+            for size in sorted({r["bytes"] for r in reduces if r["contender"] in parallel}):
+                bw = {r["contender"]: r["busbw_gbs"] for r in reduces if r["ranks"] == n and r["bytes"] == size}
+                against = lambda c, other: f"{bw[c] / bw[other]:.2f}x" if other in bw else "-"
+                cells = [f"{c} {bw[c]:.2f} ({against(c, c.split('-x')[0])}; {against(c, 'gloo')})" for c in parallel if c in bw]
+                print(f"{n:>5} {size >> 20:>5}  " + "   ".join(cells))
 job = next((r for r in rows if r["mode"] == "job"), None)
 if job:
     print(f"2 trainers on {device}, Wide&Deep at 256: {fmt(job['examples_per_sec'])} in all, same parameters: {job['same_parameters']}")

@@ -37,11 +37,13 @@
 //!   JSON line per model.
 //! - `job DEVICE WORKERS [steps]`: WORKERS trainer processes on this machine, each on DEVICE,
 //!   in one ring over loopback, training Wide&Deep; checks they end with the same parameters.
-//! - `allreduce RANKS[,RANKS...] MIB[,MIB...]`: the ring's float32 sum alone, RANKS processes
-//!   on one host, by default (unix-domain sockets) and over TCP as between hosts, sealed and in
-//!   the clear, buffers of MIB MiB: the median call time on rank 0
+//! - `allreduce RANKS[,RANKS...] MIB[,MIB...] [CONTENDER,...]`: the ring's float32 sum alone,
+//!   RANKS processes on one host, by default (unix-domain sockets) and over TCP as between
+//!   hosts, sealed and in the clear, buffers of MIB MiB: the median call time on rank 0
 //!   and the bus bandwidth (`2(N-1)/N × bytes / time`, as NCCL's tests count it), for
-//!   `tests/gpu/gloo_peer.py`'s figures of PyTorch's gloo on the same machine.
+//!   `tests/gpu/gloo_peer.py`'s figures of PyTorch's gloo on the same machine. A contender
+//!   named with `-xK` (`sealed-x4`) runs K parallel rings (`Config::streams`), to tell on a
+//!   machine of many cores whether the default of one ring leaves them idle.
 //!
 //! `GPU_CHECK_TABLES=device` or `memory` keeps the embedding tables on the device or in main
 //! memory (`TableOptions::on_device`); unset, the engine decides (on a GPU, on the device).
@@ -103,11 +105,11 @@ fn main() -> ExitCode {
         Some("input") => input(number(1, 4096), number(2, 100), &timed(&arg(3, TIMED))),
         Some("job") => job(&arg(1, "cuda"), number(2, 2), number(3, 50)),
         Some("job-worker") => job_worker(&args[1..]),
-        Some("allreduce") => all_reduce(&arg(1, "2,4,8"), &arg(2, "1,16,64")),
+        Some("allreduce") => all_reduce(&arg(1, "2,4,8"), &arg(2, "1,16,64"), &arg(3, "local,sealed,clear")),
         Some("allreduce-rank") => all_reduce_rank(&args[1..]),
         _ => {
             eprintln!(
-                "usage: gpu_check exact A B [steps] | step DEVICE ROWS [steps] | trainer DEVICE ROWS [steps] | loop DEVICE ROWS [steps] | phases DEVICE ROWS [steps] | prepare ROWS [batches] [models] [buckets] | input ROWS [steps] | job DEVICE WORKERS [steps] | allreduce RANKS MIB"
+                "usage: gpu_check exact A B [steps] | step DEVICE ROWS [steps] | trainer DEVICE ROWS [steps] | loop DEVICE ROWS [steps] | phases DEVICE ROWS [steps] | prepare ROWS [batches] [models] [buckets] | input ROWS [steps] | job DEVICE WORKERS [steps] | allreduce RANKS MIB [contenders]"
             );
             ExitCode::from(2)
         }
@@ -741,18 +743,35 @@ fn numbers(list: &str) -> Vec<usize> {
     list.split(',').map(|n| n.trim().parse().expect("a whole number")).collect()
 }
 
-/// The all-reduce's contenders: the default (ranks on one host over unix-domain sockets), and
-/// TCP over loopback as between hosts, sealed and in the clear.
-const REDUCERS: [&str; 3] = ["local", "sealed", "clear"];
+/// An all-reduce contender's ring: `local` (the default: ranks on one host over unix-domain
+/// sockets), `sealed` or `clear` (TCP over loopback as between hosts), each optionally with
+/// `-xK` for K parallel rings. Returns (local, sealed, streams).
+fn reducer(contender: &str) -> Option<(bool, bool, usize)> {
+    let (kind, streams) = match contender.split_once("-x") {
+        Some((kind, k)) => (kind, k.parse().ok().filter(|k| (1..=16).contains(k))?),
+        None => (contender, 1),
+    };
+    match kind {
+        "local" => Some((true, true, streams)),
+        "sealed" => Some((false, true, streams)),
+        "clear" => Some((false, false, streams)),
+        _ => None,
+    }
+}
 
-/// Starts RANKS `allreduce-rank` processes for every count in `ranks`, for every contender of
-/// [`REDUCERS`], and prints rank 0's median call time and the bus bandwidth for every size in
-/// `mib`.
-fn all_reduce(ranks: &str, mib: &str) -> ExitCode {
+/// Starts RANKS `allreduce-rank` processes for every count in `ranks`, for every contender
+/// named in `contenders` (see [`reducer`]), and prints rank 0's median call time and the bus
+/// bandwidth for every size in `mib`.
+fn all_reduce(ranks: &str, mib: &str, contenders: &str) -> ExitCode {
     let sizes: Vec<String> = numbers(mib).iter().map(|m| (m << 20).to_string()).collect();
+    let contenders: Vec<&str> = contenders.split(',').map(str::trim).collect();
+    if let Some(unknown) = contenders.iter().find(|c| reducer(c).is_none()) {
+        eprintln!("no all-reduce contender {unknown:?}: local, sealed or clear, optionally -x2 to -x16");
+        return ExitCode::FAILURE;
+    }
     let exe = std::env::current_exe().expect("this program");
     for n in numbers(ranks) {
-        for contender in REDUCERS {
+        for &contender in &contenders {
             // Free ports for the ring, found by binding and letting go (each rank binds its own).
             let peers: Vec<String> = (0..n)
                 .map(|_| {
@@ -792,20 +811,19 @@ fn all_reduce(ranks: &str, mib: &str) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// One rank of `allreduce`: `RANK CONTENDER SIZES PEER...` (a contender of [`REDUCERS`]);
-/// rank 0 prints `TIME [bytes, median seconds]` per size.
+/// One rank of `allreduce`: `RANK CONTENDER SIZES PEER...` (a contender as [`reducer`] reads
+/// it); rank 0 prints `TIME [bytes, median seconds]` per size.
 fn all_reduce_rank(args: &[String]) -> ExitCode {
     let rank: usize = args[0].parse().expect("rank");
-    let (local, sealed) = match args[1].as_str() {
-        "local" => (true, true),
-        "sealed" => (false, true),
-        "clear" => (false, false),
-        other => panic!("no contender {other}"),
-    };
+    let (local, sealed, streams) = reducer(&args[1]).expect("a contender all_reduce checked");
     let peers = args[3..].to_vec();
     let listener = std::net::TcpListener::bind(&peers[rank]).expect("its port");
-    let config =
-        Config { sealed, local, ..Config::new(rank, peers, b"gpu-check".to_vec(), Duration::from_secs(120)) };
+    let config = Config {
+        sealed,
+        local,
+        streams,
+        ..Config::new(rank, peers, b"gpu-check".to_vec(), Duration::from_secs(120))
+    };
     let mut ring = Communicator::connect(listener, config).expect("the ring");
     for bytes in numbers(&args[2]) {
         let mut data = vec![1.0f32; bytes / 4];

@@ -65,7 +65,7 @@ use std::time::{Duration, Instant};
 use arrow::array::{ArrayRef, Float32Array, Int64Array};
 use arrow::record_batch::RecordBatch;
 use candle_core::Device;
-use sparktrain_collective::{Communicator, Config};
+use sparktrain_collective::{Communicator, Config, MAX_STREAMS};
 use sparktrain_train::input::Input;
 use sparktrain_train::trainer::{FitOptions, Hooks, LogLine, Trainer, TrainerConfig};
 use sparktrain_train::{
@@ -748,7 +748,7 @@ fn numbers(list: &str) -> Vec<usize> {
 /// `-xK` for K parallel rings. Returns (local, sealed, streams).
 fn reducer(contender: &str) -> Option<(bool, bool, usize)> {
     let (kind, streams) = match contender.split_once("-x") {
-        Some((kind, k)) => (kind, k.parse().ok().filter(|k| (1..=16).contains(k))?),
+        Some((kind, k)) => (kind, k.parse().ok().filter(|k| (1..=MAX_STREAMS).contains(k))?),
         None => (contender, 1),
     };
     match kind {
@@ -766,7 +766,9 @@ fn all_reduce(ranks: &str, mib: &str, contenders: &str) -> ExitCode {
     let sizes: Vec<String> = numbers(mib).iter().map(|m| (m << 20).to_string()).collect();
     let contenders: Vec<&str> = contenders.split(',').map(str::trim).collect();
     if let Some(unknown) = contenders.iter().find(|c| reducer(c).is_none()) {
-        eprintln!("no all-reduce contender {unknown:?}: local, sealed or clear, optionally -x2 to -x16");
+        eprintln!(
+            "no all-reduce contender {unknown:?}: local, sealed or clear, optionally -x1 to -x{MAX_STREAMS}"
+        );
         return ExitCode::FAILURE;
     }
     let exe = std::env::current_exe().expect("this program");

@@ -21,6 +21,10 @@
 #   it runs on the device; this runs it on the host, as before);
 # - Wide&Deep's step at 4096 with tables 100 times larger (26 million rows, 1.7 GB a buffer),
 #   whose cost should be the rows a step touches, not the tables' size, and where its time goes;
+# - the step at 256 and 4096 rows with cudarc's events on every device buffer and without
+#   (the engine's choice), twice in turn;
+# - Wide&Deep's step under Nsight Systems (where nsys is installed), with and without the
+#   events: the host's driver calls by kind, count and time;
 # - where a step's time goes at batch 4096 (the batch's copy, the lookup, forward, backward,
 #   the gradients' copy to host memory, against the whole step), and what the Trainer's
 #   prefetch thread takes off it (the batch's copy and the plan of its ids), and the host's
@@ -106,6 +110,37 @@ run 300 env GPU_CHECK_TABLES=device GPU_CHECK_UPDATE=$other_update "$bin" step "
 [ "$device" = cpu ] || run 300 env GPU_CHECK_BUCKETS=1000000 "$bin" step "$device" 4096 "$steps" wide_deep
 [ "$device" = cpu ] || run 120 env GPU_CHECK_BUCKETS=1000000 "$bin" phases "$device" 4096 $((steps / 4)) wide_deep
 run 300 "$bin" phases "$device" 4096 $((steps / 4))
+# The step with cudarc's pair of events on every device buffer (cudarc's default, which the
+# engine turns off) and without, twice in turn, for what those driver calls cost the host.
+if [ "$device" = cuda ]; then
+    for turn in 1 2; do
+        for events in tracked untracked; do
+            for rows in 256 4096; do
+                run 120 env GPU_CHECK_EVENTS=$events "$bin" step "$device" "$rows" "$steps" mlp,wide_deep,dcn
+            done
+        done
+    done
+fi
+# The host's driver calls in Wide&Deep's step, by kind (count and time), with cudarc's
+# events and without, where Nsight Systems is installed (the CUDA toolkit's nsys).
+nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys 2>/dev/null || true)
+if [ "$device" = cuda ] && [ -n "$nsys" ]; then
+    # A profiler that cannot run here (a sandbox's kernel, say) leaves the check's result alone.
+    for events in tracked untracked; do
+        echo "--- nsys: Wide&Deep's step, events $events"
+        if timeout 180 env GPU_CHECK_EVENTS=$events "$nsys" profile -t cuda --stats=false -f true \
+            -o "$out/step-$events" "$bin" step "$device" 4096 30 wide_deep >>"$out/gpu-check.log" 2>&1 \
+            && timeout 120 "$nsys" stats -r cuda_api_sum -f csv -o "$out/step-$events" \
+                "$out/step-$events.nsys-rep" >>"$out/gpu-check.log" 2>&1; then
+            echo "the driver calls of 30 steps (and the warm-up), events $events, by total time:"
+            head -n 16 "$out/step-${events}_cuda_api_sum.csv"
+        else
+            echo "nsys could not profile here (its output is in $out/gpu-check.log)"
+        fi
+    done
+elif [ "$device" = cuda ]; then
+    echo "no nsys here: the step's driver calls are not counted"
+fi
 run 300 "$bin" input 4096 $((steps / 2))
 run 120 "$bin" prepare 4096 200 wide_deep,deepfm
 run 300 "$bin" job "$device" 2 50
@@ -159,6 +194,21 @@ for r in large:
                   and s["update"] == r["update"]), None)
     print(f"\n{r['model']} at {r['rows']} rows with tables of {r['table_rows']:,} rows: {r['step_ms']:.3f} ms a step,"
           f" against {small['step_ms'] if small else float('nan'):.3f} ms with 260,000")
+# The pairs' runs: from the first with the events on (every step line before it had them off).
+first = next((i for i, r in enumerate(rows) if r.get("events") == "tracked"), len(rows))
+paired = [r for r in rows[first:] if r["mode"] == "step" and r.get("events") in ("tracked", "untracked")]
+if paired:
+    print("\nthe step with cudarc's events on every buffer (tracked, its default) and without (the engine's),"
+          " examples/s of each run in turn, and untracked / tracked of their means")
+    for size in sorted({r["rows"] for r in paired}):
+        for model in dict.fromkeys(r["model"] for r in paired):
+            runs = {e: [r["examples_per_sec"] for r in paired if r["rows"] == size and r["model"] == model
+                        and r["events"] == e] for e in ("tracked", "untracked")}
+            if all(runs.values()):
+                mean = lambda v: sum(v) / len(v)
+                print(f"{model:<10} {size:>6} tracked {' '.join(fmt(v) for v in runs['tracked'])}"
+                      f"  untracked {' '.join(fmt(v) for v in runs['untracked'])}"
+                      f"  {mean(runs['untracked']) / mean(runs['tracked']):.2f}x")
 cpu = get(mode="step", model="mlp", device="cpu", rows=4096, steps=30)
 cpu_peer = get(mode="torch", model="mlp", device="cpu", rows=4096, steps=30)
 print(f"\nMLP at 4096 on one CPU thread: {fmt(cpu)} against PyTorch's {fmt(cpu_peer)}: {ratio(cpu, cpu_peer)}")

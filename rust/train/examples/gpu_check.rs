@@ -52,6 +52,9 @@
 //! engine decides (on a GPU, on the device). Every timed line says where both were.
 //! `GPU_CHECK_BUCKETS` sets the ids in each categorical column (10,000 unless set; the
 //! tables' rows are 26 times it), for the cost of a step against its tables' size.
+//! `GPU_CHECK_EVENTS=tracked` gives each device buffer the pair of CUDA events cudarc makes by
+//! default and the engine turns off (`device.rs`), for the `step`, `loop`, `phases` and
+//! `exact` modes, whose lines say which it was.
 //!
 //! The C library's allocator is set as the Python binding sets it in trainer processes, so the
 //! host's share of a step costs what it costs in the wheel.
@@ -204,12 +207,41 @@ fn rows(spec: &FeatureSpec, rows: usize, seed: u64) -> RecordBatch {
 
 fn open(device: &str) -> Device {
     match sparktrain_train::device::open(device) {
-        Ok(d) => d,
+        Ok(d) => {
+            track_events(&d);
+            d
+        }
         Err(e) => {
             eprintln!("{e}");
             std::process::exit(1)
         }
     }
+}
+
+/// With `GPU_CHECK_EVENTS=tracked`, gives every device buffer made from here on cudarc's pair
+/// of events again, as before the engine turned them off (`device.rs`), to time the
+/// difference; every other value, or none, leaves the engine's choice.
+fn track_events(device: &Device) {
+    if std::env::var("GPU_CHECK_EVENTS").as_deref() != Ok("tracked") {
+        return;
+    }
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(cuda) = device {
+        // SAFETY: events only add work; every stream is the caller's per-thread one.
+        unsafe { cuda.cuda_stream().context().enable_event_tracking() };
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = device;
+}
+
+/// Whether this process's device buffers get cudarc's events, for the result lines.
+fn events_name(device: &Device) -> &'static str {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(cuda) = device {
+        return if cuda.is_event_tracking() { "tracked" } else { "untracked" };
+    }
+    let _ = device;
+    "none"
 }
 
 /// The rules every model is checked under: (name, rule, sparse table updates).
@@ -380,7 +412,7 @@ fn step(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str, 
         let line = serde_json::json!({
             "mode": "step", "model": name, "device": device_name, "rows": rows_per_step, "steps": steps,
             "tables": tables_name(&dp), "update": update_name(&dp), "step_ms": seconds * 1e3 / steps as f64,
-            "table_rows": table_rows(&spec),
+            "table_rows": table_rows(&spec), "events": events_name(&device),
             "examples_per_sec": (rows_per_step * steps) as f64 / seconds,
         });
         println!("RESULT {line}");
@@ -457,7 +489,7 @@ fn phases(device_name: &str, rows_per_step: usize, steps: usize, models: &[(&str
             "tables": tables_name(&dp), "update": update_name(&dp),
             "upload_ms": per(0), "lookup_ms": per(1), "forward_ms": per(2), "backward_ms": per(3),
             "grads_to_host_ms": per(4), "step_ms": per(5), "prepare_ms": per(6), "prepared_step_ms": per(7),
-            "table_rows": table_rows(&spec),
+            "table_rows": table_rows(&spec), "events": events_name(&device),
         });
         println!("RESULT {line}");
     }
@@ -613,7 +645,7 @@ fn training_loop(
         let timed = (examples / rows_per_step as u64).max(1) as f64;
         let line = serde_json::json!({
             "mode": "loop", "model": name, "device": device_name, "rows": rows_per_step,
-            "tables": tables_name(&dp), "update": update_name(&dp),
+            "tables": tables_name(&dp), "update": update_name(&dp), "events": events_name(&device),
             "examples_per_sec": examples as f64 / timed_from.elapsed().as_secs_f64(),
             "wait_ms": waiting * 1e3 / timed, "step_ms": stepping * 1e3 / timed,
         });

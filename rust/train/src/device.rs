@@ -172,7 +172,30 @@ fn open_cuda(name: &str, ordinal: usize, report: &CudaReport) -> Result<Device> 
     // candle queues a CUDA device's work on each calling thread's own default stream
     // (`CU_STREAM_PER_THREAD`): a thread that hands device tensors to another must wait for its
     // stream first, as the prefetch thread does (`prefetch.rs`).
-    Device::new_cuda(ordinal).map_err(|e| unavailable(None, format!("{} would not open: {e}", card.name)))
+    let device = Device::new_cuda(ordinal)
+        .map_err(|e| unavailable(None, format!("{} would not open: {e}", card.name)))?;
+    untracked(&device);
+    Ok(device)
+}
+
+/// Stops cudarc from giving each new device buffer a pair of CUDA events.
+///
+/// cudarc waits on and records those events only once a context has streams of its own
+/// (`CudaContext::new_stream`), to order a buffer's uses across them. candle's device never
+/// makes one: it queues on the calling thread's default stream, and the engine orders threads
+/// itself (see above). The events are then created with every buffer and destroyed with it,
+/// unused: four driver calls for each of the two or three hundred buffers a step allocates,
+/// on the host's side of a step that the host's queueing already bounds.
+fn untracked(device: &Device) {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(cuda) = device {
+        // SAFETY: cudarc asks that buffers made without events are not shared between streams
+        // it synchronizes; no stream of cudarc's exists here (see above), so nothing relied on
+        // the events.
+        unsafe { cuda.disable_event_tracking() };
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = device;
 }
 
 /// What this process can see of CUDA (nothing is opened beyond the libraries and the driver's

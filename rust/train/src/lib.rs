@@ -42,6 +42,8 @@ pub mod features;
 mod fused;
 pub mod groups;
 pub mod input;
+#[cfg(test)]
+mod kernels_on_cpu;
 pub mod loss;
 pub mod metrics;
 pub mod model;

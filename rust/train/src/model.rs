@@ -78,6 +78,9 @@ impl Dense {
             return fused::dense(x, self.weight.as_tensor(), self.bias.as_tensor(), relu);
         }
         let z = x.matmul(self.weight.as_tensor())?;
+        if x.device().is_cuda() && x.dtype() == DType::F32 {
+            return fused::bias_act(&z, self.bias.as_tensor(), relu);
+        }
         let y = z.broadcast_add(self.bias.as_tensor())?;
         Ok(if relu { y.relu()? } else { y })
     }

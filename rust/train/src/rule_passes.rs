@@ -582,7 +582,6 @@ int main() {
         s: &Step<'_>,
         g: &Tensor,
     ) -> Vec<u32> {
-        use std::io::Write;
         let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
         let (n_rows, width, table_rows) = match ids {
             Some(ids) => {
@@ -609,31 +608,13 @@ int main() {
             input.extend_from_slice(&(values.len() as u64).to_le_bytes());
             values.iter().for_each(|v| input.extend_from_slice(&v.to_le_bytes()));
         }
-        let mut child = std::process::Command::new(kernel)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(&input).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "the kernel's program failed: {}", out.status);
-        out.stdout.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+        crate::kernels_on_cpu::run(kernel, &input)
     }
 
     #[test]
     fn the_kernel_source_computes_every_pass_as_the_cpu_loop_does() {
         let dir = tempfile::tempdir().unwrap();
-        let source = dir.path().join("kernel.cpp");
-        std::fs::write(&source, KERNEL_ON_THE_CPU).unwrap();
-        let kernel = dir.path().join("kernel");
-        let rules_cu = format!("-DRULES_CU=\"{}/kernels/rules.cu\"", env!("CARGO_MANIFEST_DIR"));
-        let compiled = std::process::Command::new("c++")
-            .args(["-std=c++17", "-O2", "-ffp-contract=off", &rules_cu, "-o"])
-            .arg(&kernel)
-            .arg(&source)
-            .output()
-            .expect("a C++ compiler (c++) compiles the kernel's source for the CPU");
-        assert!(compiled.status.success(), "{}", String::from_utf8_lossy(&compiled.stderr));
+        let kernel = crate::kernels_on_cpu::compile(dir.path(), KERNEL_ON_THE_CPU, "RULES_CU", "rules.cu");
         let (rows, width) = (9, 3);
         let ids = Tensor::new(&[1u32, 4, 5, 8], &Device::Cpu).unwrap();
         for rule in rules() {
